@@ -1,0 +1,79 @@
+"""The command line: a thin layer that parses, calls gpuperf.api, and renders.
+
+Subcommands are imported only when invoked, so `gpuperf predict` never pays for torch or plotly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from gpuperf import __version__
+from gpuperf.errors import GpuperfError
+
+# command name -> "module:attribute" (a click.Command), imported on first use.
+COMMANDS: dict[str, str] = {
+    "predict": "gpuperf.cli.predict_cmd:predict",
+    "measure": "gpuperf.cli.measure_cmd:measure",
+    "validate": "gpuperf.cli.measure_cmd:validate",
+    "calibrate": "gpuperf.cli.calibrate_cmd:calibrate",
+    "report": "gpuperf.cli.report_cmd:report",
+    "search": "gpuperf.cli.search_cmd:search",
+    "hw": "gpuperf.cli.hw_cmd:hw",
+    "models": "gpuperf.cli.models_cmd:models",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(n for n in COMMANDS if self._load(n) is not None)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._load(cmd_name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # the command is not built yet
+                return None
+            raise
+        return getattr(module, attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpuperf")
+def cli() -> None:
+    """Predict, explain and measure how fast Transformer workloads run on GPUs.
+
+    \b
+    Examples:
+      gpuperf predict llama2-7b --gpu h100 --seq 2048
+      gpuperf measure gemm 4096
+      gpuperf report llama2-7b --gpu h100 -o report.html
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: turns library errors into one-line messages and exit codes (0/1/2/3)."""
+    try:
+        cli.main(args=argv, prog_name="gpuperf", standalone_mode=False)
+    except GpuperfError as exc:
+        click.echo(f"gpuperf: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("gpuperf: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"gpuperf: error: {exc.format_message()}", err=True)
+        sys.exit(2 if isinstance(exc, click.UsageError | click.BadParameter) else exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(0)

@@ -1,0 +1,3 @@
+from gpuperf.cli import main
+
+main()

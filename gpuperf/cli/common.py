@@ -1,0 +1,40 @@
+"""Options and helpers shared by the CLI commands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from gpuperf.errors import InputError
+from gpuperf.units import parse_size
+
+FORMATS = ("table", "json", "csv")
+
+
+def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds --format table|json|csv (one decorator, every command that prints results)."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="table",
+        show_default=True,
+        help="table for people; json (one object on stdout) or csv for machines.",
+    )(func)
+
+
+class SizeType(click.ParamType):
+    """A positive size: 4096, 4K, 1M, 1GiB."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            return parse_size(value, what=param.human_readable_name if param else "size")
+        except InputError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SIZE = SizeType()

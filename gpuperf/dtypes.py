@@ -1,0 +1,41 @@
+"""Data types the models know, and their sizes."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from gpuperf.errors import InputError
+
+DType = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+DTYPES: tuple[DType, ...] = get_args(DType)
+
+# Bytes per element as stored in memory (tf32 is stored as fp32).
+BYTES: dict[DType, int] = {
+    "fp64": 8,
+    "fp32": 4,
+    "tf32": 4,
+    "bf16": 2,
+    "fp16": 2,
+    "fp8": 1,
+    "int8": 1,
+}
+
+_ALIASES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "float64": "fp64",
+    "double": "fp64",
+    "e4m3": "fp8",
+    "float8": "fp8",
+}
+
+
+def parse_dtype(text: str) -> DType:
+    """Return the DType named by `text` (case-insensitive, common aliases), or raise InputError."""
+    key = text.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in BYTES:
+        raise InputError(f"unknown dtype {text!r}; expected one of: {', '.join(DTYPES)}")
+    return key  # type: ignore[return-value]

@@ -1,0 +1,1 @@
+"""What a machine is: GPU and system specs, loaded from TOML profiles."""

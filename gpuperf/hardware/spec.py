@@ -1,0 +1,75 @@
+"""The schema of hardware. The numbers live in profiles/*.toml, each with a `# source:` comment.
+
+SI units throughout: bytes, bytes/s, FLOP/s, seconds. Peaks are dense (no 2:4 sparsity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpuperf.dtypes import DType
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelParams:
+    """Parameters of the time model for one GPU: efficiencies and latencies, never measured times.
+
+    Defaults are a reasonable uncalibrated GPU; a profile's `[model]` table overrides them, and
+    `gpuperf calibrate` writes them from measurements on a present GPU.
+    """
+
+    gemm_eff: float = 0.80  # fraction of dense peak a large, aligned GEMM sustains
+    gemm_misaligned_eff: float = 0.30  # the same when a dimension breaks 16-byte alignment
+    mem_eff: float = 0.90  # fraction of datasheet HBM bandwidth a large streaming kernel reaches
+    attn_eff: float = 0.55  # FlashAttention forward: fraction of dense peak on long sequences
+    kernel_floor_s: float = 4e-6  # the shortest any kernel takes on the GPU (launch + tail)
+    host_dispatch_s: float = 8e-6  # CPU time PyTorch eager spends issuing one kernel
+    graph_launch_s: float = 1.0e-6  # per-kernel cost inside a replayed CUDA graph
+    extra: Mapping[str, float] = field(default_factory=dict)  # model-specific extras by name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSpec:
+    """One GPU model. Bandwidths are per direction unless named otherwise."""
+
+    name: str  # canonical profile name, e.g. "h100-sxm5-80gb"
+    display_name: str  # e.g. "NVIDIA H100 SXM5 80GB"
+    arch: str  # "ampere", "hopper", "blackwell", "ada"
+    compute_capability: str  # "9.0"
+    sms: int
+    boost_clock_mhz: float
+    peak_flops: Mapping[DType, float]  # FLOP/s, dense
+    hbm_bytes: float  # capacity, bytes
+    hbm_bw: float  # bytes/s, datasheet
+    l2_bytes: float
+    smem_per_sm_bytes: float
+    nvlink_bw: float  # bytes/s per direction, all links together (0 when none)
+    pcie_bw: float  # bytes/s per direction
+    params: ModelParams = field(default_factory=ModelParams)
+    sources: Mapping[str, str] = field(default_factory=dict)  # field -> where the number comes from
+    path: str = ""  # the file it was loaded from
+
+    def peak(self, dtype: DType) -> float:
+        """Dense peak FLOP/s for `dtype` (fp32 falls back to the plain fp32 rate)."""
+        return self.peak_flops[dtype]
+
+    def ridge(self, dtype: DType) -> float:
+        """Critical arithmetic intensity (FLOP/byte) where compute and HBM time are equal."""
+        return self.peak_flops[dtype] / self.hbm_bw
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SystemSpec:
+    """A node (and how nodes connect): GPUs per node, NVLink/NVSwitch, NICs."""
+
+    name: str  # "dgx-h100"
+    display_name: str
+    gpu: GpuSpec
+    gpus_per_node: int
+    nvswitch: bool  # all-to-all NVLink through switches
+    nvlink_bw: float  # bytes/s per direction per GPU inside the node
+    nics_per_node: int  # compute NICs (GPU-facing)
+    nic_bw: float  # bytes/s per direction per NIC
+    sources: Mapping[str, str] = field(default_factory=dict)
+    path: str = ""

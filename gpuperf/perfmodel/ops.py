@@ -1,0 +1,302 @@
+"""Ops: the unit of work that is both predicted and measured. An op knows shapes, never hardware.
+
+Every op gives a `Cost` (FLOPs and the fewest bytes it must move through device memory: each input
+read once, each output written once). Names are hierarchical ("L0/attn/qkv") so breakdowns are a
+groupby on a prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from gpuperf.dtypes import BYTES, DType
+
+OpKind = Literal[
+    "gemm",
+    "attention",
+    "elementwise",
+    "reduce",
+    "norm",
+    "softmax",
+    "embedding",
+    "copy",
+    "collective",
+    "p2p",
+]
+CollectiveKind = Literal["allreduce", "allgather", "reducescatter", "alltoall", "broadcast"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What an op does: FLOPs, bytes read and written in device memory, bytes sent between GPUs."""
+
+    flops: float = 0.0
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
+    comm_bytes: float = 0.0
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity, FLOP per byte of device memory traffic (0 for pure data movement)."""
+        return self.flops / self.bytes if self.bytes else 0.0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(
+            self.flops + other.flops,
+            self.bytes_read + other.bytes_read,
+            self.bytes_written + other.bytes_written,
+            self.comm_bytes + other.comm_bytes,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """C[m, n] = A[m, k] @ B[k, n], `batch` independent products (bmm, or one per MoE expert)."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    dtype: DType = "bf16"
+    batch: int = 1
+    kind: ClassVar[OpKind] = "gemm"
+
+    def cost(self) -> Cost:
+        b = BYTES[self.dtype]
+        out_b = 2 if b == 1 else b  # fp8/int8 GEMMs write 16-bit results
+        return Cost(
+            flops=2.0 * self.m * self.n * self.k * self.batch,
+            bytes_read=float(b * (self.m * self.k + self.k * self.n) * self.batch),
+            bytes_written=float(out_b * self.m * self.n * self.batch),
+        )
+
+    @property
+    def shape(self) -> str:
+        pre = f"{self.batch}×" if self.batch > 1 else ""
+        return f"{pre}{self.m}×{self.n}×{self.k}"
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """Fused (FlashAttention-style) attention: softmax(Q Kᵀ / √d) V for `batch` sequences.
+
+    q_len queries attend to kv_len keys; causal masks the future. With q_len < kv_len (decode or
+    chunked prefill) the queries are the last q_len positions. `backward` is the gradient pass.
+    """
+
+    name: str
+    batch: int
+    heads: int
+    kv_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    causal: bool = True
+    dtype: DType = "bf16"
+    kv_dtype: DType | None = None
+    backward: bool = False
+    kind: ClassVar[OpKind] = "attention"
+
+    def attended_pairs(self) -> float:
+        """Number of (query, key) pairs computed per head, after causal masking."""
+        q, kv = self.q_len, self.kv_len
+        if not self.causal:
+            return float(q * kv)
+        # Query i (0-based among the last q of kv positions) sees kv - q + i + 1 keys.
+        return float(q * (kv - q) + q * (q + 1) / 2)
+
+    def cost(self) -> Cost:
+        b = BYTES[self.dtype]
+        kvb = BYTES[self.kv_dtype or self.dtype]
+        pairs = self.attended_pairs() * self.batch * self.heads
+        fwd_flops = 4.0 * pairs * self.head_dim  # QKᵀ and PV, 2 FLOP per multiply-add each
+        q_elems = self.batch * self.heads * self.q_len * self.head_dim
+        kv_elems = 2 * self.batch * self.kv_heads * self.kv_len * self.head_dim
+        if not self.backward:
+            return Cost(fwd_flops, b * q_elems + kvb * kv_elems, b * q_elems)
+        # Backward (FlashAttention-2): recompute QKᵀ, dV, dP, dQ, dK = 2.5x forward FLOPs;
+        # reads Q, K, V, O, dO; writes dQ, dK, dV.
+        return Cost(2.5 * fwd_flops, 3 * b * q_elems + kvb * kv_elems, b * q_elems + kvb * kv_elems)
+
+    @property
+    def shape(self) -> str:
+        gqa = f"/{self.kv_heads}" if self.kv_heads != self.heads else ""
+        return (
+            f"b{self.batch} h{self.heads}{gqa} q{self.q_len} kv{self.kv_len} d{self.head_dim}"
+            + (" causal" if self.causal else "")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Elementwise:
+    """One pointwise kernel over `numel` elements: n_in inputs read, n_out outputs written.
+
+    `fn` names it (add, mul, silu, gelu, rope, cast, adamw, ...). out_dtype differs from dtype for
+    casts. flops_per_elem counts arithmetic per output element (gelu ~ 8, add 1).
+    """
+
+    name: str
+    fn: str
+    numel: int
+    n_in: int = 1
+    n_out: int = 1
+    dtype: DType = "bf16"
+    out_dtype: DType | None = None
+    flops_per_elem: float = 1.0
+    kind: ClassVar[OpKind] = "elementwise"
+
+    def cost(self) -> Cost:
+        out_b = BYTES[self.out_dtype or self.dtype]
+        return Cost(
+            flops=self.flops_per_elem * self.numel,
+            bytes_read=float(self.n_in * self.numel * BYTES[self.dtype]),
+            bytes_written=float(self.n_out * self.numel * out_b),
+        )
+
+    @property
+    def shape(self) -> str:
+        return f"{self.fn} n={self.numel}"
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """A row reduction (mean, sum, max, argmax/top-k) of [rows, cols] into [rows, out_cols]."""
+
+    name: str
+    fn: str
+    rows: int
+    cols: int
+    out_cols: int = 1
+    dtype: DType = "bf16"
+    kind: ClassVar[OpKind] = "reduce"
+
+    def cost(self) -> Cost:
+        b = BYTES[self.dtype]
+        return Cost(
+            flops=float(self.rows * self.cols),
+            bytes_read=float(b * self.rows * self.cols),
+            bytes_written=float(b * self.rows * self.out_cols),
+        )
+
+    @property
+    def shape(self) -> str:
+        return f"{self.fn} {self.rows}×{self.cols}"
+
+
+@dataclass(frozen=True, slots=True)
+class Norm:
+    """A fused row-wise kernel over [rows, cols]: rmsnorm, layernorm or softmax.
+
+    Reads the input (and `residual` extra inputs when fused with a residual add), writes the output.
+    """
+
+    name: str
+    fn: Literal["rmsnorm", "layernorm", "softmax"]
+    rows: int
+    cols: int
+    dtype: DType = "bf16"
+    residual: bool = False
+    backward: bool = False
+
+    @property
+    def kind(self) -> OpKind:  # type: ignore[override]
+        return "softmax" if self.fn == "softmax" else "norm"
+
+    def cost(self) -> Cost:
+        b = BYTES[self.dtype]
+        n = self.rows * self.cols
+        reads = 1 + (1 if self.residual else 0) + (1 if self.backward else 0)
+        writes = 1 + (1 if self.residual else 0)
+        flops_per = {"rmsnorm": 4, "layernorm": 7, "softmax": 5}[self.fn] * (
+            2 if self.backward else 1
+        )
+        return Cost(
+            flops=float(flops_per * n),
+            bytes_read=float(b * n * reads),
+            bytes_written=float(b * n * writes),
+        )
+
+    @property
+    def shape(self) -> str:
+        return f"{self.fn} {self.rows}×{self.cols}"
+
+
+@dataclass(frozen=True, slots=True)
+class Embedding:
+    """Row gather: `tokens` rows of `hidden` from a table (reads only the rows it needs)."""
+
+    name: str
+    tokens: int
+    hidden: int
+    dtype: DType = "bf16"
+    kind: ClassVar[OpKind] = "embedding"
+
+    def cost(self) -> Cost:
+        n = BYTES[self.dtype] * self.tokens * self.hidden
+        return Cost(0.0, float(n), float(n))
+
+    @property
+    def shape(self) -> str:
+        return f"{self.tokens}×{self.hidden}"
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """A device-to-device copy of `nbytes` bytes (reads and writes nbytes each)."""
+
+    name: str
+    nbytes: int
+    dtype: DType = "bf16"
+    kind: ClassVar[OpKind] = "copy"
+
+    def cost(self) -> Cost:
+        return Cost(0.0, float(self.nbytes), float(self.nbytes))
+
+    @property
+    def shape(self) -> str:
+        return f"{self.nbytes} B"
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """A collective over `ranks` GPUs. `nbytes` follows nccl-tests' size column: the per-rank buffer
+    for allreduce/broadcast/alltoall, the total (count × ranks) for allgather/reducescatter."""
+
+    name: str
+    coll: CollectiveKind
+    nbytes: int
+    ranks: int
+    dtype: DType = "bf16"
+    kind: ClassVar[OpKind] = "collective"
+
+    def cost(self) -> Cost:
+        return Cost(comm_bytes=float(self.nbytes))
+
+    @property
+    def shape(self) -> str:
+        return f"{self.coll} {self.nbytes} B ×{self.ranks}"
+
+
+@dataclass(frozen=True, slots=True)
+class P2P:
+    """A point-to-point send of `nbytes` from one GPU to another (pipeline stage boundary)."""
+
+    name: str
+    nbytes: int
+    dtype: DType = "bf16"
+    kind: ClassVar[OpKind] = "p2p"
+
+    def cost(self) -> Cost:
+        return Cost(comm_bytes=float(self.nbytes))
+
+    @property
+    def shape(self) -> str:
+        return f"{self.nbytes} B"
+
+
+Op = Gemm | Attention | Elementwise | Reduce | Norm | Embedding | Copy | Collective | P2P

@@ -1,0 +1,93 @@
+"""Parsing sizes and sweeps from the command line; formatting numbers for people.
+
+Sizes: plain integers, or a suffix K, M, G, T (binary: 4K = 4096, as nccl-tests and GEMM sizes use),
+KiB/MiB/GiB/TiB (binary) or KB/MB/GB/TB (decimal, 1e3). Sweeps: START:STOP:xFACTOR (geometric) or
+START:STOP:+STEP (arithmetic), both ends included; a comma list (1K,4K,1M) also works.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuperf.errors import InputError
+
+_BINARY = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_DECIMAL = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str | int, what: str = "size") -> int:
+    """Parse '4096', '4K', '1GiB', '16MB' into a positive int; raise InputError otherwise."""
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m:
+            raise InputError(f"{what}: {text!r} is not a size (examples: 4096, 4K, 1M, 1GiB)")
+        number, suffix = m.group(1), m.group(2).upper()
+        if suffix in _DECIMAL:
+            mult = _DECIMAL[suffix]
+        else:
+            suffix = suffix.removesuffix("IB").removesuffix("I")
+            if suffix not in _BINARY:
+                raise InputError(f"{what}: unknown unit in {text!r} (use K, M, G, T, KiB, MB, ...)")
+            mult = _BINARY[suffix]
+        value_f = float(number) * mult
+        if value_f != int(value_f):
+            raise InputError(f"{what}: {text!r} is not a whole number")
+        value = int(value_f)
+    if value <= 0:
+        raise InputError(f"{what} must be positive, got {text!r}")
+    return value
+
+
+def parse_sweep(text: str | int, what: str = "size") -> list[int]:
+    """Parse a single size, a comma list, or START:STOP:xF / START:STOP:+S into a list of sizes."""
+    if isinstance(text, int):
+        return [parse_size(text, what)]
+    text = str(text).strip()
+    if "," in text:
+        return [parse_size(part, what) for part in text.split(",") if part.strip()]
+    if ":" not in text:
+        return [parse_size(text, what)]
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise InputError(f"{what}: sweep {text!r} must be START:STOP:xFACTOR or START:STOP:+STEP")
+    start, stop = parse_size(parts[0], what), parse_size(parts[1], what)
+    step = parts[2].strip()
+    if stop < start:
+        raise InputError(f"{what}: sweep {text!r} ends before it starts")
+    out: list[int] = []
+    if step[:1] in ("x", "*"):
+        factor = float(step[1:]) if step[1:] else 0.0
+        if factor <= 1:
+            raise InputError(f"{what}: sweep factor in {text!r} must be > 1")
+        v = float(start)
+        while v <= stop * (1 + 1e-9):
+            out.append(int(round(v)))
+            v *= factor
+    elif step[:1] == "+":
+        inc = parse_size(step[1:], what)
+        out = list(range(start, stop + 1, inc))
+    else:
+        raise InputError(f"{what}: sweep step {step!r} must start with x (factor) or + (step)")
+    if len(out) > 10_000:
+        raise InputError(f"{what}: sweep {text!r} has {len(out)} points; at most 10000")
+    return out
+
+
+def fmt_time(seconds: float) -> str:
+    """Human time: '12.3 ms', '45.6 µs', '1.23 s'."""
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
+
+
+def fmt_bytes(n: float) -> str:
+    """Human capacity in binary units: '13.5 GiB'."""
+    for unit, div in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= div:
+            return f"{n / div:.3g} {unit}"
+    return f"{n:.0f} B"

@@ -1,0 +1,105 @@
+"""Single ops from the command-line grammar shared by `predict` and `measure`.
+
+gemm M [N K] [--dtype]                      elementwise add|mul|gelu|silu|relu --numel N
+attention --batch --heads --kv-heads --seq --kv-len --head-dim [--causal]
+norm rmsnorm|layernorm|softmax --rows --cols  copy --bytes N
+allreduce|allgather|reducescatter|alltoall|broadcast --bytes N --nproc P
+"""
+
+from __future__ import annotations
+
+from gpuperf.dtypes import DType
+from gpuperf.errors import InputError
+from gpuperf.perfmodel.ops import (
+    Attention,
+    Collective,
+    CollectiveKind,
+    Copy,
+    Elementwise,
+    Gemm,
+    Norm,
+)
+
+# fn -> (inputs, FLOP per element). gelu (tanh form) and silu cost a handful of FLOPs each.
+ELEMENTWISE_FNS: dict[str, tuple[int, float]] = {
+    "add": (2, 1.0),
+    "mul": (2, 1.0),
+    "relu": (1, 1.0),
+    "silu": (1, 4.0),
+    "gelu": (1, 8.0),
+}
+NORM_FNS = ("rmsnorm", "layernorm", "softmax")
+COLLECTIVES: tuple[CollectiveKind, ...] = (
+    "allreduce",
+    "allgather",
+    "reducescatter",
+    "alltoall",
+    "broadcast",
+)
+
+
+def gemm(m: int, n: int | None = None, k: int | None = None, dtype: DType = "bf16") -> Gemm:
+    """`gemm M` is square; `gemm M N K` multiplies [M, K] by [K, N]."""
+    n = m if n is None else n
+    k = m if k is None else k
+    return Gemm(name=f"gemm/{m}x{n}x{k}", m=m, n=n, k=k, dtype=dtype)
+
+
+def attention(
+    *,
+    batch: int,
+    heads: int,
+    seq: int,
+    head_dim: int = 128,
+    kv_heads: int | None = None,
+    kv_len: int | None = None,
+    causal: bool = False,
+    dtype: DType = "bf16",
+) -> Attention:
+    """Prefill attention (q_len = seq); with --kv-len it is `seq` queries against kv_len keys."""
+    kv_heads = heads if kv_heads is None else kv_heads
+    if heads % kv_heads:
+        raise InputError(f"heads ({heads}) must be a multiple of kv-heads ({kv_heads})")
+    kv_len = seq if kv_len is None else kv_len
+    if kv_len < seq:
+        raise InputError(f"kv-len ({kv_len}) must be at least seq ({seq})")
+    return Attention(
+        name=f"attention/b{batch}h{heads}q{seq}kv{kv_len}",
+        batch=batch,
+        heads=heads,
+        kv_heads=kv_heads,
+        q_len=seq,
+        kv_len=kv_len,
+        head_dim=head_dim,
+        causal=causal,
+        dtype=dtype,
+    )
+
+
+def elementwise(fn: str, numel: int, dtype: DType = "bf16") -> Elementwise:
+    if fn not in ELEMENTWISE_FNS:
+        raise InputError(
+            f"unknown elementwise fn {fn!r}; expected one of: {', '.join(ELEMENTWISE_FNS)}"
+        )
+    n_in, flops = ELEMENTWISE_FNS[fn]
+    return Elementwise(
+        name=f"elementwise/{fn}", fn=fn, numel=numel, n_in=n_in, dtype=dtype, flops_per_elem=flops
+    )
+
+
+def norm(fn: str, rows: int, cols: int, dtype: DType = "bf16") -> Norm:
+    if fn not in NORM_FNS:
+        raise InputError(f"unknown norm fn {fn!r}; expected one of: {', '.join(NORM_FNS)}")
+    return Norm(name=f"{fn}/{rows}x{cols}", fn=fn, rows=rows, cols=cols, dtype=dtype)  # type: ignore[arg-type]
+
+
+def copy(nbytes: int) -> Copy:
+    return Copy(name=f"copy/{nbytes}", nbytes=nbytes)
+
+
+def collective(coll: str, nbytes: int, ranks: int, dtype: DType = "bf16") -> Collective:
+    if coll not in COLLECTIVES:
+        raise InputError(f"unknown collective {coll!r}; expected one of: {', '.join(COLLECTIVES)}")
+    if ranks < 1:
+        raise InputError(f"number of ranks must be positive, got {ranks}")
+    return Collective(name=f"{coll}/{nbytes}", coll=coll, nbytes=nbytes, ranks=ranks, dtype=dtype)  # type: ignore[arg-type]
