@@ -42,7 +42,7 @@ class Cost:
 
     @property
     def intensity(self) -> float:
-        """Arithmetic intensity, FLOP per byte of device memory traffic (0 for pure data movement)."""
+        """Arithmetic intensity: FLOP per byte of memory traffic (0 for pure data movement)."""
         return self.flops / self.bytes if self.bytes else 0.0
 
     def __add__(self, other: Cost) -> Cost:

@@ -17,9 +17,9 @@ MODES: tuple[Mode, ...] = ("prefill", "decode", "generate", "train")
 class Scenario:
     """One way of running a model.
 
-    prefill: `batch` sequences of `seq` tokens. decode: one new token per sequence against a KV cache
-    of `ctx` tokens. generate: prefill of `seq`, then `new_tokens` decode steps. train: forward and
-    backward over `batch` × `seq` tokens plus an AdamW step.
+    prefill: `batch` sequences of `seq` tokens. decode: one new token per sequence against a KV
+    cache of `ctx` tokens. generate: prefill of `seq`, then `new_tokens` decode steps. train:
+    forward and backward over `batch` × `seq` tokens plus an AdamW step.
     """
 
     mode: Mode = "prefill"
