@@ -1,0 +1,297 @@
+"""ModelConfig: the shape of a decoder-only Transformer, loaded from a preset or a HF config.json.
+
+Presets are Hugging Face config.json files (gpuperf/workloads/presets/*.json), so a preset and a
+user's own file go through the same loader. Field names follow transformers where they exist
+(hidden_size, num_key_value_heads, ...); short read-only aliases (hidden, layers, heads, kv_heads,
+intermediate, vocab) keep the op builders readable.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from gpuperf.errors import InputError
+
+Mlp = Literal["swiglu", "gelu"]
+NormKind = Literal["rmsnorm", "layernorm"]
+Positions = Literal["rope", "learned"]
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelConfig:
+    """A decoder-only Transformer. num_experts == 0 means a dense MLP."""
+
+    name: str
+    model_type: str = "llama"
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int | None = None  # None -> MHA (= num_attention_heads)
+    head_dim: int | None = None  # None -> hidden_size // num_attention_heads
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    mlp: Mlp = "swiglu"
+    norm: NormKind = "rmsnorm"
+    positions: Positions = "rope"
+    qkv_bias: bool = False  # bias on q, k, v only (Qwen2)
+    linear_bias: bool = False  # bias on every linear layer (GPT-2, GPT-NeoX)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    parallel_residual: bool = False  # GPT-NeoX / GPT-J: x + attn(ln1(x)) + mlp(ln2(x))
+    rope_theta: float = 10000.0
+    source: str = ""  # where it was loaded from (preset name or file path)
+
+    def __post_init__(self) -> None:
+        for f in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+            _positive(self, f)
+        _positive(self, "vocab_size")
+        _positive(self, "max_position_embeddings")
+        if self.num_key_value_heads is None:
+            object.__setattr__(self, "num_key_value_heads", self.num_attention_heads)
+        _positive(self, "num_key_value_heads")
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise InputError(
+                    f"{self.name}: num_attention_heads ({self.num_attention_heads}) must divide "
+                    f"hidden_size ({self.hidden_size}) unless head_dim is given"
+                )
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        _positive(self, "head_dim")
+        if self.num_attention_heads % self.num_key_value_heads:  # type: ignore[operator]
+            raise InputError(
+                f"{self.name}: num_key_value_heads ({self.num_key_value_heads}) must divide "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.num_experts < 0 or self.num_experts_per_tok < 0:
+            raise InputError(f"{self.name}: expert counts must not be negative")
+        if self.num_experts and not 1 <= self.num_experts_per_tok <= self.num_experts:
+            raise InputError(
+                f"{self.name}: num_experts_per_tok ({self.num_experts_per_tok}) must be between 1 "
+                f"and num_experts ({self.num_experts})"
+            )
+        for attr, allowed in (
+            ("mlp", ("swiglu", "gelu")),
+            ("norm", ("rmsnorm", "layernorm")),
+            ("positions", ("rope", "learned")),
+        ):
+            if getattr(self, attr) not in allowed:
+                raise InputError(f"{self.name}: {attr} must be one of {allowed}")
+
+    # Short aliases used by the op builders.
+    @property
+    def hidden(self) -> int:
+        return self.hidden_size
+
+    @property
+    def layers(self) -> int:
+        return self.num_hidden_layers
+
+    @property
+    def heads(self) -> int:
+        return self.num_attention_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads  # type: ignore[return-value]
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim  # type: ignore[return-value]
+
+    @property
+    def intermediate(self) -> int:
+        return self.intermediate_size
+
+    @property
+    def vocab(self) -> int:
+        return self.vocab_size
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def family(self) -> str:
+        return self.model_type
+
+    def param_breakdown(self) -> dict[str, int]:
+        """Parameters by part: embed, pos_embed, attn, mlp (all experts), router, norms, lm_head."""
+        h, d, L = self.hidden, self.hd, self.layers
+        q, kv = self.heads * d, self.kv_heads * d
+        attn = h * (q + 2 * kv) + q * h
+        if self.qkv_bias or self.linear_bias:
+            attn += q + 2 * kv
+        if self.linear_bias:
+            attn += h
+        n_mat = 3 if self.mlp == "swiglu" else 2
+        expert = n_mat * h * self.intermediate
+        if self.linear_bias:
+            expert += (2 * self.intermediate if self.mlp == "swiglu" else self.intermediate) + h
+        experts = max(1, self.num_experts)
+        norm_params = h * (2 if self.norm == "layernorm" else 1)
+        return {
+            "embed": self.vocab * h,
+            "pos_embed": self.max_position_embeddings * h if self.positions == "learned" else 0,
+            "attn": L * attn,
+            "mlp": L * experts * expert,
+            "router": L * h * self.num_experts,
+            "norms": (2 * L + 1) * norm_params,
+            "lm_head": 0 if self.tie_word_embeddings else self.vocab * h,
+        }
+
+    def param_count(self) -> int:
+        """Total parameters, every expert included, embeddings included (as HF num_parameters())."""
+        return sum(self.param_breakdown().values())
+
+    def active_param_count(self) -> int:
+        """Parameters that touch one token: top_k of num_experts experts (all of a dense MLP)."""
+        if not self.is_moe:
+            return self.param_count()
+        b = self.param_breakdown()
+        b["mlp"] = b["mlp"] // self.num_experts * self.num_experts_per_tok
+        return sum(b.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _positive(cfg: ModelConfig, attr: str) -> None:
+    value = getattr(cfg, attr)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InputError(f"{cfg.name}: {attr} must be a positive integer, got {value!r}")
+
+
+def preset_names() -> list[str]:
+    """Names of the bundled presets, sorted."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+
+
+def load_model(spec: str) -> ModelConfig:
+    """A preset name (case-insensitive) or the path of a Hugging Face config.json."""
+    names = {n.lower(): n for n in preset_names()}
+    key = spec.strip().lower()
+    if key in names:
+        return from_hf_dict(_read_json(PRESET_DIR / f"{names[key]}.json"), name=names[key])
+    path = Path(spec).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    if path.suffix == ".json" or path.exists():
+        data = _read_json(path)
+        name = data.get("_name_or_path") or (
+            path.parent.name if path.name == "config.json" else path.stem
+        )
+        return from_hf_dict(data, name=str(name).split("/")[-1], source=str(path))
+    close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise InputError(
+        f"unknown model {spec!r}{hint} (presets: {', '.join(preset_names())}; "
+        "or give the path of a Hugging Face config.json)"
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"model config {path} not found") from None
+    except OSError as exc:
+        raise InputError(f"cannot read model config {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+    return data
+
+
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe")
+SUPPORTED_TYPES = (*_LLAMA_LIKE, "gpt2", "gpt_neox")
+
+
+def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConfig:
+    """Map a Hugging Face config dict to ModelConfig; InputError names the missing key."""
+    mtype = str(d.get("model_type", "")).lower().replace("-", "_")
+    source = source or f"preset {name}"
+
+    def get(*keys: str, default: Any = ...) -> Any:
+        for k in keys:
+            if d.get(k) is not None:
+                return d[k]
+        if default is ...:
+            raise InputError(f"{source}: missing {keys[0]!r} (model_type {mtype or '?'})")
+        return default
+
+    try:
+        if mtype in _LLAMA_LIKE:
+            return ModelConfig(
+                name=name,
+                model_type=mtype,
+                hidden_size=get("hidden_size"),
+                num_hidden_layers=get("num_hidden_layers"),
+                num_attention_heads=get("num_attention_heads"),
+                num_key_value_heads=get("num_key_value_heads", default=None),
+                head_dim=get("head_dim", default=None),
+                intermediate_size=get("intermediate_size"),
+                vocab_size=get("vocab_size"),
+                max_position_embeddings=get("max_position_embeddings", default=2048),
+                tie_word_embeddings=bool(get("tie_word_embeddings", default=False)),
+                qkv_bias=bool(get("attention_bias", default=mtype.startswith("qwen2"))),
+                linear_bias=bool(get("mlp_bias", default=False)),
+                num_experts=get("num_local_experts", "num_experts", default=0),
+                num_experts_per_tok=get("num_experts_per_tok", default=0),
+                rope_theta=float(get("rope_theta", default=10000.0)),
+                source=source,
+            )
+        if mtype == "gpt2":
+            h = get("n_embd", "hidden_size")
+            return ModelConfig(
+                name=name,
+                model_type=mtype,
+                hidden_size=h,
+                num_hidden_layers=get("n_layer", "num_hidden_layers"),
+                num_attention_heads=get("n_head", "num_attention_heads"),
+                intermediate_size=get("n_inner", "intermediate_size", default=4 * h),
+                vocab_size=get("vocab_size"),
+                max_position_embeddings=get("n_positions", "max_position_embeddings"),
+                tie_word_embeddings=bool(get("tie_word_embeddings", default=True)),
+                mlp="gelu",
+                norm="layernorm",
+                positions="learned",
+                linear_bias=True,
+                source=source,
+            )
+        if mtype == "gpt_neox":
+            return ModelConfig(
+                name=name,
+                model_type=mtype,
+                hidden_size=get("hidden_size"),
+                num_hidden_layers=get("num_hidden_layers"),
+                num_attention_heads=get("num_attention_heads"),
+                intermediate_size=get("intermediate_size"),
+                vocab_size=get("vocab_size"),
+                max_position_embeddings=get("max_position_embeddings", default=2048),
+                tie_word_embeddings=bool(get("tie_word_embeddings", default=False)),
+                mlp="gelu",
+                norm="layernorm",
+                linear_bias=True,
+                parallel_residual=bool(get("use_parallel_residual", default=True)),
+                rope_theta=float(get("rotary_emb_base", "rope_theta", default=10000.0)),
+                source=source,
+            )
+    except TypeError as exc:  # e.g. a string where a number belongs
+        raise InputError(f"{source}: malformed config ({exc})") from None
+    close = difflib.get_close_matches(mtype, SUPPORTED_TYPES, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise InputError(
+        f"{source}: unsupported model_type {mtype or '(missing)'!r}{hint} "
+        f"(supported: {', '.join(SUPPORTED_TYPES)})"
+    )
