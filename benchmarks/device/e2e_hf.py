@@ -1,4 +1,4 @@
-"""End-to-end reference runs on a GPU: Hugging Face transformers Llama models with random bf16 weights.
+"""End-to-end reference runs on a GPU: Hugging Face transformers Llamas with random bf16 weights.
 
 Run on the device machine from the repository root:
 
@@ -8,14 +8,15 @@ Writes e2e_hf.json: for each run the model config (HF config.json form), the sce
 time per forward (median of per-iteration CUDA-event samples, all samples kept) and the environment.
 benchmarks/accuracy.py predicts the same scenarios with the current model and compares.
 
-Runs: prefill (eager, SDPA/flash), decode with a DynamicCache (eager: every step concatenates the whole
-KV cache), decode with a StaticCache captured in a CUDA graph, and a training step (forward, backward,
-fused AdamW) of a ~1.1B Llama. A run that fails records its error and the others go on.
+Runs: prefill (eager, SDPA/flash), decode with a DynamicCache (eager: every step concatenates the
+whole KV cache), decode with a StaticCache captured in a CUDA graph, and a training step (forward,
+backward, fused AdamW) of a ~1.1B Llama. A run that fails records its error and the others go on.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -55,10 +56,8 @@ def env_stamp() -> dict:
         "python": platform.python_version(),
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    try:
+    with contextlib.suppress(Exception):  # informative only
         env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-    except Exception:  # noqa: BLE001 - informative only
-        pass
     try:
         import transformers
 
@@ -167,7 +166,7 @@ def run_decode_graph(model, batch: int, ctx: int, iters: int) -> list[float]:
     def fwd():
         return model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True)
 
-    # Warm up on a side stream (allocations, handles), then capture. Each warm-up writes position ctx.
+    # Warm up on a side stream (allocations, handles), then capture the graph.
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.no_grad(), torch.cuda.stream(s):
@@ -260,7 +259,7 @@ def main() -> int:
             elif mode == "decode":
                 model.eval()
                 samples = run_decode_graph(model, batch, ctx, args.iters)
-                run["note"] = "StaticCache, max_cache_len = ctx + steps + 8, CUDA graph replay"
+                run["note"] = "StaticCache (max_cache_len = ctx + steps + 8), CUDA graph replay"
             else:
                 samples = run_train(model, batch, seq, args.iters)
                 run["note"] = "bf16 params, fused AdamW (bf16 states), HF loss over all tokens"
