@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuperf.dtypes import DType
+from gpuperf.errors import InputError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,12 +52,19 @@ class GpuSpec:
     path: str = ""  # the file it was loaded from
 
     def peak(self, dtype: DType) -> float:
-        """Dense peak FLOP/s for `dtype` (fp32 falls back to the plain fp32 rate)."""
-        return self.peak_flops[dtype]
+        """Dense peak FLOP/s for `dtype`; InputError when this GPU has no such rate (fp8 on A100)."""
+        try:
+            return self.peak_flops[dtype]
+        except KeyError:
+            have = ", ".join(self.peak_flops)
+            raise InputError(
+                f"{self.display_name} ({self.name}) has no {dtype} peak in its profile "
+                f"(it supports: {have}); pick another dtype or GPU"
+            ) from None
 
     def ridge(self, dtype: DType) -> float:
         """Critical arithmetic intensity (FLOP/byte) where compute and HBM time are equal."""
-        return self.peak_flops[dtype] / self.hbm_bw
+        return self.peak(dtype) / self.hbm_bw
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
