@@ -195,6 +195,58 @@ def run_train(model, batch: int, seq: int, iters: int) -> list[float]:
     return time_iters(step, iters, warmup=2)
 
 
+def launch_costs(n: int = 2000) -> dict:
+    """Per-kernel host dispatch (eager), graph-replay cost and the event-timed tiny-kernel floor.
+
+    These are inputs to the model's parameters (host_dispatch_s, graph_launch_s, kernel_floor_s).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(1, 8, 16, 64, device="cuda", dtype=torch.bfloat16)
+    nw = torch.ones(64, device="cuda", dtype=torch.bfloat16)
+    kernels = {
+        "add": lambda: x.add(1.0),
+        "mul": lambda: x * x,
+        "linear": lambda: F.linear(x, w),
+        "rms_norm": lambda: F.rms_norm(x, (64,), nw),
+        "sdpa": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
+        "cast_fp32": lambda: x.to(torch.float32),
+    }
+    out: dict = {}
+    for name, fn in kernels.items():
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        t_host = (time.perf_counter() - t0) / n
+        torch.cuda.synchronize()
+        t_total = (time.perf_counter() - t0) / n
+        out[f"host_dispatch_us/{name}"] = t_host * 1e6
+        out[f"eager_per_kernel_us/{name}"] = t_total * 1e6
+    # Graph replay of n tiny adds: per-kernel cost inside a graph.
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        x.add_(1.0)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        for _ in range(n):
+            x.add_(1.0)
+    g.replay()
+    samples = time_iters(g.replay, 5, warmup=1)
+    out["graph_per_kernel_us/add"] = statistics.median(samples) * 1e3 / n
+    # One tiny kernel timed alone with an event pair: the floor a single launch shows.
+    samples = time_iters(lambda: x.add_(1.0), 200, warmup=20)
+    out["event_single_kernel_us/add"] = statistics.median(samples) * 1e3
+    return out
+
+
 PLAN = [
     # (model, mode, impl, cuda_graphs, batch, seq, ctx)
     ("llama2-7b", "prefill", "eager", False, 1, 2048, 0),
@@ -223,6 +275,12 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"env": env_stamp(), "runs": []}
     path = out_dir / "e2e_hf.json"
+    try:
+        result["launch"] = launch_costs()
+        print("launch costs:", json.dumps(result["launch"]), flush=True)
+    except Exception as exc:  # noqa: BLE001 - record and go on
+        result["launch_error"] = f"{type(exc).__name__}: {exc}"
+    path.write_text(json.dumps(result, indent=1))
     only = set(filter(None, args.only.split(",")))
     current_name, model = None, None
     for name, mode, impl, graphs, batch, seq, ctx in PLAN:
