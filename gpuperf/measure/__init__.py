@@ -1,0 +1,1 @@
+"""Measuring real kernels and collectives with PyTorch (imported lazily: torch is optional)."""

@@ -1,0 +1,306 @@
+"""Run the real kernel of an Op on a real device, check it once, time it.
+
+Each builder makes random inputs (never zeros: some kernels short-cut on zeros and memory
+compression favours them) and returns a `Kernel`: the call to time, and a check that compares the
+output with a higher-precision reference (on a slice for big problems). Wrong results are never
+timed. torch is imported lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuperf.errors import EnvironmentUnavailable, GpuperfError, InputError
+from gpuperf.measure.timing import Budget, Timing, time_fn
+from gpuperf.perfmodel.ops import Op
+from gpuperf.units import fmt_bytes
+
+# Relative Frobenius error allowed against the fp64 reference, per dtype of the kernel's inputs.
+TOLERANCE: dict[str, float] = {
+    "fp64": 1e-10,
+    "fp32": 1e-4,
+    "tf32": 5e-3,
+    "bf16": 2e-2,
+    "fp16": 5e-3,
+    "fp8": 2e-2,
+    "int8": 1e-9,
+}
+
+
+class WrongResult(GpuperfError):
+    """The kernel's output disagrees with the reference: it is not timed (exit 1)."""
+
+
+@dataclass(slots=True)
+class Kernel:
+    """`run()` is the timed call; `check()` returns the relative error of its output."""
+
+    run: Callable[[], Any]
+    check: Callable[[], float]
+    tol: float
+    detail: dict[str, Any] = field(default_factory=dict)
+    context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One measured op: timing, achieved rates, and its distance from the reference."""
+
+    op: Op
+    timing: Timing
+    tflops: float
+    gbps: float
+    check_err: float
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def torch_dtype(dtype: str) -> Any:
+    import torch
+
+    return {
+        "fp64": torch.float64,
+        "fp32": torch.float32,
+        "tf32": torch.float32,
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+        "fp8": torch.float8_e4m3fn,
+        "int8": torch.int8,
+    }[dtype]
+
+
+def rel_err(out: Any, ref: Any) -> float:
+    """||out - ref||_F / ||ref||_F in float64 (0 when both are 0)."""
+    out, ref = out.double(), ref.double()
+    den = ref.norm().item()
+    num = (out - ref).norm().item()
+    if den == 0:
+        return 0.0 if num == 0 else float("inf")
+    return num / den
+
+
+def randn(shape: tuple[int, ...], dtype: str, device: str, scale: float = 1.0) -> Any:
+    import torch
+
+    if dtype in ("fp8", "int8"):
+        raise InputError(f"randn of {dtype} is built by the GEMM path")
+    return torch.randn(shape, dtype=torch_dtype(dtype), device=device) * scale
+
+
+def check_rows(m: int) -> int:
+    """Rows of a big output compared with the reference (keeps the fp64 check cheap)."""
+    return min(m, 128)
+
+
+def _gemm(op: Any, device: str) -> Kernel:
+    import torch
+
+    from gpuperf.measure import kernels_gemm
+
+    return kernels_gemm.build(op, device, torch)
+
+
+def _elementwise(op: Any, device: str) -> Kernel:
+    import torch
+
+    n, dt = op.numel, op.dtype
+    fn = op.fn
+    a = randn((n,), dt, device)
+    if fn in ("add", "mul"):
+        b = randn((n,), dt, device)
+        out = torch.empty_like(a)
+        aten = torch.ops.aten.add.out if fn == "add" else torch.ops.aten.mul.out
+
+        def run() -> Any:
+            return aten(a, b, out=out)
+
+        def ref() -> Any:
+            x, y = a.double(), b.double()
+            return x + y if fn == "add" else x * y
+
+    elif fn in ("relu", "silu", "gelu"):
+        out = torch.empty_like(a)
+        aten = getattr(torch.ops.aten, fn).out
+        ref_fn = {
+            "relu": torch.relu,
+            "silu": torch.nn.functional.silu,
+            "gelu": torch.nn.functional.gelu,
+        }[fn]
+
+        def run() -> Any:
+            return aten(a, out=out)
+
+        def ref() -> Any:
+            return ref_fn(a.double())
+
+    elif fn == "cast":
+        out = torch.empty(n, dtype=torch_dtype(op.out_dtype or dt), device=device)
+
+        def run() -> Any:
+            return out.copy_(a)
+
+        def ref() -> Any:
+            return a.double()
+
+    else:
+        raise InputError(f"measure has no kernel for elementwise fn {fn!r} (add, mul, relu, ...)")
+    tol = max(TOLERANCE[dt], TOLERANCE[op.out_dtype or dt])
+    return Kernel(run, lambda: rel_err(run(), ref()), tol, {"kernel": f"aten.{fn}"})
+
+
+def _norm(op: Any, device: str) -> Kernel:
+    import torch
+    import torch.nn.functional as F
+
+    if op.backward:
+        raise InputError(f"{op.name}: measuring norm backward is not supported")
+    rows, cols, dt = op.rows, op.cols, op.dtype
+    x = randn((rows, cols), dt, device)
+    res = randn((rows, cols), dt, device) if op.residual else None
+    w = randn((cols,), dt, device, 0.1) + 1
+    b = randn((cols,), dt, device, 0.1)
+
+    def apply(t: Any, weight: Any, bias: Any) -> Any:
+        if op.fn == "rmsnorm":
+            return F.rms_norm(t, (cols,), weight, eps=1e-6)
+        if op.fn == "layernorm":
+            return F.layer_norm(t, (cols,), weight, bias, eps=1e-5)
+        return torch.softmax(t, dim=-1)
+
+    def run() -> Any:
+        return apply(x + res if res is not None else x, w, b)
+
+    def check() -> float:
+        r = check_rows(rows)
+        got = run()[:r]
+        t = x[:r].double() + (res[:r].double() if res is not None else 0)
+        return rel_err(got, apply(t, w.double(), b.double()))
+
+    return Kernel(run, check, TOLERANCE[dt], {"kernel": op.fn})
+
+
+def _reduce(op: Any, device: str) -> Kernel:
+    import torch
+
+    x = randn((op.rows, op.cols), op.dtype, device)
+    fns: dict[str, Callable[[Any], Any]] = {
+        "sum": lambda t: t.sum(-1),
+        "mean": lambda t: t.mean(-1),
+        "max": lambda t: t.amax(-1),
+        "argmax": lambda t: t.argmax(-1),
+        "topk": lambda t: torch.topk(t, op.out_cols, dim=-1).values,
+    }
+    if op.fn not in fns:
+        raise InputError(f"measure has no kernel for reduce fn {op.fn!r} ({', '.join(fns)})")
+    f = fns[op.fn]
+    return Kernel(lambda: f(x), lambda: rel_err(f(x), f(x.double())), TOLERANCE[op.dtype])
+
+
+def _embedding(op: Any, device: str) -> Kernel:
+    import torch
+    import torch.nn.functional as F
+
+    vocab = 32000  # the gather reads only the rows it needs; the table size barely matters
+    table = randn((vocab, op.hidden), op.dtype, device)
+    idx = torch.randint(0, vocab, (op.tokens,), device=device)
+
+    def run() -> Any:
+        return F.embedding(idx, table)
+
+    return Kernel(run, lambda: rel_err(run(), table.double()[idx]), 0.0, {"vocab": vocab})
+
+
+def _copy(op: Any, device: str) -> Kernel:
+    import torch
+
+    src = torch.randint(-128, 127, (op.nbytes,), dtype=torch.int8, device=device)
+    dst = torch.empty_like(src)
+
+    def run() -> Any:
+        return dst.copy_(src)
+
+    def check() -> float:
+        run()
+        return 0.0 if torch.equal(dst, src) else 1.0
+
+    return Kernel(run, check, 0.0)
+
+
+def _attention(op: Any, device: str, backend: str | None) -> Kernel:
+    from gpuperf.measure import kernels_attention
+
+    return kernels_attention.build(op, device, backend)
+
+
+def build(op: Op, device: str, backend: str | None = None) -> Kernel:
+    """The Kernel for `op` on `device`; InputError for ops that are not single kernels."""
+    kind = op.kind
+    if kind == "gemm":
+        return _gemm(op, device)
+    if kind == "attention":
+        return _attention(op, device, backend)
+    if kind == "elementwise":
+        return _elementwise(op, device)
+    if kind in ("norm", "softmax"):
+        return _norm(op, device)
+    if kind == "reduce":
+        return _reduce(op, device)
+    if kind == "embedding":
+        return _embedding(op, device)
+    if kind == "copy":
+        return _copy(op, device)
+    raise InputError(
+        f"{op.name}: {kind} ops run across processes; use `gpuperf measure allreduce ...`"
+    )
+
+
+@contextlib.contextmanager
+def _oom_as_error(op: Op) -> Iterator[None]:
+    import torch
+
+    try:
+        yield
+    except torch.OutOfMemoryError:
+        raise EnvironmentUnavailable(
+            f"out of device memory for {op.name} ({op.shape}, moves {fmt_bytes(op.cost().bytes)})"
+        ) from None
+    except RuntimeError as exc:
+        if "alloc" in str(exc).lower() and "memory" in str(exc).lower():
+            raise EnvironmentUnavailable(
+                f"out of memory for {op.name} ({op.shape}, moves {fmt_bytes(op.cost().bytes)})"
+            ) from None
+        raise
+
+
+def measure_op(
+    op: Op, device: str = "cuda", budget: Budget | None = None, backend: str | None = None
+) -> Measurement:
+    """Build, check once, then time `op` on `device`. Raises WrongResult when the check fails."""
+    import torch
+
+    try:
+        with _oom_as_error(op):
+            kernel = build(op, device, backend)
+            with kernel.context():
+                err = kernel.check()
+                if not err <= kernel.tol:  # also catches nan
+                    raise WrongResult(
+                        f"{op.name} ({op.shape}): output differs from the reference by "
+                        f"{err:.2%} (tolerance {kernel.tol:.2%}); not timed"
+                    )
+                timing = time_fn(kernel.run, device, budget)
+    finally:
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    cost = op.cost()
+    t = timing.median_s
+    return Measurement(
+        op=op,
+        timing=timing,
+        tflops=cost.flops / t / 1e12 if t else 0.0,
+        gbps=cost.bytes / t / 1e9 if t else 0.0,
+        check_err=err,
+        detail=dict(kernel.detail),
+    )
