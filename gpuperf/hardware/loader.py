@@ -104,6 +104,21 @@ def gpu_nvml_names() -> dict[str, tuple[str, ...]]:
     return {n: tuple(_builtin_raw("gpu", n).get("nvml_names", ())) for n in gpu_names()}
 
 
+def is_system(spec: str) -> bool:
+    """True when `spec` names a system: a system name or alias, or a .toml with `gpu =` or a
+    system `base`."""
+    text = str(spec).strip()
+    systems = {*_builtin_files("system"), *_alias_table("system")}
+    if not _is_path(text):
+        return _norm(text) in systems
+    try:
+        raw = _read_toml(Path(text))
+    except InputError:
+        return False  # load_gpu reports the problem
+    base = raw.get("base")
+    return "gpu" in raw or (isinstance(base, str) and not _is_path(base) and _norm(base) in systems)
+
+
 # ----------------------------------------------------------------------------- names and files
 
 
