@@ -1,0 +1,167 @@
+"""The Python API: what the CLI calls, and what notebooks call.
+
+>>> from gpuperf import api
+>>> p = api.predict("llama2-7b", gpu="h100", mode="prefill", seq=2048)
+>>> p.total_ms, p.tokens_per_s, p.mfu                       # doctest: +SKIP
+>>> p.table.sort_values("time_ms").tail()                   # doctest: +SKIP
+>>> api.predict_op("gemm", gpu="a100", m=8192, n=8192, k=8192).total_ms  # doctest: +SKIP
+
+Models and GPUs may be names ("llama2-7b", "h100"), paths (a config.json, a profile .toml), or
+the loaded objects (ModelConfig, GpuSpec, SystemSpec). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+from typing import TYPE_CHECKING, Any
+
+from gpuperf.dtypes import parse_dtype
+from gpuperf.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuperf.hardware.spec import GpuSpec, SystemSpec
+    from gpuperf.perfmodel.predict import Prediction
+    from gpuperf.workloads.config import ModelConfig
+
+    GpuLike = str | os.PathLike[str] | GpuSpec
+    SystemLike = str | os.PathLike[str] | SystemSpec
+    ModelLike = str | os.PathLike[str] | ModelConfig
+
+DEFAULT_GPU = "h100"
+PARALLEL = ("tp", "pp", "dp", "ep")
+
+
+def resolve_gpu(gpu: GpuLike | None, system: SystemSpec | None = None) -> GpuSpec:
+    """A GpuSpec from a name, alias, path, "auto", or a GpuSpec; None means the system's GPU
+    (or h100 without a system)."""
+    if gpu is None:
+        return system.gpu if system is not None else resolve_gpu(DEFAULT_GPU)
+    if isinstance(gpu, str | os.PathLike):
+        from gpuperf.hardware.loader import load_gpu
+
+        return load_gpu(os.fspath(gpu))
+    return gpu
+
+
+def resolve_system(system: SystemLike | None) -> SystemSpec | None:
+    if system is None or not isinstance(system, str | os.PathLike):
+        return system
+    from gpuperf.hardware.loader import load_system
+
+    return load_system(os.fspath(system))
+
+
+def resolve_model(model: ModelLike) -> ModelConfig:
+    if isinstance(model, str | os.PathLike):
+        from gpuperf.workloads.config import load_model
+
+        return load_model(os.fspath(model))
+    return model
+
+
+def _dtype(value: str | None) -> Any:
+    return None if value is None else parse_dtype(value)
+
+
+def predict(
+    model: ModelLike,
+    gpu: GpuLike | None = None,
+    mode: str = "prefill",
+    batch: int = 1,
+    seq: int = 2048,
+    ctx: int = 2048,
+    new_tokens: int = 128,
+    dtype: str = "bf16",
+    kv_dtype: str | None = None,
+    impl: str = "fused",
+    cuda_graphs: bool = False,
+    system: SystemLike | None = None,
+    **parallel: int,
+) -> Prediction:
+    """Predict one step of `model` on `gpu` (per GPU when parallel).
+
+    mode: prefill (batch × seq tokens), decode (one token per sequence against a KV cache of ctx),
+    generate (prefill of seq, then new_tokens decode steps; extra has ttft_ms and tpot_ms), or
+    train (forward + backward + AdamW over batch × seq). impl "eager" issues one kernel per
+    PyTorch op (unfused); cuda_graphs replays the step as a graph (cheap launches).
+    parallel: tp, pp, dp, ep (each 1 by default). gpu=None means h100, or the GPU of `system`.
+
+    Example:
+        >>> p = predict("llama2-7b", gpu="h100", mode="decode", batch=1, ctx=4096)
+        >>> round(p.total_ms, 1), p.extra["host_bound"]     # doctest: +SKIP
+    """
+    from gpuperf.perfmodel.predict import predict_model
+    from gpuperf.workloads.scenario import Scenario
+
+    unknown = sorted(set(parallel) - set(PARALLEL))
+    if unknown:
+        names = list(inspect.signature(predict).parameters) + list(PARALLEL)
+        close = difflib.get_close_matches(unknown[0], names, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise InputError(f"unknown argument {unknown[0]!r}{hint}")
+    sys_spec = resolve_system(system)
+    gpu_spec = resolve_gpu(gpu, sys_spec)
+    cfg = resolve_model(model)
+    scenario = Scenario(
+        mode=mode,  # type: ignore[arg-type]
+        batch=batch,
+        seq=seq,
+        ctx=ctx,
+        new_tokens=new_tokens,
+        dtype=parse_dtype(dtype),
+        kv_dtype=_dtype(kv_dtype),
+        impl=impl,  # type: ignore[arg-type]
+        cuda_graphs=cuda_graphs,
+        **parallel,
+    )
+    return predict_model(cfg, gpu_spec, scenario, sys_spec)
+
+
+OP_KINDS = ("gemm", "attention", "elementwise", "norm", "copy")
+
+
+def predict_op(
+    kind: str, gpu: GpuLike | None = None, system: SystemLike | None = None, **params: Any
+) -> Prediction:
+    """Predict one kernel on its own (no host overhead): the time a CUDA-event benchmark reports.
+
+    kind and params (as gpuperf.workloads.single_op builds them):
+      gemm: m, n=m, k=m, dtype                       attention: batch, heads, seq, head_dim=128,
+      elementwise: fn (add|mul|relu|silu|gelu), numel    kv_heads, kv_len, causal, dtype
+      norm: fn (rmsnorm|layernorm|softmax), rows, cols   copy: nbytes
+      allreduce|allgather|reducescatter|alltoall|broadcast: nbytes, ranks, dtype (needs a system
+      for the link model, e.g. system="dgx-h100")
+
+    Example:
+        >>> p = predict_op("gemm", gpu="h100", m=8192, n=8192, k=8192)
+        >>> p.table.loc[0, ["time_ms", "bound"]]            # doctest: +SKIP
+        >>> predict_op("allreduce", system="dgx-h100", nbytes=1 << 30, ranks=8)  # doctest: +SKIP
+    """
+    from gpuperf.perfmodel.predict import predict_ops
+    from gpuperf.workloads import single_op
+
+    builders = {k: getattr(single_op, k) for k in OP_KINDS}
+    if kind in single_op.COLLECTIVES:
+        params = {"coll": kind, **params}
+        builder = single_op.collective
+    elif kind in builders:
+        builder = builders[kind]
+    else:
+        choices = [*OP_KINDS, *single_op.COLLECTIVES]
+        close = difflib.get_close_matches(kind, choices, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise InputError(f"unknown op kind {kind!r}{hint} (expected one of: {', '.join(choices)})")
+    if "dtype" in params:
+        params["dtype"] = parse_dtype(params["dtype"])
+    try:
+        inspect.signature(builder).bind(**params)
+    except TypeError as exc:
+        raise InputError(f"{kind}: {exc}") from None
+    for key, value in params.items():
+        if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+            raise InputError(f"{kind}: {key} must be positive, got {value}")
+    op = builder(**params)
+    sys_spec = resolve_system(system)
+    return predict_ops([op], resolve_gpu(gpu, sys_spec), None, sys_spec)

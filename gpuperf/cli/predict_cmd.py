@@ -1,0 +1,160 @@
+"""`gpuperf predict`: a model (default subcommand), a single op, or a collective. Parses, calls
+gpuperf.api, renders; no math here. Imports stay light: pandas and rich load only when it runs."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+from gpuperf.cli.common import SIZE, output_options
+from gpuperf.cli.ops_grammar import ModelOrOpGroup, dtype_option, op_commands
+from gpuperf.errors import InputError
+
+GPU_HELP = "GPU: profile name or alias (h100, a100-40gb), a profile .toml, or auto (detect)."
+
+gpu_option = click.option("--gpu", default=None, metavar="GPU", help=GPU_HELP + " [default: h100]")
+
+
+def _render(prediction: Any, fmt: str, by: str = "op", top: int | None = None) -> None:
+    from gpuperf.perfmodel.predict import group
+    from gpuperf.reports.tables import render
+
+    view = group(prediction.table, by)  # type: ignore[arg-type]
+    if top is not None:
+        view = view.nlargest(top, "time_ms")
+    render(prediction, fmt, view=view)
+
+
+@click.group(
+    cls=ModelOrOpGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+def predict() -> None:
+    """Predict how long a model step, a single op or a collective takes on a GPU.
+
+    \b
+    Examples:
+      gpuperf predict llama2-7b --gpu h100 --seq 2048
+      gpuperf predict llama2-70b --mode decode --batch 8 --ctx 4096 --tp 4 --system dgx-h100
+      gpuperf predict llama3-8b --mode generate --seq 1024 --new-tokens 256 --by kind
+      gpuperf predict gemm 8192 4096 11008 --gpu a100
+    """
+
+
+def _dtype_or_none(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    from gpuperf.dtypes import parse_dtype
+
+    return None if value is None else parse_dtype(value)
+
+
+@predict.command(
+    "model",
+    epilog="Example: gpuperf predict llama2-7b --gpu h100 --seq 2048 --by layer --top 10",
+)
+@click.argument("model", metavar="MODEL")
+@gpu_option
+@click.option("--system", default=None, help="Node/cluster profile (dgx-h100, or a .toml).")
+@click.option(
+    "--mode",
+    type=click.Choice(["prefill", "decode", "generate", "train"]),
+    default="prefill",
+    show_default=True,
+    help="prefill: batch×seq tokens; decode: 1 token/sequence at --ctx; generate: prefill + "
+    "--new-tokens decode steps; train: fwd+bwd+AdamW.",
+)
+@click.option("--batch", type=SIZE, default="1", show_default=True, help="Sequences.")
+@click.option("--seq", type=SIZE, default="2048", show_default=True, help="Prompt tokens.")
+@click.option("--ctx", type=SIZE, default="2048", show_default=True, help="KV context (decode).")
+@click.option("--new-tokens", type=SIZE, default="128", show_default=True, help="Generated.")
+@dtype_option()
+@click.option(
+    "--kv-dtype", default=None, callback=_dtype_or_none, help="KV cache (default: --dtype)."
+)
+@click.option(
+    "--impl",
+    type=click.Choice(["fused", "eager"]),
+    default="fused",
+    show_default=True,
+    help="fused kernels (flash attention, fused norms) or eager PyTorch (one kernel per op).",
+)
+@click.option(
+    "--cuda-graphs", is_flag=True, help="Replay the step as a CUDA graph (cheap launches)."
+)
+@click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs.")
+@click.option("--pp", type=SIZE, default="1", show_default=True, help="Pipeline stages.")
+@click.option("--dp", type=SIZE, default="1", show_default=True, help="Data-parallel replicas.")
+@click.option("--ep", type=SIZE, default="1", show_default=True, help="Expert-parallel GPUs.")
+@click.option(
+    "--by",
+    type=click.Choice(["op", "layer", "kind"]),
+    default="op",
+    show_default=True,
+    help="Rows: op (identical ops of all layers folded, with a count), layer, or kind.",
+)
+@click.option("--top", type=SIZE, default=None, help="Show only the N slowest rows.")
+@output_options
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Also write an offline HTML report to this path.",
+)
+def model_cmd(
+    model: str,
+    gpu: str | None,
+    system: str | None,
+    by: str,
+    top: int | None,
+    fmt: str,
+    report_path: str | None,
+    **scenario: Any,
+) -> None:
+    """Predict one step of MODEL (a preset like llama2-7b, or a Hugging Face config.json).
+
+    Example: gpuperf predict llama2-7b --gpu h100 --seq 2048
+    """
+    from gpuperf import api
+
+    prediction = api.predict(model, gpu=gpu, system=system, **scenario)
+    if report_path is not None:
+        try:
+            html = importlib.import_module("gpuperf.reports.html")
+        except ModuleNotFoundError as exc:
+            if exc.name != "gpuperf.reports.html":
+                raise
+            raise InputError("--report: HTML reports are not available in this build") from None
+        html.write_report(prediction, report_path)
+    _render(prediction, fmt, by, top)
+    if report_path is not None and fmt == "table":
+        click.echo(f"report written to {report_path}")
+
+
+def _run_ops(ops: list, gpu: str | None, fmt: str) -> None:
+    from gpuperf import api
+    from gpuperf.perfmodel.predict import predict_ops
+
+    prediction = predict_ops(ops, api.resolve_gpu(gpu))
+    from gpuperf.reports.tables import render
+
+    render(prediction, fmt)
+
+
+for _cmd in op_commands(_run_ops, [gpu_option, output_options], "predict"):
+    predict.add_command(_cmd)
+
+
+def _add_collectives() -> None:
+    try:
+        comm = importlib.import_module("gpuperf.cli.comm_cmds")
+    except ModuleNotFoundError as exc:
+        if exc.name != "gpuperf.cli.comm_cmds":
+            raise
+        return
+    for cmd in comm.predict_collective_commands():
+        predict.add_command(cmd)
+
+
+_add_collectives()

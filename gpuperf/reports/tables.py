@@ -1,0 +1,218 @@
+"""Views of a results table for people (rich), and for machines (one JSON object, CSV).
+
+Works for any Prediction-like result: an object with `.table` (a DataFrame with the prediction
+columns, plus measured_ms, spread_pct, tflops, gbps, error_pct when a measurement joined them) and
+`.to_json()`; totals, MFU and memory are shown when the result has them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable
+from typing import IO, Any
+
+import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpuperf.units import fmt_bytes
+
+
+def num(value: Any) -> str:
+    """About 3 significant digits, never scientific notation: 12,345 · 98.7 · 0.00412."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    v = float(value)
+    if v == 0:
+        return "0"
+    decimals = min(5, max(0, 2 - math.floor(math.log10(abs(v)))))
+    return f"{v:,.{decimals}f}"
+
+
+def _pct(value: Any) -> str:
+    return "–" if value is None or value != value else f"{100 * float(value):.1f}"
+
+
+def _share(value: Any) -> Text:
+    frac = 0.0 if value is None or value != value else float(value)
+    bar = "█" * int(round(10 * frac))
+    return Text.assemble(f"{100 * frac:5.1f} ", (bar, "cyan"))
+
+
+_BOUND_STYLE = {"compute": "green", "memory": "yellow", "latency": "red", "comm": "magenta"}
+
+
+def _bound(value: Any) -> Text:
+    return Text(str(value), style=_BOUND_STYLE.get(str(value), ""))
+
+
+# column -> (header with units, formatter, right-aligned, summed in the footer)
+Fmt = Callable[[Any], Any]
+COLUMNS: dict[str, tuple[str, Fmt, bool, bool]] = {
+    "name": ("op", str, False, False),
+    "count": ("count", lambda v: f"×{int(v)}", True, False),
+    "kind": ("kind", str, False, False),
+    "shape": ("shape", str, False, False),
+    "dtype": ("dtype", str, False, False),
+    "flops": ("FLOPs (G)", lambda v: num(v / 1e9), True, True),
+    "bytes": ("bytes (MB)", lambda v: num(v / 1e6), True, True),
+    "intensity": ("intensity (FLOP/B)", num, True, False),
+    "bound": ("bound", _bound, False, False),
+    "time_ms": ("time (ms)", num, True, True),
+    "pred_tflops": ("TFLOP/s", num, True, False),
+    "pred_gbps": ("GB/s", num, True, False),
+    "measured_ms": ("measured (ms)", num, True, True),
+    "spread_pct": ("spread (%)", num, True, False),
+    "tflops": ("measured TFLOP/s", num, True, False),
+    "gbps": ("measured GB/s", num, True, False),
+    "error_pct": ("error (%)", lambda v: "–" if v != v else f"{v:+.1f}", True, False),
+    "share": ("share (%)", _share, False, True),
+}
+
+
+def _is_sweep(result: Any) -> bool:
+    """Independent single ops (no scenario): shares of a total mean nothing there."""
+    return not getattr(result, "scenario", None)
+
+
+def display_frame(result: Any, view: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The rows and columns the rich table shows: `view` (a grouped table) or result.table;
+    single-op sweeps get predicted TFLOP/s and GB/s instead of a share of a total."""
+    table = result.table if view is None else view
+    if _is_sweep(result):
+        t_s = table["time_ms"] * 1e-3
+        table = table.assign(pred_tflops=table["flops"] / t_s / 1e12)
+        table = table.assign(pred_gbps=table["bytes"] / t_s / 1e9).drop(columns="share")
+    if "dtype" in table.columns and table["dtype"].nunique() <= 1:
+        table = table.drop(columns="dtype")  # one dtype: it is in the title
+    if "count" in table.columns and (table["count"] == 1).all():
+        table = table.drop(columns="count")
+    return table[[c for c in COLUMNS if c in table.columns]]
+
+
+def title(result: Any) -> str:
+    sc = getattr(result, "scenario", None) or {}
+    parts = [getattr(result, "model", "") or ""]
+    if sc:
+        mode = sc.get("mode", "")
+        sizes = f"batch {sc.get('batch')}"
+        if mode in ("prefill", "train", "generate"):
+            sizes += f" × seq {sc.get('seq')}"
+        if mode == "decode":
+            sizes += f", ctx {sc.get('ctx')}"
+        if mode == "generate":
+            sizes += f", +{sc.get('new_tokens')} tokens"
+        impl = sc.get("impl", "") + (" + CUDA graphs" if sc.get("cuda_graphs") else "")
+        par = " ".join(f"{k}={sc[k]}" for k in ("tp", "pp", "dp", "ep") if sc.get(k, 1) > 1)
+        parts += [mode, sizes, sc.get("dtype", ""), impl, par]
+    parts.append(f"on {getattr(result, 'gpu', '')}")
+    return " · ".join(p for p in parts if p)
+
+
+def rich_table(result: Any, view: pd.DataFrame | None = None) -> Table:
+    frame = display_frame(result, view)
+    table = Table(title=title(result), box=box.SIMPLE_HEAD, show_footer=True)
+    for col in frame.columns:
+        header, fmt, right, summed = COLUMNS[col]
+        foot = ""
+        if col == "name":
+            foot = "sum"
+        elif summed and col != "share":
+            foot = fmt(frame[col].sum())
+        table.add_column(header, footer=foot, justify="right" if right else "left")
+    formatters = [COLUMNS[c][1] for c in frame.columns]
+    for row in frame.itertuples(index=False):
+        table.add_row(*(f(v) for f, v in zip(formatters, row, strict=True)))
+    return table
+
+
+def summary_lines(result: Any) -> list[Text]:
+    """Totals under the table: time, throughput, MFU, memory, warnings."""
+    lines: list[Text] = []
+    extra = getattr(result, "extra", None) or {}
+    total = getattr(result, "total_ms", None)
+    if total is not None:
+        parts = [f"{num(total)} ms"]
+        if "gpu_busy_ms" in extra:
+            parts.append(f"GPU busy {num(extra['gpu_busy_ms'])} ms")
+        if extra.get("host_bound", 0) > 0.005:
+            parts.append(f"waiting on the host {_pct(extra['host_bound'])}%")
+        if "kernels" in extra:
+            parts.append(f"{extra['kernels']:,} kernels")
+        lines.append(Text.assemble(("total      ", "bold"), " · ".join(parts)))
+    if "ttft_ms" in extra:
+        lines.append(
+            Text.assemble(
+                ("latency    ", "bold"),
+                f"time to first token {num(extra['ttft_ms'])} ms · "
+                f"per output token {num(extra['tpot_ms'])} ms · "
+                f"decode {num(extra['decode_tokens_per_s'])} tokens/s",
+            )
+        )
+    tps, mfu = getattr(result, "tokens_per_s", None), getattr(result, "mfu", None)
+    if tps is not None or mfu is not None:
+        parts = []
+        if tps is not None:
+            parts.append(f"{num(tps)} tokens/s")
+        if mfu is not None:
+            parts.append(f"MFU {_pct(mfu)}%")
+        hfu = getattr(result, "hfu", None)
+        if hfu is not None:
+            parts.append(f"HFU {_pct(hfu)}%")
+        conv = getattr(result, "mfu_convention", "")
+        lines.append(
+            Text.assemble(("throughput ", "bold"), " · ".join(parts), (f"  ({conv})", "dim"))
+        )
+    memory = getattr(result, "memory", None) or {}
+    if memory:
+        need, cap = sum(memory.values()), getattr(result, "memory_capacity", 0.0)
+        fits = getattr(result, "fits", True)
+        kinds = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in memory.items() if v)
+        lines.append(
+            Text.assemble(
+                ("memory     ", "bold"),
+                f"{fmt_bytes(need)} of {fmt_bytes(cap)} per GPU ",
+                ("fits" if fits else "DOES NOT FIT", "green" if fits else "bold red"),
+                (f"  ({kinds})", "dim"),
+            )
+        )
+    for warning in getattr(result, "warnings", None) or []:
+        lines.append(Text.assemble(("warning    ", "bold yellow"), warning))
+    return lines
+
+
+def to_json(result: Any) -> str:
+    """One JSON object (result.to_json()), NaN written as null."""
+    return json.dumps(result.to_json(), indent=2, allow_nan=False, default=str)
+
+
+def to_csv(table: pd.DataFrame) -> str:
+    return table.to_csv(index=False)
+
+
+def render(
+    result: Any, fmt: str = "table", *, view: pd.DataFrame | None = None, file: IO | None = None
+) -> None:
+    """Print `result` as fmt = table (rich, with totals), json (one object) or csv.
+
+    `view` is what the table and CSV show instead of result.table (e.g. predict.group(...)); the
+    JSON always carries every op.
+    """
+    out = file or sys.stdout
+    if fmt == "json":
+        out.write(to_json(result) + "\n")
+    elif fmt == "csv":
+        out.write(to_csv(result.table if view is None else view))
+    elif fmt == "table":
+        console = Console(file=out, highlight=False)
+        if not console.is_terminal:
+            console.width = max(console.width, 150)
+        console.print(rich_table(result, view))
+        for line in summary_lines(result):
+            console.print(line)
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
