@@ -1,0 +1,137 @@
+"""(ModelConfig, Scenario) -> list[Op]: the kernels of one forward (or training step) of a model.
+
+Names are hierarchical: "embed", "L0/attn/qkv", "L0/attn/core", "L0/mlp/down", "final_norm",
+"lm_head"; backward ops add ".dgrad", ".wgrad" or ".bwd" to the forward name. Each Op is one GPU
+kernel, so len(ops) is the kernel count (the predictor charges host dispatch per op).
+
+Modes:
+- prefill: batch x seq tokens, causal attention, K/V written to the cache, and logits for the LAST
+  token of each sequence only (serving semantics: vLLM and HF generate compute next-token logits,
+  not logits for every prompt position).
+- decode: one token per sequence, attention with q_len=1 over kv_len=ctx+1 (the cache plus the new
+  token), logits for every sequence.
+- train: forward over batch x seq tokens with logits and cross-entropy for every token, backward
+  (dgrad and wgrad for every forward GEMM), then the AdamW step (see transformer_train.py).
+- generate: composed by the predictor from one prefill and new_tokens decode steps; build_ops
+  raises InputError for it.
+
+Layers are identical, so one layer's ops are built once and copied under each "L{i}/" prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import fields, replace
+
+from gpuperf.dtypes import BYTES
+from gpuperf.errors import InputError
+from gpuperf.perfmodel.ops import Copy, Elementwise, Embedding, Gemm, Norm, Op
+from gpuperf.workloads.config import ModelConfig
+from gpuperf.workloads.scenario import Scenario
+from gpuperf.workloads.transformer_layers import (
+    Dims,
+    eager_layer,
+    eager_norm,
+    fused_layer,
+    make_dims,
+)
+
+
+def build_ops(cfg: ModelConfig, sc: Scenario) -> list[Op]:
+    """The kernels of one prefill, decode step or training step of `cfg` run as `sc` says."""
+    if sc.mode == "generate":
+        raise InputError("generate is prefill + decode steps; build the two scenarios separately")
+    d = make_dims(cfg, sc)
+    eager = sc.impl == "eager"
+    layer = eager_layer(cfg, d) if eager else fused_layer(cfg, d)
+    ops = prologue(cfg, d, eager)
+    ops += replicate(layer, cfg.layers)
+    if not eager and not cfg.parallel_residual:
+        # vLLM's first layer has no residual yet: a plain norm, not the fused add + norm.
+        i = len(ops) - len(layer) * cfg.layers
+        ops[i] = replace(ops[i], residual=False)  # type: ignore[call-arg]
+    ops += epilogue(cfg, d, eager, sc.mode)
+    if sc.mode == "train":
+        from gpuperf.workloads.transformer_train import backward_and_step
+
+        ops += backward_and_step(cfg, d, eager, layer)
+    return ops
+
+
+def replicate(template: list[Op], layers: int) -> list[Op]:
+    """Copy a layer's ops under L0/ ... L{layers-1}/."""
+    return _copies(template, range(layers))
+
+
+def replicate_reversed(template: list[Op], layers: int) -> list[Op]:
+    """As replicate, last layer first (backward order)."""
+    return _copies(template, reversed(range(layers)))
+
+
+def _copies(template: list[Op], layer_ids: Iterable[int]) -> list[Op]:
+    # Ops are frozen slotted dataclasses; filling the slots through their descriptors skips the
+    # frozen __init__ and makes an 80-layer model's op list about 40% faster to build.
+    rows = []
+    for op in template:
+        cls = type(op)
+        slots = [(getattr(cls, f.name).__set__, getattr(op, f.name)) for f in fields(op)[1:]]
+        rows.append((cls, cls.name.__set__, op.name, slots))  # type: ignore[attr-defined]
+    new = object.__new__
+    out: list[Op] = []
+    append = out.append
+    for i in layer_ids:
+        prefix = f"L{i}/"
+        for cls, set_name, name, slots in rows:
+            o = new(cls)
+            set_name(o, prefix + name)
+            for setter, value in slots:
+                setter(o, value)
+            append(o)
+    return out
+
+
+def prologue(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
+    """Token embedding (+ learned positions); eager HF also builds positions and RoPE cos/sin."""
+    ops: list[Op] = [Embedding("embed", d.T, d.hidden, d.act)]
+    if cfg.positions == "learned":
+        ops.append(Embedding("pos_embed", d.T, d.hidden, d.act))
+        ops.append(Elementwise("embed_add", "add", d.T * d.hidden, 2, 1, d.act))
+    elif eager:
+        # LlamaModel: cache_position = arange, position_ids = +past; LlamaRotaryEmbedding: the
+        # positions (and inv_freq, held in the model dtype) to fp32, outer product, cat(freqs,
+        # freqs), cos * scale, sin * scale, both cast to the model dtype.
+        n = d.q_len * d.head_dim
+        cast = d.act != "fp32"
+        ops.append(Elementwise("rope_cache/arange", "arange", d.q_len, 0, 1, "fp32"))
+        ops.append(Elementwise("rope_cache/positions", "add", d.q_len, 1, 1, "fp32"))
+        ops.append(Elementwise("rope_cache/pos_f32", "cast", d.q_len, 1, 1, "fp32"))
+        if cast:
+            ops.append(Elementwise("rope_cache/inv_freq_f32", "cast", d.head_dim // 2, 1, 1, d.act,
+                                   "fp32"))  # fmt: skip
+        ops += [
+            Elementwise("rope_cache/freqs", "mul", n // 2, 1, 1, "fp32"),
+            Copy("rope_cache/cat", n * 4, "fp32"),
+            Elementwise("rope_cache/cos", "cos", n, 1, 1, "fp32", None, 8.0),
+            Elementwise("rope_cache/cos_scale", "mul", n, 1, 1, "fp32"),
+            Elementwise("rope_cache/sin", "sin", n, 1, 1, "fp32", None, 8.0),
+            Elementwise("rope_cache/sin_scale", "mul", n, 1, 1, "fp32"),
+        ]
+        if cast:
+            ops.append(Elementwise("rope_cache/cos_cast", "cast", n, 1, 1, "fp32", d.act, 0.0))
+            ops.append(Elementwise("rope_cache/sin_cast", "cast", n, 1, 1, "fp32", d.act, 0.0))
+    return ops
+
+
+def epilogue(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> list[Op]:
+    """Final norm, then lm_head: last token per sequence (prefill), every token (decode, train)."""
+    T, h = d.T, d.hidden
+    if eager:
+        ops = eager_norm(cfg, "final_norm", T, h, d.act)
+    else:
+        ops = [Norm("final_norm", cfg.norm, T, h, d.act, not cfg.parallel_residual)]
+    rows = d.batch if mode == "prefill" else T
+    if mode == "prefill" and not eager and d.q_len > 1:
+        # vLLM gathers the hidden states at each sequence's last position before the lm_head.
+        ops.append(Copy("logits_gather", rows * h * BYTES[d.act], d.act))
+    ops.append(Gemm("lm_head", rows, cfg.vocab, h, d.act))
+    return ops

@@ -1,0 +1,217 @@
+"""Training step after the forward: loss, backward kernels, AdamW.
+
+Fused (Megatron-LM / Transformer Engine style): every forward GEMM gives a dgrad GEMM
+(dX[T, k] = dY[T, n] @ Wᵀ) and a wgrad GEMM (dW[k, n] = Xᵀ @ dY); FlashAttention backward; fused
+norm and activation backward kernels; fused cross-entropy; one fused multi-tensor AdamW kernel over
+all parameters (mixed precision: 16-bit params and grads, fp32 master weights, m and v), the cast of
+the master weights back to 16 bits, and zeroing the grad buffer.
+
+Eager (HF transformers + torch.autograd + torch.optim.AdamW(foreach=True)): the backward kernels in
+the order autograd runs them for LlamaDecoderLayer, checked with a dispatch-mode trace (73 kernels
+per layer for GQA: 10 MLP, 17 post-attention norm + residual, 29 attention, 17 input norm +
+residual). The optimizer is the 8 _foreach ops of torch's multi-tensor AdamW, one Op each (each
+really launches ~params/(320·65536) multi_tensor_apply kernels; their bytes are what matter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpuperf.perfmodel.ops import (
+    Attention,
+    Copy,
+    Elementwise,
+    Gemm,
+    Norm,
+    Op,
+    Reduce,
+)
+from gpuperf.workloads.config import ModelConfig
+from gpuperf.workloads.transformer_layers import Dims
+
+
+def _ew(name: str, fn: str, numel: int, dt: str, n_in: int = 1, out: str | None = None,
+        flops: float = 1.0, n_out: int = 1) -> Elementwise:  # fmt: skip
+    return Elementwise(name, fn, numel, n_in, n_out, dt, out, flops)  # type: ignore[arg-type]
+
+
+def gemm_backward(g: Gemm) -> list[Op]:
+    """dgrad then wgrad of C[m, n] = A[m, k] @ W[k, n]."""
+    return [
+        Gemm(g.name + ".dgrad", g.m, g.k, g.n, g.dtype, g.batch),
+        Gemm(g.name + ".wgrad", g.k, g.n, g.m, g.dtype, g.batch),
+    ]
+
+
+def fused_backward(op: Op) -> list[Op]:
+    """The backward kernels of one fused forward kernel (empty when autograd needs none)."""
+    if isinstance(op, Gemm):
+        return gemm_backward(op)
+    if isinstance(op, Attention):
+        return [replace(op, name=op.name + ".bwd", backward=True)]
+    if isinstance(op, Norm):
+        return [replace(op, name=op.name + ".bwd", backward=True)]
+    if isinstance(op, Elementwise):
+        if op.fn in ("quant", "add"):  # residual adds pass gradients through unchanged
+            return []
+        if op.fn == "rope":  # the inverse rotation, same shape
+            return [replace(op, name=op.name + ".bwd")]
+        # Reads the output grad and the saved inputs, writes one grad per input.
+        return [
+            Elementwise(
+                op.name + ".bwd",
+                op.fn + "_bwd",
+                op.numel,
+                op.n_in + 1,
+                op.n_in,
+                op.dtype,
+                op.out_dtype,
+                2 * op.flops_per_elem,
+            )  # fmt: skip
+        ]
+    if isinstance(op, Copy):
+        return [replace(op, name=op.name + ".bwd")]
+    return []  # Reduce (top-k indices), Embedding handled by the caller
+
+
+def eager_norm_backward(cfg: ModelConfig, name: str, rows: int, cols: int, a: str) -> list[Op]:
+    """Autograd of LlamaRMSNorm's 8 eager kernels: 16 kernels (weight grad, then input grad)."""
+    if cfg.norm == "layernorm":
+        return [Norm(name + ".bwd", "layernorm", rows, cols, a, backward=True)]  # type: ignore[arg-type]
+    n, f = rows * cols, "fp32"
+    return [
+        _ew(f"{name}/mul_weight.bwd_w", "mul", n, a, 2),
+        _ew(f"{name}/mul_weight.bwd_x", "mul", n, a, 2),
+        Reduce(f"{name}/weight.grad", "sum", cols, rows, 1, a),  # type: ignore[arg-type]
+        _ew(f"{name}/cast_back.bwd", "cast", n, a, out=f, flops=0.0),
+        _ew(f"{name}/mul.bwd_x", "mul", n, f, 2),
+        _ew(f"{name}/mul.bwd_r", "mul", n, f, 2),
+        Reduce(f"{name}/rsqrt.grad_sum", "sum", rows, cols, 1, f),  # type: ignore[arg-type]
+        _ew(f"{name}/rsqrt.bwd_pow", "pow", rows, f),
+        _ew(f"{name}/rsqrt.bwd_mul", "mul", rows, f, 2),
+        _ew(f"{name}/rsqrt.bwd_scale", "mul", rows, f),
+        _ew(f"{name}/mean.bwd", "div", n, f, out=f),
+        _ew(f"{name}/pow.bwd_pow", "pow", n, f),
+        _ew(f"{name}/pow.bwd_mul", "mul", n, f, 2),
+        _ew(f"{name}/pow.bwd_mul2", "mul", n, f, 2),
+        _ew(f"{name}/grad_add", "add", n, f, 2),
+        _ew(f"{name}/cast_f32.bwd", "cast", n, f, out=a, flops=0.0),
+    ]
+
+
+def _eager_rope_backward(name: str, n: int, a: str) -> list[Op]:
+    # d(x*cos + cat(-x2, x1)*sin): mul, neg, two slice_backward (zero-fill + copy), add, mul, add.
+    return [
+        _ew(f"{name}/mul_sin.bwd", "mul", n, a),
+        _ew(f"{name}/neg.bwd", "neg", n // 2, a),
+        _ew(f"{name}/slice1.bwd", "slice_backward", n, a),
+        _ew(f"{name}/slice2.bwd", "slice_backward", n, a),
+        _ew(f"{name}/cat.bwd_add", "add", n, a, 2),
+        _ew(f"{name}/mul_cos.bwd", "mul", n, a),
+        _ew(f"{name}/grad_add", "add", n, a, 2),
+    ]
+
+
+def _fwd_gemm(layer: list[Op], name: str) -> Gemm:
+    return next(op for op in layer if op.name == name)  # type: ignore[return-value]
+
+
+def eager_layer_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
+    """Autograd's kernels for one eager Llama layer, in the order it runs them."""
+    if cfg.is_moe or cfg.mlp != "swiglu" or cfg.positions != "rope" or cfg.parallel_residual:
+        # Not traced: derive from the forward kernels with the fused rules.
+        return [b for op in reversed(layer) for b in fused_backward(op)]
+    T, h, a = d.T, d.hidden, d.act
+    g = {n: _fwd_gemm(layer, f"{n}") for n in ("mlp/down", "mlp/up", "mlp/gate", "attn/out",
+                                                 "attn/v", "attn/k", "attn/q")}  # fmt: skip
+    f = d.inter
+    ops: list[Op] = gemm_backward(g["mlp/down"])
+    ops += [_ew("mlp/mul.bwd_act", "mul", T * f, a, 2), _ew("mlp/mul.bwd_up", "mul", T * f, a, 2)]
+    ops += gemm_backward(g["mlp/up"])
+    ops.append(_ew("mlp/act.bwd", "silu_backward", T * f, a, 2, flops=6.0))
+    ops += gemm_backward(g["mlp/gate"])
+    ops.append(_ew("mlp/grad_add", "add", T * h, a, 2))
+    ops += eager_norm_backward(cfg, "mlp/norm", T, h, a)
+    ops.append(_ew("attn/residual.bwd", "add", T * h, a, 2))
+    ops += gemm_backward(g["attn/out"])
+    core = next(op for op in layer if isinstance(op, Attention))
+    ops.append(replace(core, name=core.name + ".bwd", backward=True))
+    if d.heads != d.kv_heads:  # enable_gqa: K and V grads summed over each group
+        kv_n = d.batch * d.kv_heads * d.kv_len * d.head_dim
+        ops.append(_ew("attn/core.dk_sum", "sum", kv_n, a, d.heads // d.kv_heads))
+        ops.append(_ew("attn/core.dv_sum", "sum", kv_n, a, d.heads // d.kv_heads))
+    ops += _eager_rope_backward("attn/rope_k", T * d.kv_heads * d.head_dim, a)
+    ops += _eager_rope_backward("attn/rope_q", T * d.heads * d.head_dim, a)
+    ops += gemm_backward(g["attn/v"])
+    ops.append(Copy("attn/k.grad_clone", T * d.kv_heads * d.head_dim * 2, a))  # type: ignore[arg-type]
+    ops += gemm_backward(g["attn/k"])
+    ops.append(_ew("attn/kv.grad_add", "add", T * h, a, 2))
+    ops.append(Copy("attn/q.grad_clone", T * d.heads * d.head_dim * 2, a))  # type: ignore[arg-type]
+    ops += gemm_backward(g["attn/q"])
+    ops.append(_ew("attn/q.grad_add", "add", T * h, a, 2))
+    ops += eager_norm_backward(cfg, "attn/norm", T, h, a)
+    ops.append(_ew("mlp/residual.bwd", "add", T * h, a, 2))
+    return ops
+
+
+def loss_ops(cfg: ModelConfig, d: Dims, eager: bool) -> tuple[list[Op], list[Op]]:
+    """Cross-entropy over every token's logits: (forward kernels, backward kernels)."""
+    T, V, a = d.T, cfg.vocab, d.act
+    if not eager:
+        fwd: list[Op] = [Norm("loss/ce", "softmax", T, V, a)]  # type: ignore[arg-type]
+        return fwd, [_ew("loss/ce.bwd", "ce_bwd", T * V, a, flops=3.0)]
+    # LlamaForCausalLM loss: logits.float(), pad + clone the shifted labels, log_softmax, nll.
+    fwd = [
+        _ew("loss/logits_f32", "cast", T * V, a, out="fp32", flops=0.0),
+        _ew("loss/pad_labels", "pad", T, "fp32"),
+        Copy("loss/labels_clone", T * 8, "fp32"),
+        Norm("loss/log_softmax", "softmax", T, V, "fp32"),
+        Reduce("loss/nll", "nll", T, 1, 1, "fp32"),
+    ]
+    bwd: list[Op] = [
+        _ew("loss/ones_like", "fill", 1, "fp32", 0),
+        _ew("loss/nll.bwd", "nll_backward", T * V, "fp32", 0),
+        _ew("loss/log_softmax.bwd", "log_softmax_backward", T * V, "fp32", 2, flops=3.0),
+        _ew("loss/logits_f32.bwd", "cast", T * V, "fp32", out=a, flops=0.0),
+    ]
+    return fwd, bwd
+
+
+def optimizer_ops(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
+    """AdamW over all parameters (see the module docstring)."""
+    P = cfg.param_count()
+    if not eager:
+        return [
+            _ew("optimizer/adamw", "adamw", P, "fp32", 4, flops=12.0, n_out=3),
+            _ew("optimizer/param_cast", "cast", P, "fp32", out=d.act, flops=0.0),
+            _ew("optimizer/zero_grad", "fill", P, d.act, 0, flops=0.0),
+        ]
+    # torch/optim/adamw.py _multi_tensor_adamw, non-capturable: weight decay, lerp m, v*beta2,
+    # addcmul g*g, sqrt v, / bias correction, + eps, addcdiv into the params.
+    steps = [("decay", "mul", 1), ("m_lerp", "lerp", 2), ("v_scale", "mul", 1),
+             ("v_addcmul", "addcmul", 3), ("v_sqrt", "sqrt", 1), ("bias_corr", "div", 1),
+             ("eps", "add", 1), ("update", "addcdiv", 3)]  # fmt: skip
+    return [_ew(f"optimizer/{n}", fn, P, "fp32", k) for n, fn, k in steps]
+
+
+def backward_and_step(cfg: ModelConfig, d: Dims, eager: bool, layer: list[Op]) -> list[Op]:
+    """Loss forward, its backward, lm_head and final-norm backward, layers last to first,
+    embedding backward, optimizer step. `layer` is the forward template (relative names)."""
+    from gpuperf.workloads.transformer import replicate_reversed
+
+    loss_fwd, loss_bwd = loss_ops(cfg, d, eager)
+    T, h, a = d.T, d.hidden, d.act
+    ops: list[Op] = loss_fwd + loss_bwd
+    ops += gemm_backward(Gemm("lm_head", T, cfg.vocab, h, a))  # type: ignore[arg-type]
+    if eager:
+        ops += eager_norm_backward(cfg, "final_norm", T, h, a)
+        template = eager_layer_backward(cfg, d, layer)
+    else:
+        fres = not cfg.parallel_residual
+        ops.append(Norm("final_norm.bwd", cfg.norm, T, h, a, fres, True))  # type: ignore[arg-type]
+        template = [b for op in reversed(layer) for b in fused_backward(op)]
+    ops += replicate_reversed(template, cfg.layers)
+    ops.append(_ew("embed.bwd", "embedding_backward", T * h, a))
+    if cfg.positions == "learned":
+        ops.append(_ew("pos_embed.bwd", "embedding_backward", T * h, a))
+    return ops + optimizer_ops(cfg, d, eager)
