@@ -39,7 +39,7 @@ def _pct(value: Any) -> str:
 
 def _share(value: Any) -> Text:
     frac = 0.0 if value is None or value != value else float(value)
-    bar = "█" * int(round(10 * frac))
+    bar = "█" * int(round(5 * frac))
     return Text.assemble(f"{100 * frac:5.1f} ", (bar, "cyan"))
 
 
@@ -91,6 +91,8 @@ def display_frame(result: Any, view: pd.DataFrame | None = None) -> pd.DataFrame
         table = table.drop(columns="dtype")  # one dtype: it is in the title
     if "count" in table.columns and (table["count"] == 1).all():
         table = table.drop(columns="count")
+    if "shape" in table.columns and (table["shape"] == "").all():
+        table = table.drop(columns="shape")  # grouped by layer or kind
     return table[[c for c in COLUMNS if c in table.columns]]
 
 
@@ -123,7 +125,12 @@ def rich_table(result: Any, view: pd.DataFrame | None = None) -> Table:
             foot = "sum"
         elif summed and col != "share":
             foot = fmt(frame[col].sum())
-        table.add_column(header, footer=foot, justify="right" if right else "left")
+        table.add_column(
+            header,
+            footer=foot,
+            justify="right" if right else "left",
+            no_wrap=col in ("name", "shape", "share"),
+        )
     formatters = [COLUMNS[c][1] for c in frame.columns]
     for row in frame.itertuples(index=False):
         table.add_row(*(f(v) for f, v in zip(formatters, row, strict=True)))
@@ -210,7 +217,7 @@ def render(
     elif fmt == "table":
         console = Console(file=out, highlight=False)
         if not console.is_terminal:
-            console.width = max(console.width, 150)
+            console.width = max(console.width, 160)
         console.print(rich_table(result, view))
         for line in summary_lines(result):
             console.print(line)
