@@ -51,7 +51,10 @@ def list_cmd(fmt: str) -> None:
         _print_csv(rows)
     else:
         _print_table("GPUs (peaks dense, no sparsity)", gpus, _GPU_COLUMNS)
-        _print_table("Systems (bandwidths per direction)", systems, _SYSTEM_COLUMNS)
+        title = "Systems (per node; NVLink GB/s per GPU, NIC GB/s per NIC; per direction)"
+        _print_table(title, systems, _SYSTEM_COLUMNS)
+        pairs = sorted(loader.aliases().items(), key=lambda kv: (kv[1], kv[0]))
+        _print_note("aliases: " + ", ".join(f"{a} → {n}" for a, n in pairs))
 
 
 @hw.command("show")
@@ -119,7 +122,6 @@ def detect_cmd(index: int, fmt: str) -> None:
 
 _GPU_COLUMNS = [
     ("name", "GPU"),
-    ("aliases", "aliases"),
     ("sms", "SMs"),
     ("bf16_tflops", "BF16 TFLOP/s"),
     ("fp8_tflops", "FP8 TFLOP/s"),
@@ -129,13 +131,12 @@ _GPU_COLUMNS = [
 ]
 _SYSTEM_COLUMNS = [
     ("name", "system"),
-    ("aliases", "aliases"),
     ("gpu", "GPU"),
-    ("gpus_per_node", "GPUs/node"),
+    ("gpus_per_node", "GPUs"),
     ("nvswitch", "NVSwitch"),
-    ("nvlink_gbps_per_direction", "NVLink GB/s per GPU per dir"),
-    ("nics_per_node", "NICs/node"),
-    ("nic_gbps_per_direction", "NIC GB/s per dir"),
+    ("nvlink_gbps_per_direction", "NVLink GB/s"),
+    ("nics_per_node", "NICs"),
+    ("nic_gbps_per_direction", "NIC GB/s"),
 ]
 _FIELD_COLUMNS = [("field", "field"), ("value", "value"), ("unit", "unit"), ("source", "source")]
 
@@ -326,9 +327,19 @@ def _print_table(title: str, rows: list[Row], columns: list[tuple[str, str]]) ->
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for key, header in columns:
+    for i, (key, header) in enumerate(columns):
         numeric = bool(rows) and isinstance(rows[0].get(key), int | float) and key != "nvswitch"
-        table.add_column(header, justify="right" if numeric else "left", overflow="fold")
+        justify = "right" if numeric else "left"
+        widest_word = max(len(word) for word in header.split())
+        table.add_column(
+            header, justify=justify, overflow="fold", no_wrap=i == 0, min_width=widest_word
+        )
     for row in rows:
         table.add_row(*("—" if row.get(k) is None else str(row.get(k)) for k, _ in columns))
     Console().print(table)
+
+
+def _print_note(text: str) -> None:
+    from rich.console import Console
+
+    Console().print(text, style="dim", highlight=False)

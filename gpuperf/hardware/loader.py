@@ -218,13 +218,14 @@ def _merge(base: dict, over: dict, origin: str) -> dict:
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = {**out[key], **value}
-            if key != "sources":
-                for sub in _flatten(value, origin):
-                    sources[f"{key}.{sub}"] = f"set in {origin}"
         else:
             out[key] = value
-            if key not in _NOT_INHERITED:
-                sources[key] = f"set in {origin}"
+        if key in _NOT_INHERITED or key == "sources":
+            continue
+        if isinstance(value, dict):  # one default source per overridden entry: model.gemm_eff
+            sources.update({f"{key}.{sub}": f"set in {origin}" for sub in _flatten(value, origin)})
+        else:
+            sources[key] = f"set in {origin}"
     sources.update(_flatten(over.get("sources", {}), origin))
     out["sources"] = sources
     return out

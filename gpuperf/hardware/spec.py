@@ -27,6 +27,16 @@ class ModelParams:
     kernel_floor_s: float = 4e-6  # the shortest any kernel takes on the GPU (launch + tail)
     host_dispatch_s: float = 8e-6  # CPU time PyTorch eager spends issuing one kernel
     graph_launch_s: float = 1.0e-6  # per-kernel cost inside a replayed CUDA graph
+    # --- added for perfmodel (roofline/gemm/attention/membound); docs/model.md explains each ---
+    attn_bwd_eff: float = 0.35  # FlashAttention backward: fraction of peak (matmul and exp rates)
+    attn_fill_blocks: float = 2.0  # per-CTA prologue/epilogue of attention, in KV-block times
+    gemm_fill_ksteps: float = 3.0  # per-tile pipeline fill + epilogue of a GEMM, in k-step times
+    gemm_tile_edge_full: float = 128.0  # tile harmonic edge 2·Tm·Tn/(Tm+Tn) that feeds full rate
+    bytes_for_half_bw: float = 2e6  # bytes a kernel moves to reach half its streaming bandwidth
+    bw_sm_frac: float = 0.5  # fraction of SMs (one CTA each) that saturates HBM bandwidth
+    l2_bw_factor: float = 1.5  # speed-up of traffic whose working set fits in L2 (1 = none)
+    l2_usable_frac: float = 0.5  # fraction of L2 an op's working set may use and stay resident
+    fp32_matmul_tf32: float = 0.0  # 1: fp32 GEMMs run on TF32 tensor cores (PyTorch default 0)
     extra: Mapping[str, float] = field(default_factory=dict)  # model-specific extras by name
 
 
@@ -52,7 +62,7 @@ class GpuSpec:
     path: str = ""  # the file it was loaded from
 
     def peak(self, dtype: DType) -> float:
-        """Dense peak FLOP/s for `dtype`; InputError when this GPU has no such rate (fp8 on A100)."""
+        """Dense peak FLOP/s for `dtype`; InputError when the GPU lacks it (fp8 on A100)."""
         try:
             return self.peak_flops[dtype]
         except KeyError:
