@@ -159,8 +159,7 @@ def _resolve(text: str, kind: str) -> str:
         return _alias_table(kind)[key]
     other = "system" if kind == "gpu" else "gpu"
     if key in _builtin_files(other) or key in _alias_table(other):
-        flag = "--system" if other == "system" else "--gpu"
-        raise InputError(f"{text!r} is a {other}, not a {kind}; pass it as {flag} {text}")
+        raise InputError(f"{text!r} is a {other} profile, not a {kind} profile")
     known = sorted({*_builtin_files(kind), *_alias_table(kind)})
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
     close += [k for k in known if key and key in k and k not in close][: 3 - len(close)]
