@@ -1,0 +1,209 @@
+"""`gpuperf predict allreduce|allgather|reducescatter|alltoall|broadcast|sendrecv`: what NCCL would
+pick and how long it takes, per size. Parses, calls gpuperf.perfmodel.comm, renders; no math."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from gpuperf.cli.common import output_options
+from gpuperf.cli.ops_grammar import dtype_option, sweep
+from gpuperf.errors import InputError
+
+# column key -> header with units
+COLUMNS: dict[str, str] = {
+    "bytes": "size (B)",
+    "algo": "algo",
+    "proto": "proto",
+    "lat_us": "latency (µs)",
+    "bw_term_us": "bw term (µs)",
+    "time_us": "time (µs)",
+    "algbw_gbps": "algbw (GB/s)",
+    "busbw_gbps": "busbw (GB/s)",
+}
+
+_HELP = {
+    "allreduce": "Sum a buffer of --bytes across all ranks (nccl-tests all_reduce: size = buffer).",
+    "allgather": "Gather --bytes in total (nccl-tests all_gather: size = output, count × ranks).",
+    "reducescatter": "Reduce-scatter --bytes of input per rank (nccl-tests: size = count × ranks).",
+    "alltoall": "Each rank sends --bytes split evenly over all ranks (nccl-tests alltoall).",
+    "broadcast": "Broadcast --bytes from one rank to all (nccl-tests broadcast).",
+    "sendrecv": "One send/recv of --bytes to a neighbour; across nodes with --nodes 2.",
+}
+_EXAMPLES = {
+    "allreduce": [
+        "gpuperf predict allreduce --bytes 1G --system dgx-h100 --nodes 4",
+        "gpuperf predict allreduce --bytes 1K:1G:x4 --gpu h200 --nproc 4",
+    ],
+    "alltoall": ["gpuperf predict alltoall --bytes 64M --system dgx-h200 --nodes 2"],
+    "sendrecv": ["gpuperf predict sendrecv --bytes 1K:1G:x4 --system dgx-h100 --nodes 2"],
+}
+
+
+def _resolve(
+    system: str | None, gpu: str | None, nodes: int | None, nproc: int | None
+) -> tuple[Any, Any, int, int]:
+    """(GpuSpec, SystemSpec | None, ranks, nodes) from the command-line choices."""
+    from gpuperf.hardware.loader import load_gpu, load_system
+
+    sys_spec = load_system(system) if system else None
+    gpu_spec = load_gpu(gpu) if gpu else (sys_spec.gpu if sys_spec else load_gpu("h100"))
+    if sys_spec is None:
+        if nodes not in (None, 1):
+            raise InputError("--nodes needs --system (the network between nodes)")
+        return gpu_spec, None, nproc or 8, 1
+    gpn = sys_spec.gpus_per_node
+    if nproc is not None and nodes is not None and nproc != nodes * gpn:
+        raise InputError(f"--nproc {nproc} disagrees with --nodes {nodes} × {gpn} GPUs per node")
+    if nproc is not None:
+        if nproc > gpn and nproc % gpn:
+            raise InputError(f"--nproc {nproc} spans nodes but is not a multiple of {gpn}")
+        return gpu_spec, sys_spec, nproc, max(1, -(-nproc // gpn))
+    n = nodes or 1
+    return gpu_spec, sys_spec, n * gpn, n
+
+
+def _predict_rows(coll: str, sizes: list[int], dtype: str, **kw: Any) -> dict[str, Any]:
+    from gpuperf.perfmodel.comm import collective_time, p2p_time
+    from gpuperf.perfmodel.ops import P2P, Collective
+
+    gpu, system, ranks, nodes = _resolve(kw["system"], kw["gpu"], kw["nodes"], kw["nproc"])
+    rows = []
+    for nbytes in sizes:
+        if coll == "sendrecv":
+            op: Any = P2P(name=f"sendrecv/{nbytes}", nbytes=nbytes, dtype=dtype)  # type: ignore[arg-type]
+            t = p2p_time(op, gpu, system, inter_node=nodes > 1)
+        else:
+            op = Collective(f"{coll}/{nbytes}", coll, nbytes, ranks, dtype)  # type: ignore[arg-type]
+            t = collective_time(
+                op, gpu, system, nvls=kw["nvls"], algo=kw["algo"], proto=kw["proto"], nodes=nodes
+            )
+        d = t.detail
+        rows.append(
+            {
+                "name": op.name,
+                "kind": op.kind,
+                "bytes": nbytes,
+                "algo": d["algo"],
+                "proto": d["proto"],
+                "lat_us": d["lat_us"],
+                "bw_term_us": d["bw_term_us"],
+                "time_us": t.time * 1e6,
+                "time_ms": t.time * 1e3,
+                "algbw_gbps": d["algbw_gbps"],
+                "busbw_gbps": d["busbw_gbps"],
+                "bound": t.bound,
+                "channels": d["channels"],
+            }
+        )
+    return {
+        "collective": coll,
+        "gpu": gpu.name,
+        "system": system.name if system else None,
+        "ranks": 2 if coll == "sendrecv" else ranks,
+        "nodes": min(nodes, 2) if coll == "sendrecv" else nodes,
+        "nvls": bool(kw["nvls"]),
+        "dtype": dtype,
+        "total_ms": sum(r["time_ms"] for r in rows),
+        "ops": rows,
+    }
+
+
+def _fmt(value: Any) -> str:
+    from gpuperf.units import fmt_bytes
+
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 10 else f"{value:,.2f}"
+    return fmt_bytes(value) if isinstance(value, int) else str(value)
+
+
+def _render(result: dict[str, Any], fmt: str) -> None:
+    rows = result["ops"]
+    if fmt == "json":
+        click.echo(json.dumps(result))
+        return
+    if fmt == "csv":
+        import csv
+        import sys
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(list(COLUMNS.values()))
+        for r in rows:
+            writer.writerow([r[k] for k in COLUMNS])
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    where = result["system"] or result["gpu"]
+    nvls = ", NVLS on" if result["nvls"] else ""
+    table = Table(
+        title=f"{result['collective']} on {result['ranks']} ranks, {result['nodes']} node(s) of "
+        f"{where} ({result['dtype']}{nvls}) — NCCL tuner model"
+    )
+    for key, header in COLUMNS.items():
+        header = "size" if key == "bytes" else header  # binary units are in the cells
+        table.add_column(header, justify="left" if key in ("algo", "proto") else "right")
+    for r in rows:
+        table.add_row(*[_fmt(r[k]) for k in COLUMNS])
+    Console().print(table)
+
+
+def _command(coll: str) -> click.Command:
+    examples = _EXAMPLES.get(coll, [f"gpuperf predict {coll} --bytes 1K:1G:x4 --system dgx-h100"])
+    text = _HELP[coll] + "\n\n\b\nExamples:\n" + "\n".join(f"  {e}" for e in examples)
+
+    def run(nbytes: list[int], dtype: str, fmt: str, **kw: Any) -> None:
+        _render(_predict_rows(coll, nbytes, dtype, **kw), fmt)
+
+    decorators: list[Callable[..., Any]] = [
+        click.option(
+            "--bytes",
+            "nbytes",
+            required=True,
+            callback=sweep("bytes"),
+            help="Size in nccl-tests' convention: 4K, 1G, or a sweep 1K:1G:x4.",
+        ),
+        click.option("--system", default=None, help="System profile (dgx-h100) or a .toml."),
+        click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes (--system)."),
+        click.option("--gpu", default=None, help="GPU profile; without --system: one node."),
+        click.option(
+            "--nproc", type=click.IntRange(min=1), default=None, help="Ranks [default: 8 / node]."
+        ),
+        dtype_option(),
+        output_options,
+    ]
+    if coll != "sendrecv":
+        decorators += [
+            click.option(
+                "--nvls/--no-nvls",
+                default=False,
+                show_default=True,
+                help="Allow NVLink SHARP (NVLS) algorithms on NVSwitch Hopper/Blackwell.",
+            ),
+            click.option("--algo", default=None, help="Force NCCL_ALGO: ring, tree, nvls, ..."),
+            click.option("--proto", default=None, help="Force NCCL_PROTO: LL, LL128, Simple."),
+        ]
+    else:
+
+        def run_p2p(**kw: Any) -> None:
+            run(**kw, nvls=False, algo=None, proto=None)
+
+        return _apply(coll, text, run_p2p, decorators)
+    return _apply(coll, text, run, decorators)
+
+
+def _apply(name: str, text: str, func: Callable[..., Any], decos: list) -> click.Command:
+    for deco in reversed(decos):
+        func = deco(func)
+    return click.command(name, help=text)(func)
+
+
+def predict_collective_commands() -> list[click.Command]:
+    """The collective subcommands of `gpuperf predict`."""
+    return [
+        _command(c)
+        for c in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
+    ]
