@@ -6,10 +6,14 @@ SI units throughout: bytes, bytes/s, FLOP/s, seconds. Peaks are dense (no 2:4 sp
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from gpuperf.dtypes import DType
 from gpuperf.errors import InputError
+
+
+def _scalar_fields(obj: object) -> dict[str, object]:
+    return {f.name: getattr(obj, f.name) for f in fields(obj) if f.name != "extra"}  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +43,9 @@ class ModelParams:
     fp32_matmul_tf32: float = 0.0  # 1: fp32 GEMMs run on TF32 tensor cores (PyTorch default 0)
     extra: Mapping[str, float] = field(default_factory=dict)  # model-specific extras by name
 
+    def __hash__(self) -> int:
+        return hash(tuple(v for k, v in sorted(_scalar_fields(self).items())))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
@@ -60,6 +67,13 @@ class GpuSpec:
     params: ModelParams = field(default_factory=ModelParams)
     sources: Mapping[str, str] = field(default_factory=dict)  # field -> where the number comes from
     path: str = ""  # the file it was loaded from
+
+    def __hash__(self) -> int:
+        # Mapping fields are not hashable; name, file and the headline numbers identify a spec well
+        # enough for caches, and equality (all fields) settles collisions.
+        return hash(
+            (self.name, self.path, self.sms, self.hbm_bw, self.boost_clock_mhz, self.params)
+        )
 
     def peak(self, dtype: DType) -> float:
         """Dense peak FLOP/s for `dtype`; InputError when the GPU lacks it (fp8 on A100)."""
