@@ -1,0 +1,146 @@
+"""`gpuperf predict`: happy paths, output formats, and every bad input -> exit 2 with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuperf.cli import main
+from gpuperf.perfmodel import predict as P
+from gpuperf.perfmodel.optime import OpTime
+
+ROOT = Path(__file__).resolve().parents[2]
+GPUPERF = Path(sys.executable).parent / "gpuperf"
+
+
+@pytest.fixture
+def fast_model(monkeypatch):
+    """A fixed 10 µs per kernel, so these tests check the CLI, not the time model."""
+    t = 10e-6
+    monkeypatch.setattr(P, "_op_time", lambda op, g, s=None: OpTime(t, "memory", t_mem=t))
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+def test_predict_model_table(capsys, fast_model):
+    code, out, err = run(capsys, "predict", "llama2-7b", "--gpu", "h100", "--seq", "2048")
+    assert code == 0, err
+    assert "llama2-7b · prefill · batch 1 × seq 2048 · bf16 · fused · on h100-sxm5-80gb" in out
+    for text in ("time (ms)", "FLOPs (G)", "×32", "mlp/down", "tokens/s", "MFU", "memory"):
+        assert text in out
+
+
+def test_predict_json_parses(capsys, fast_model):
+    code, out, _ = run(capsys, "predict", "llama2-7b", "--seq", "512", "--format", "json")
+    assert code == 0
+    obj = json.loads(out)
+    assert obj["total_ms"] > 0 and obj["scenario"]["seq"] == 512
+    assert {"name", "kind", "flops", "bytes", "intensity", "bound", "time_ms"} <= set(obj["ops"][0])
+    assert len({op["name"] for op in obj["ops"]}) == len(obj["ops"])  # every op, not folded
+
+
+def test_predict_by_kind_and_top(capsys, fast_model):
+    code, out, _ = run(capsys, "predict", "llama2-7b", "--by", "kind", "--format", "csv")
+    assert code == 0
+    kinds = [line.split(",")[0] for line in out.splitlines()[1:]]
+    assert "gemm" in kinds and "attention" in kinds and len(kinds) == len(set(kinds))
+    code, out, _ = run(capsys, "predict", "llama2-7b", "--top", "3", "--format", "csv")
+    assert code == 0 and len(out.splitlines()) == 4
+
+
+def test_predict_generate_shows_latency(capsys, fast_model):
+    code, out, _ = run(capsys, "predict", "llama2-7b", "--mode", "generate", "--seq", "128")
+    assert code == 0 and "time to first token" in out and "per output token" in out
+
+
+def test_predict_gemm(capsys, fast_model):
+    code, out, _ = run(capsys, "predict", "gemm", "4096", "--format", "json")
+    assert code == 0
+    op = json.loads(out)["ops"][0]
+    assert op["kind"] == "gemm" and op["flops"] == 2 * 4096**3
+    code, out, _ = run(capsys, "predict", "gemm", "1K:4K:x2")
+    assert code == 0 and "TFLOP/s" in out and "1024×1024×1024" in out
+
+
+def test_every_help_has_an_example(capsys):
+    for args in (["predict"], ["predict", "model"], ["predict", "gemm"], ["predict", "copy"]):
+        code, out, _ = run(capsys, *args, "--help")
+        assert code == 0 and "Example" in out and "gpuperf predict" in out
+
+
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 32,
+    "intermediate_size": 11008,
+    "vocab_size": 32000,
+}
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["llama2-7x"], "did you mean llama2-7b"),
+        (["llama2-7b", "--gpu", "h10"], "h100"),
+        (["llama2-7b", "--seq", "abc"], "not a size"),
+        (["llama2-7b", "--batch", "1.5"], "not a whole number"),
+        (["llama2-7b", "--batch", "0"], "must be positive"),
+        (["llama2-7b", "--seq", "-1"], "'-1' is not a size"),
+        (["llama2-7b", "--dtype", "fp12"], "unknown dtype"),
+        (["llama2-7b", "--kv-dtype", "int3"], "unknown dtype"),
+        (["llama2-7b", "--mode", "infer"], "infer"),
+        (["/nonexistent/dir/config.json"], "config.json"),
+        (["{tmp}/broken.json"], "broken.json"),
+        (["{tmp}/odd_heads.json"], "must divide"),
+        (["llama2-7b", "--gpu", "{tmp}/bad.toml"], "bad.toml"),
+        (["gemm", "4096", "4096"], "M N K"),
+        (["gemm", "0"], "must be positive"),
+        (["attention", "--seq", "x"], "not a size"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, tmp_path, fast_model, args, message):
+    _write(tmp_path, "broken.json", '{"hidden_size": 4096,')
+    _write(tmp_path, "odd_heads.json", json.dumps({**LLAMA, "num_attention_heads": 3}))
+    _write(tmp_path, "bad.toml", "name = [unclosed\n")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    code, out, err = run(capsys, "predict", *args)
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and err.startswith("gpuperf: error:"), err
+    assert message in err and "Traceback" not in err
+
+
+def test_predict_path_does_not_import_torch():
+    code = "import gpuperf.cli.predict_cmd, sys; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.skipif(not GPUPERF.exists(), reason="console script not installed")
+def test_demo_command_end_to_end():
+    """`make demo` with the real time model, in a fresh process: a table with totals, no torch."""
+    env = {**os.environ, "PYTHONWARNINGS": "error::DeprecationWarning:gpuperf"}
+    res = subprocess.run(
+        [str(GPUPERF), "predict", "llama2-7b", "--gpu", "h100", "--seq", "2048"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "time (ms)" in res.stdout and "tokens/s" in res.stdout and "MFU" in res.stdout

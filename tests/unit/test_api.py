@@ -1,0 +1,105 @@
+"""gpuperf.api: name/path/object resolution, scenario plumbing, single ops, bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuperf import api
+from gpuperf.errors import InputError
+from gpuperf.hardware.loader import load_gpu, load_system
+from gpuperf.perfmodel import predict as P
+from gpuperf.perfmodel.optime import OpTime
+from gpuperf.workloads.config import load_model
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    """A fake roofline (1 µs per op) that records the ops and GPUs it is asked about."""
+    log: list = []
+
+    def fake(op, gpu, system=None):
+        log.append((op, gpu, system))
+        return OpTime(time=1e-6, bound="memory", t_mem=1e-6)
+
+    monkeypatch.setattr(P, "_op_time", fake)
+    return log
+
+
+def test_predict_by_name_builds_the_scenario(seen):
+    p = api.predict("llama2-7b", gpu="a100", mode="decode", batch=4, ctx=1024, dtype="fp16")
+    assert p.gpu == "a100-sxm4-80gb" and p.model == "llama2-7b"
+    assert p.scenario["mode"] == "decode" and p.scenario["batch"] == 4
+    assert p.scenario["ctx"] == 1024 and p.scenario["dtype"] == "fp16"
+    assert p.tokens_per_s == pytest.approx(4 / (p.total_ms * 1e-3))
+    assert p.memory["weights"] > 0 and p.memory_capacity == load_gpu("a100").hbm_bytes
+
+
+def test_predict_accepts_loaded_objects_and_defaults_to_h100(seen):
+    cfg = load_model("llama2-7b")
+    p = api.predict(cfg, seq=128)
+    assert p.gpu == "h100-sxm5-80gb"
+    assert api.predict(cfg, gpu=load_gpu("h200"), seq=128).gpu == "h200-sxm-141gb"
+
+
+def test_system_without_gpu_uses_the_systems_gpu(seen):
+    p = api.predict("llama2-7b", system="dgx-a100", seq=128, tp=2)
+    assert p.gpu == load_system("dgx-a100").gpu.name
+    assert p.scenario["tp"] == 2
+    assert seen[0][2] is not None  # the system reaches the time model (collectives)
+
+
+def test_unknown_parallel_argument_suggests():
+    with pytest.raises(InputError, match="unknown argument 'tpp'; did you mean tp"):
+        api.predict("llama2-7b", tpp=2)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"mode": "infer"}, "unknown mode"),
+        ({"batch": 0}, "batch must be a positive integer"),
+        ({"seq": -5}, "seq must be a positive integer"),
+        ({"dtype": "fp12"}, "unknown dtype"),
+        ({"impl": "compiled"}, "unknown impl"),
+    ],
+)
+def test_bad_scenarios_raise_input_error(kwargs, message, seen):
+    with pytest.raises(InputError, match=message):
+        api.predict("llama2-7b", **kwargs)
+
+
+def test_predict_op_gemm(seen):
+    p = api.predict_op("gemm", m=8192, n=4096, k=11008)
+    assert len(p.table) == 1
+    assert p.table["flops"].iloc[0] == 2 * 8192 * 4096 * 11008
+    assert p.table["bytes"].iloc[0] == 2 * (8192 * 11008 + 11008 * 4096 + 8192 * 4096)
+    assert p.total_ms == pytest.approx(1e-3)  # one kernel, no host in the loop
+    assert p.scenario == {}
+
+
+def test_predict_op_other_kinds(seen):
+    att = api.predict_op("attention", batch=1, heads=32, seq=4096, causal=True)
+    assert att.table["kind"].iloc[0] == "attention"
+    assert api.predict_op("elementwise", fn="gelu", numel=1 << 20).table["flops"][0] == 8 << 20
+    assert (
+        api.predict_op("norm", fn="rmsnorm", rows=8, cols=4096, dtype="fp32").table["dtype"].iloc[0]
+        == "fp32"
+    )
+    assert api.predict_op("copy", nbytes=1 << 30).table["bytes"].iloc[0] == 2 * (1 << 30)
+    ar = api.predict_op("allreduce", system="dgx-h100", nbytes=1 << 20, ranks=8)
+    assert ar.table["kind"].iloc[0] == "collective" and seen[-1][2] is not None
+
+
+@pytest.mark.parametrize(
+    "kind, params, message",
+    [
+        ("gemn", {"m": 8}, "unknown op kind 'gemn'; did you mean gemm"),
+        ("gemm", {"m": 0}, "m must be positive"),
+        ("gemm", {"rows": 8}, "gemm: "),
+        ("attention", {"heads": 32}, "attention: "),
+        ("gemm", {"m": 8, "dtype": "fp7"}, "unknown dtype"),
+    ],
+)
+def test_predict_op_bad_input(kind, params, message):
+    with pytest.raises(InputError, match=message):
+        api.predict_op(kind, **params)
