@@ -1,0 +1,124 @@
+"""FlashAttention time: query tiles × KV blocks over SM waves, Tensor-Core matmuls plus exp.
+
+Work decomposition (FlashAttention-2 forward): each (batch, head) is cut into query tiles of
+BLOCK_M rows; one CTA per tile walks the KV blocks (BLOCK_N keys) it may see. With causal masking
+tile j sees only keys up to its last query, so per-tile work grows along the sequence (the last
+tile sees them all). Decode-like calls (q_len < BLOCK_M) pack the query heads that share a KV head
+into one tile (FA2's GQA swap) and split the KV sequence over CTAs to fill the GPU (split-KV,
+chosen by least predicted time), paying for fp32 partial outputs that a combine step reads.
+
+One (query, key) pair costs, on one SM,
+  t_pair = SMs · (matmul_flops_per_pair / peak + 1 / exp_rate) / eff
+with 4·d matmul FLOPs (QKᵀ and PV) forward, 10·d backward (2.5×), one exp per pair either way, the
+exp rate from the SFU throughput (16 per clock per SM) and eff = attn_eff or attn_bwd_eff.
+  t_math = (max(longest CTA, waves · mean CTA) + waves · attn_fill_blocks) · BLOCK_M·BLOCK_N·t_pair
+  t_mem  = (Cost.bytes + partials + bytes_for_half_bw) / (mem_eff · HBM bw)
+  time   = max(t_math, t_mem) + kernel_floor_s
+Decode (one query against a long cache) is memory-bound on reading K and V.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+from gpuperf.dtypes import BYTES
+from gpuperf.hardware.spec import GpuSpec
+from gpuperf.perfmodel.ops import Attention
+from gpuperf.perfmodel.optime import OpTime
+from gpuperf.perfmodel.roofline import finish, matmul_peak
+
+BLOCK_M = 128  # FlashAttention-2 forward query tile (head_dim <= 128)
+BLOCK_M_DECODE = 64  # the split-KV kernel's query tile
+BLOCK_N = 128  # keys per KV block
+# Special-function (exp2) results per clock per SM: CUDA C++ Programming Guide, "Arithmetic
+# Instructions" throughput table, 16 for compute capability 5.x through 9.0.
+SFU_PER_CLK_PER_SM = 16
+KV_SPLITS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
+PARTIAL_BYTES = 4  # split-KV partial outputs and backward dQ accumulators are fp32
+
+
+@lru_cache(maxsize=4096)
+def tile_blocks(rows: int, kv_len: int, q_len: int, br: int, causal: bool) -> tuple[int, int, int]:
+    """(query tiles, total KV blocks over all tiles, KV blocks of the longest tile) for one
+    (batch, head) unit of `rows` query rows against `kv_len` keys."""
+    n_qt = -(-rows // br)
+    n_kv = -(-kv_len // BLOCK_N)
+    if not causal:
+        return n_qt, n_qt * n_kv, n_kv
+    off = kv_len - q_len  # the queries are the last q_len positions
+    total = 0
+    for j in range(n_qt):
+        last_key = off + min((j + 1) * br, rows)
+        total += -(-last_key // BLOCK_N)
+    return n_qt, total, n_kv
+
+
+class _Hw(NamedTuple):
+    """The numbers of a GpuSpec the attention model uses (hashable, for the shape cache)."""
+
+    sms: int
+    t_pair: float  # seconds per (query, key) pair on one SM
+    bw: float  # achievable HBM bytes/s
+    half_bytes: float
+    fill: float
+    floor: float
+    eff: float
+
+
+def _hw(op: Attention, gpu: GpuSpec) -> _Hw:
+    p = gpu.params
+    eff = p.attn_bwd_eff if op.backward else p.attn_eff
+    mm_flops = (10.0 if op.backward else 4.0) * op.head_dim
+    exp_rate = gpu.sms * gpu.boost_clock_mhz * 1e6 * SFU_PER_CLK_PER_SM
+    t_pair = gpu.sms * (mm_flops / matmul_peak(gpu, op.dtype) + 1.0 / exp_rate) / eff
+    bw = p.mem_eff * gpu.hbm_bw
+    return _Hw(gpu.sms, t_pair, bw, p.bytes_for_half_bw, p.attn_fill_blocks, p.kernel_floor_s, eff)
+
+
+def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
+    """Predicted time of a fused attention call (forward, or backward when op.backward)."""
+    hw = _hw(op, gpu)
+    d = op.head_dim
+    group = max(1, op.heads // max(1, op.kv_heads))
+    packed = op.q_len < BLOCK_M and not op.backward
+    if packed:  # all query heads of one KV head share a tile; all of them see (nearly) all keys
+        rows, units, causal = op.q_len * group, op.batch * op.kv_heads, False
+    else:
+        rows, units, causal = op.q_len, op.batch * op.heads, op.causal
+    br = BLOCK_M if rows >= BLOCK_M else BLOCK_M_DECODE
+    n_qt, total, longest = tile_blocks(rows, op.kv_len, op.q_len, br, causal)
+    t_block = br * BLOCK_N * hw.t_pair
+
+    base_bytes = op.cost().bytes
+    if op.backward:  # dQ is accumulated in fp32 through global memory (read + write)
+        base_bytes += 2.0 * op.batch * op.heads * op.q_len * d * PARTIAL_BYTES
+
+    best: tuple[float, float, float, int, int] | None = None
+    for s in KV_SPLITS:
+        if s > 1 and (op.backward or units * n_qt >= hw.sms):
+            break  # split-KV only while the tiles alone leave SMs idle
+        ctas = units * n_qt * s
+        waves = -(-ctas // hw.sms)
+        units_time = max(-(-longest // s), waves * total / (n_qt * s)) + waves * hw.fill
+        t_math = units_time * t_block
+        # Each split writes fp32 partial outputs for its real query rows; the combine reads them.
+        partials = 2.0 * units * rows * s * d * PARTIAL_BYTES if s > 1 else 0.0
+        t_mem = (base_bytes + partials + hw.half_bytes) / hw.bw
+        t = max(t_math, t_mem)
+        if best is None or t < best[0]:
+            best = (t, t_math, t_mem, s, waves)
+    assert best is not None
+    _, t_math, t_mem, split, waves = best
+    detail = {
+        "block_m": br,
+        "query_tiles": n_qt,
+        "kv_blocks": total,
+        "split_kv": split,
+        "ctas": units * n_qt * split,
+        "waves": waves,
+        "eff": hw.eff,
+        "gqa_packed": 1.0 if packed else 0.0,
+        "kv_bytes": 2.0 * op.batch * op.kv_heads * op.kv_len * d * BYTES[op.kv_dtype or op.dtype],
+    }
+    return finish(t_math, t_mem, hw.floor, detail)

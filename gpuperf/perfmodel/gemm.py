@@ -1,0 +1,208 @@
+"""GEMM time, the way cuBLAS runs it: a CTA tile and a split-K factor chosen by least predicted
+time, tile and wave quantization, per-tile pipeline fill, operand re-reads past L2, and the
+16-byte alignment of leading dimensions.
+
+For one candidate (tile Tm×Tn, split-K s), with k-steps of 128 bytes of K (64 bf16 elements):
+  ctas       = ceil(M/Tm)·ceil(N/Tn)·batch·s, each SM running ceil(ctas/SMs) of them in turn
+  feed_eff   = min(1, (2·Tm·Tn/(Tm+Tn)) / gemm_tile_edge_full): small tiles reuse too little of
+               what they load to keep the tensor cores busy (shared-memory bandwidth per FLOP)
+  t_kstep    = 2·Tm·Tn·Tk / (eff·peak/SMs · feed_eff)       (padded tiles do full work)
+  t_math     = (ceil(ctas/SMs)·ksteps + rounds·gemm_fill_ksteps) · t_kstep
+  traffic    = A·ceil(tiles_n/c0) + B·ceil(tiles_m/r0) + C (+ split-K partials), where one wave
+               of `slots` CTAs covers an r0×c0 block of tiles (grouped raster); everything is
+               read once when A+B+C fit in L2
+  t_mem      = (traffic + bytes_for_half_bw) / (mem_eff·HBM bandwidth)
+  time       = max(t_math, t_mem) + kernel_floor_s
+Skinny GEMMs (decode, M ≤ 64) come out memory-bound on the weights: a thin tile (16×128 after
+cuBLAS's operand swap) and split-K leave the math below the weight-streaming time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from gpuperf.dtypes import BYTES
+from gpuperf.hardware.spec import GpuSpec
+from gpuperf.perfmodel.ops import Gemm
+from gpuperf.perfmodel.optime import OpTime
+from gpuperf.perfmodel.roofline import finish, matmul_peak
+
+# CTA tiles (Tm, Tn) of cuBLAS/CUTLASS Hopper and Ampere kernels. The thin ones (16, 32 wide) are
+# the small-N wgmma/mma shapes cuBLAS uses for skinny products (it swaps A and B as needed).
+TILES: tuple[tuple[int, int], ...] = (
+    (128, 256),
+    (256, 128),
+    (128, 128),
+    (256, 64),
+    (64, 256),
+    (128, 64),
+    (64, 128),
+    (64, 64),
+    (128, 32),
+    (32, 128),
+    (64, 32),
+    (32, 64),
+    (128, 16),
+    (16, 128),
+    (64, 16),
+    (16, 64),
+)
+SPLITS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)  # split-K factors tried when tiles < SMs
+K_STEP_BYTES = 128  # one k-step loads 128 bytes of K per row (64 bf16, 128 fp8, 32 fp32)
+STAGES = 4  # shared-memory pipeline depth: sets how many CTAs fit on one SM
+MAX_CTAS_PER_SM = 4
+ALIGN_BYTES = 16  # cuBLAS Tensor-Core fast path needs 16-byte aligned leading dimensions
+PARTIAL_BYTES = 4  # split-K partial sums are fp32
+
+
+class _Hw(NamedTuple):
+    """The numbers of a GpuSpec the GEMM model uses (hashable, for the shape cache)."""
+
+    sms: int
+    rate: float  # FLOP/s at the achievable efficiency for this dtype and alignment
+    bw: float  # achievable HBM bytes/s
+    l2_fit: float  # bytes of L2 that hold an operand set without re-reads
+    smem: float
+    floor: float
+    half_bytes: float
+    fill: float
+    edge_full: float
+
+
+class Candidate(NamedTuple):
+    """One (tile, split-K) choice and its predicted terms."""
+
+    time: float
+    t_math: float
+    t_mem: float
+    tm: int
+    tn: int
+    split: int
+    ctas: int
+    ctas_per_sm: int
+    waves: int
+    wave_eff: float
+    tile_eff: float
+    feed_eff: float
+    traffic: float
+
+
+def is_aligned(op: Gemm) -> bool:
+    """True when the leading dimensions (K of A and B, N of C) are 16-byte multiples.
+
+    nn.Linear's layout (A[m,k] @ W[n,k]ᵀ → C[m,n]) gives cuBLAS lda = ldb = K and ldc = N; M is
+    not a leading dimension, so an odd M (token count) keeps the fast path.
+    """
+    b = BYTES[op.dtype]
+    return (op.k * b) % ALIGN_BYTES == 0 and (op.n * b) % ALIGN_BYTES == 0
+
+
+def _hw(op: Gemm, gpu: GpuSpec) -> _Hw:
+    p = gpu.params
+    eff = p.gemm_eff if is_aligned(op) else p.gemm_misaligned_eff
+    return _Hw(
+        sms=gpu.sms,
+        rate=eff * matmul_peak(gpu, op.dtype),
+        bw=p.mem_eff * gpu.hbm_bw,
+        l2_fit=p.l2_usable_frac * gpu.l2_bytes,
+        smem=gpu.smem_per_sm_bytes,
+        floor=p.kernel_floor_s,
+        half_bytes=p.bytes_for_half_bw,
+        fill=p.gemm_fill_ksteps,
+        edge_full=p.gemm_tile_edge_full,
+    )
+
+
+def candidate(
+    m: int, n: int, k: int, batch: int, b: int, out_b: int, tm: int, tn: int, s: int, hw: _Hw
+) -> Candidate:
+    """Predicted terms of one (tile, split-K) choice for an [m,k]@[k,n] product in `b`-byte
+    elements (`out_b`-byte output), `batch` independent products."""
+    tk = max(1, K_STEP_BYTES // b)
+    per_sm = max(1, min(MAX_CTAS_PER_SM, int(hw.smem // (STAGES * (tm + tn) * K_STEP_BYTES))))
+    tiles_m, tiles_n = -(-m // tm), -(-n // tn)
+    ctas = tiles_m * tiles_n * batch * s
+    k_cta = -(-k // s)  # K elements each split covers
+    ksteps = -(-k_cta // tk)
+    feed = min(1.0, 2.0 * tm * tn / (tm + tn) / hw.edge_full)
+    t_kstep = 2.0 * tm * tn * tk * hw.sms / (hw.rate * feed)
+    per_sm_ctas = -(-ctas // hw.sms)  # the busiest SM runs this many CTAs, per_sm at a time
+    rounds = -(-per_sm_ctas // per_sm)
+    t_math = (per_sm_ctas * ksteps + rounds * hw.fill) * t_kstep
+
+    a_bytes, b_bytes, c_bytes = m * k * b, k * n * b, m * n * out_b
+    if a_bytes + b_bytes + c_bytes <= hw.l2_fit:
+        reads = a_bytes + b_bytes
+    else:  # a wave of `slots` CTAs covers an r0 × c0 block of tiles (grouped raster order)
+        slots = hw.sms * per_sm
+        r0 = max(1.0, math.sqrt(slots * tn / tm))
+        c0 = max(1.0, slots / r0)
+        reads = a_bytes * math.ceil(tiles_n / c0) + b_bytes * math.ceil(tiles_m / r0)
+    partials = 2 * s * m * n * PARTIAL_BYTES if s > 1 else 0
+    traffic = float(batch * (reads + c_bytes + partials))
+    t_mem = (traffic + hw.half_bytes) / hw.bw
+
+    slots = hw.sms * per_sm
+    waves = -(-ctas // slots)
+    return Candidate(
+        time=max(t_math, t_mem) + hw.floor,
+        t_math=t_math,
+        t_mem=t_mem,
+        tm=tm,
+        tn=tn,
+        split=s,
+        ctas=ctas,
+        ctas_per_sm=per_sm,
+        waves=waves,
+        wave_eff=ctas / (waves * slots),
+        tile_eff=m * n / (tiles_m * tm * tiles_n * tn),
+        feed_eff=feed,
+        traffic=traffic,
+    )
+
+
+def _best(m: int, n: int, k: int, batch: int, b: int, out_b: int, hw: _Hw) -> Candidate:
+    best: Candidate | None = None
+    for tm, tn in TILES:
+        tiles = -(-m // tm) * -(-n // tn) * batch
+        per_sm = max(1, min(MAX_CTAS_PER_SM, int(hw.smem // (STAGES * (tm + tn) * K_STEP_BYTES))))
+        for s in SPLITS:
+            # Split K only while the tiles alone leave SMs idle, and not past two full waves.
+            if s > 1 and (tiles >= hw.sms or tiles * s > 2 * hw.sms * per_sm):
+                break
+            c = candidate(m, n, k, batch, b, out_b, tm, tn, s, hw)
+            # Ties (memory-bound shapes) go to the candidate with the least math: what a
+            # heuristic that also minimizes wasted work would pick.
+            if best is None or (c.time, c.t_math) < (best.time, best.t_math):
+                best = c
+    assert best is not None
+    return best
+
+
+def gemm_time(
+    op: Gemm, gpu: GpuSpec, *, tile: tuple[int, int] | None = None, split_k: int | None = None
+) -> OpTime:
+    """Predicted time of a GEMM: the fastest (tile, split-K) candidate, or the one given."""
+    b = BYTES[op.dtype]
+    out_b = 2 if b == 1 else b  # fp8/int8 GEMMs write 16-bit results (as Gemm.cost does)
+    hw = _hw(op, gpu)
+    if tile is None and split_k is None:
+        c = _best(op.m, op.n, op.k, op.batch, b, out_b, hw)
+    else:
+        tm, tn = tile or (128, 128)
+        c = candidate(op.m, op.n, op.k, op.batch, b, out_b, tm, tn, split_k or 1, hw)
+    detail = {
+        "tile": f"{c.tm}x{c.tn}",
+        "split_k": c.split,
+        "ctas": c.ctas,
+        "ctas_per_sm": c.ctas_per_sm,
+        "waves": c.waves,
+        "wave_eff": c.wave_eff,
+        "tile_eff": c.tile_eff,
+        "feed_eff": c.feed_eff,
+        "eff": hw.rate / matmul_peak(gpu, op.dtype),
+        "aligned": 1.0 if is_aligned(op) else 0.0,
+        "traffic_bytes": c.traffic,
+    }
+    return finish(c.t_math, c.t_mem, hw.floor, detail)
