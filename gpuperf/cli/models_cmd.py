@@ -22,10 +22,10 @@ LIST_COLUMNS = {
     "name": "model",
     "family": "family",
     "params_b": "params (B)",
-    "active_params_b": "active params (B)",
+    "active_params_b": "active (B)",
     "layers": "layers",
     "hidden": "hidden",
-    "heads": "heads / kv heads",
+    "heads": "heads/kv",
     "vocab": "vocab",
     "context": "context (tokens)",
 }
@@ -75,12 +75,11 @@ def list_cmd(fmt: str) -> None:
     else:
         table = Table(title="Model presets", box=box.SIMPLE_HEAVY)
         for key, header in LIST_COLUMNS.items():
-            table.add_column(
-                header, justify="left" if key in ("name", "family") else "right", overflow="fold"
-            )
+            table.add_column(header, justify="left" if key in ("name", "family") else "right")
         for r in rows:
             table.add_row(*(_fmt(r[k]) for k in LIST_COLUMNS))
-        Console().print(table)
+        # Never wrap a model name or a number: wider than a narrow terminal beats unreadable.
+        Console(width=max(Console().width, 120)).print(table)
 
 
 @models.command("show")
