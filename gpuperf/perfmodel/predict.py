@@ -455,7 +455,9 @@ def group(table: pd.DataFrame, by: GroupBy = "op") -> pd.DataFrame:
         out["layer"] = first.where(first == last, first + "-" + last)
     else:
         out["shape"] = ""
-    if by == "kind":
+    if by == "layer":  # a layer mixes kinds; ops outside layers keep theirs
+        out["kind"] = out["kind"].where(out["count"] == 1, "layer")
+    if by != "op":
         out["dtype"] = grouped["dtype"].agg(lambda s: "/".join(dict.fromkeys(s)))
     out["intensity"] = _intensity(out["flops"], out["bytes"])
     if "measured_ms" in out.columns and "error_pct" in out.columns:

@@ -259,6 +259,7 @@ def test_group_by_layer_and_kind(tiny):
     by_layer = P.group(pred.table, "layer")
     assert list(by_layer["name"]) == ["L0", "L1", "lm_head"]
     assert list(by_layer["time_ms"]) == pytest.approx([3.0, 3.0, 1.0])
+    assert list(by_layer["kind"]) == ["layer", "layer", "gemm"]
     by_kind = P.group(pred.table, "kind")
     assert dict(zip(by_kind["name"], by_kind["count"], strict=True)) == {
         "norm": 2,
