@@ -1,0 +1,223 @@
+"""Launch a collective benchmark with torchrun (torch.distributed.run) and read its result.
+
+The workers (gpuperf.measure.collective_worker) use NCCL on GPUs and gloo on CPUs. The launcher
+runs in its own session; on --timeout every process of the run (torchrun, its ranks, and anything
+they started) is killed, and the rows finished so far are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuperf.errors import EnvironmentUnavailable, GpuperfError, InputError
+from gpuperf.measure.collective_worker import COLLS
+
+OnRow = Callable[[dict[str, Any], dict[str, Any]], None]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the gpuperf package
+
+
+class CollectiveTimeout(EnvironmentUnavailable):
+    """The run did not finish within --timeout (a hung rank, a dead link): exit 3."""
+
+
+class WorkersFailed(GpuperfError):
+    """torchrun or a rank exited with an error (exit 1); the message carries the last error line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Where and how to run: ranks per node, nodes, this node's rank, rendezvous host:port."""
+
+    nproc: int = 2
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    device: str = "cuda"
+
+    @property
+    def world(self) -> int:
+        return self.nproc * self.nnodes
+
+
+def check_launch(coll: str, launch: Launch) -> None:
+    """InputError for impossible requests, EnvironmentUnavailable when GPUs are missing."""
+    if coll not in COLLS:
+        raise InputError(f"unknown collective {coll!r}; expected one of: {', '.join(COLLS)}")
+    if launch.nproc < 1 or launch.nnodes < 1:
+        raise InputError("--nproc and --nnodes must be positive")
+    if not 0 <= launch.node_rank < launch.nnodes:
+        raise InputError(f"--node-rank {launch.node_rank} must be in [0, {launch.nnodes})")
+    if launch.nnodes > 1 and not launch.rdzv_endpoint:
+        raise InputError("--nnodes > 1 needs --rdzv-endpoint host:port (node 0's address)")
+    if coll == "sendrecv" and launch.world < 2:
+        raise InputError("sendrecv needs at least 2 ranks (--nproc 2)")
+    if launch.device == "cuda":
+        try:
+            import torch
+        except ImportError:
+            raise EnvironmentUnavailable("torch is not installed (pip install torch)") from None
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if have < launch.nproc:
+            raise EnvironmentUnavailable(
+                f"{launch.nproc} GPUs per node requested, {have} present"
+                + ("; use --device cpu" if have == 0 else "")
+            )
+
+
+def torchrun_command(coll: str, sizes: list[int], launch: Launch, out: str, **kw: Any) -> list[str]:
+    """The torchrun command line (also printed by --dry-run style tooling and tests)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={launch.nproc}"]
+    if launch.nnodes == 1 and not launch.rdzv_endpoint:
+        cmd.append("--standalone")
+    else:
+        host, _, port = (launch.rdzv_endpoint or "").rpartition(":")
+        if not host or not port.isdigit():
+            raise InputError(f"--rdzv-endpoint {launch.rdzv_endpoint!r} must be host:port")
+        cmd += [
+            f"--nnodes={launch.nnodes}",
+            f"--node-rank={launch.node_rank}",
+            f"--master-addr={host}",
+            f"--master-port={port}",
+        ]
+    cmd += ["-m", "gpuperf.measure.collective_worker", "--coll", coll]
+    cmd += ["--sizes", ",".join(map(str, sizes)), "--device", launch.device, "--out", out]
+    for key, value in kw.items():
+        if value is not None:
+            cmd += [f"--{key.replace('_', '-')}", str(value)]
+    return cmd
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The workers' environment: gpuperf importable, NVLS off unless the user set it."""
+    env = dict(os.environ)
+    env.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink SHARP/multicast is unreliable here
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun warns and sets it otherwise
+    path = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
+    env.update(extra or {})
+    return env
+
+
+def _descendants(pid: int) -> list[int]:
+    """All processes below `pid` (Linux /proc); torchrun puts each rank in its own session."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(proc: subprocess.Popen[Any]) -> int:
+    """SIGKILL the launcher's process group and every descendant; returns how many."""
+    pids = _descendants(proc.pid)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return len(pids) + 1
+
+
+def _read_rows(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}, []
+    return data.get("env", {}), data.get("rows", [])
+
+
+def _last_error(log: Path) -> str:
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln or "error" in ln:
+            return ln[:300]
+    return lines[-1][:300] if lines else "no output"
+
+
+def run_collective(
+    coll: str,
+    sizes: list[int],
+    launch: Launch,
+    *,
+    dtype: str = "bf16",
+    warmup_ms: float | None = None,
+    rep_ms: float | None = None,
+    timeout_s: float | None = None,
+    on_row: OnRow | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Run `coll` at each size over launch.world ranks; (env, rows) as rank 0 wrote them.
+
+    on_row(env, row) is called as each size completes (for progress and incremental saving).
+    Raises CollectiveTimeout (rows done so far are passed to on_row before) or WorkersFailed.
+    """
+    check_launch(coll, launch)
+    with tempfile.TemporaryDirectory(prefix="gpuperf-coll-") as tmp:
+        out, log = Path(tmp) / "result.json", Path(tmp) / "workers.log"
+        cmd = torchrun_command(
+            coll, sizes, launch, str(out), dtype=dtype, warmup_ms=warmup_ms, rep_ms=rep_ms
+        )
+        start = time.monotonic()
+        seen = 0
+        with open(log, "wb") as logf:
+            proc = subprocess.Popen(
+                cmd,
+                env=child_env(extra_env),
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            try:
+                while proc.poll() is None:
+                    seen = _report(out, seen, on_row)
+                    if timeout_s is not None and time.monotonic() - start > timeout_s:
+                        killed = kill_tree(proc)
+                        seen = _report(out, seen, on_row)
+                        at = f" at {sizes[seen]} B" if seen < len(sizes) else ""
+                        raise CollectiveTimeout(
+                            f"{coll} timed out after {timeout_s:g} s{at} ({seen} of "
+                            f"{len(sizes)} sizes done); killed {killed} processes"
+                        )
+                    time.sleep(0.1)
+            except KeyboardInterrupt:
+                kill_tree(proc)
+                raise
+        _report(out, seen, on_row)
+        env, rows = _read_rows(out)
+        if proc.returncode != 0:
+            raise WorkersFailed(
+                f"{coll} workers failed (exit {proc.returncode}): {_last_error(log)}"
+            )
+        if launch.node_rank == 0 and len(rows) != len(sizes):
+            raise WorkersFailed(f"{coll}: {len(rows)} of {len(sizes)} sizes reported")
+        return env, rows
+
+
+def _report(out: Path, seen: int, on_row: OnRow | None) -> int:
+    env, rows = _read_rows(out)
+    for row in rows[seen:]:
+        if on_row is not None:
+            on_row(env, row)
+    return max(seen, len(rows))
