@@ -111,13 +111,17 @@ def title(result: Any) -> str:
         impl = sc.get("impl", "") + (" + CUDA graphs" if sc.get("cuda_graphs") else "")
         par = " ".join(f"{k}={sc[k]}" for k in ("tp", "pp", "dp", "ep") if sc.get(k, 1) > 1)
         parts += [mode, sizes, sc.get("dtype", ""), impl, par]
+    else:
+        dtypes = result.table["dtype"].unique() if "dtype" in result.table.columns else []
+        parts += ["single kernels, each timed on its own", "/".join(map(str, dtypes))]
     parts.append(f"on {getattr(result, 'gpu', '')}")
     return " · ".join(p for p in parts if p)
 
 
 def rich_table(result: Any, view: pd.DataFrame | None = None) -> Table:
     frame = display_frame(result, view)
-    table = Table(title=title(result), box=box.SIMPLE_HEAD, show_footer=True)
+    sweep = _is_sweep(result)  # independent kernels: no sum, no total
+    table = Table(title=title(result), box=box.SIMPLE_HEAD, show_footer=not sweep)
     for col in frame.columns:
         header, fmt, right, summed = COLUMNS[col]
         foot = ""
@@ -142,7 +146,7 @@ def summary_lines(result: Any) -> list[Text]:
     lines: list[Text] = []
     extra = getattr(result, "extra", None) or {}
     total = getattr(result, "total_ms", None)
-    if total is not None:
+    if total is not None and not _is_sweep(result):
         parts = [f"{num(total)} ms"]
         if "gpu_busy_ms" in extra:
             parts.append(f"GPU busy {num(extra['gpu_busy_ms'])} ms")

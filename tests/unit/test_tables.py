@@ -102,6 +102,7 @@ def test_single_op_sweep_shows_predicted_rates_not_share():
     res = _result(t, scenario={}, memory={}, tokens_per_s=None, mfu=None, hfu=None)
     out = _text(res)
     assert "share" not in out and "TFLOP/s" in out and "GB/s" in out
+    assert "sum" not in out and "total" not in out  # independent kernels do not add up
     assert "687" in out  # 206e9 FLOP in 0.3 ms = 687 TFLOP/s
 
 
