@@ -43,6 +43,7 @@ class Dims:
     kv: DType  # KV cache
     cache: bool  # inference: writes K and V to a cache
     decode: bool
+    static_cache: bool = False  # eager decode on a preallocated StaticCache (CUDA-graph capture)
 
 
 def make_dims(cfg: ModelConfig, sc: Scenario, tp: int = 1) -> Dims:
@@ -66,6 +67,8 @@ def make_dims(cfg: ModelConfig, sc: Scenario, tp: int = 1) -> Dims:
         kv=sc.kv,
         cache=sc.mode != "train",
         decode=sc.mode == "decode",
+        # A CUDA graph needs static buffers: HF then decodes on a StaticCache, not a DynamicCache.
+        static_cache=sc.mode == "decode" and sc.cuda_graphs and sc.impl == "eager",
     )
 
 
@@ -187,6 +190,27 @@ def eager_rope(name: str, d: Dims, heads: int) -> list[Op]:
     ]
 
 
+def static_cache_attention(d: Dims) -> list[Op]:
+    """HF decode on a StaticCache (what a CUDA graph captures): index_copy_ of the new K and V, then
+    SDPA with an explicit mask over the whole cache. With a mask, SDPA cannot use enable_gqa, so
+    GQA models first materialize K and V for every query head (repeat_kv: expand + reshape copies).
+    The cache is sized ctx + a few steps; kv_len stands for it."""
+    hd, kvb = d.head_dim, BYTES[d.kv]
+    new = d.batch * d.kv_heads * hd * d.q_len * kvb
+    ops: list[Op] = [Copy("attn/cache_k", new, d.kv), Copy("attn/cache_v", new, d.kv)]
+    kv_heads = d.kv_heads
+    if d.heads != d.kv_heads:
+        # One copy kernel per tensor writes heads x kv_len rows; its reads of the kv_heads rows
+        # repeat (counted as reads of the full size, an upper bound).
+        full = d.batch * d.heads * d.kv_len * hd
+        ops.append(Elementwise("attn/repeat_k", "repeat_kv", full, 1, 1, d.kv, None, 0.0))
+        ops.append(Elementwise("attn/repeat_v", "repeat_kv", full, 1, 1, d.kv, None, 0.0))
+        kv_heads = d.heads
+    ops.append(Attention("attn/core", d.batch, d.heads, kv_heads, d.q_len, d.kv_len, hd, False,
+                         d.act, d.kv))  # fmt: skip
+    return ops
+
+
 def eager_layer(cfg: ModelConfig, d: Dims) -> list[Op]:
     """HF LlamaDecoderLayer with SDPA and a DynamicCache (GQA via SDPA enable_gqa, no repeat_kv)."""
     T, h, hd, a = d.T, d.hidden, d.head_dim, d.act
@@ -196,13 +220,16 @@ def eager_layer(cfg: ModelConfig, d: Dims) -> list[Op]:
     _gemm(ops, d, "attn/v", T, d.kv_heads * hd, h)
     if cfg.positions == "rope":
         ops += eager_rope("attn/rope_q", d, d.heads) + eager_rope("attn/rope_k", d, d.kv_heads)
-    # DynamicCache.update: torch.cat([cache, new]) for K and V. HF keeps the cache on by default,
-    # in training too (use_cache=True in the config), so the cat runs there as well.
-    past = d.kv_len - d.q_len
-    kv_bytes = d.batch * d.kv_heads * hd * (BYTES[d.kv] * past + BYTES[a] * d.q_len)
-    ops.append(Copy("attn/cache_k", kv_bytes, d.kv))
-    ops.append(Copy("attn/cache_v", kv_bytes, d.kv))
-    ops.append(attention_core(d))
+    if d.static_cache:
+        ops += static_cache_attention(d)
+    else:
+        # DynamicCache.update: torch.cat([cache, new]) for K and V. HF keeps the cache on by
+        # default, in training too (use_cache=True in the config), so the cat runs there as well.
+        past = d.kv_len - d.q_len
+        kv_bytes = d.batch * d.kv_heads * hd * (BYTES[d.kv] * past + BYTES[a] * d.q_len)
+        ops.append(Copy("attn/cache_k", kv_bytes, d.kv))
+        ops.append(Copy("attn/cache_v", kv_bytes, d.kv))
+        ops.append(attention_core(d))
     _gemm(ops, d, "attn/out", T, h, d.heads * hd)
     if cfg.parallel_residual:
         ops += eager_norm(cfg, "mlp/norm", T, h, a)
