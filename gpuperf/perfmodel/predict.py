@@ -29,35 +29,15 @@ if TYPE_CHECKING:
     from gpuperf.workloads.scenario import Scenario
 
 GroupBy = Literal["op", "layer", "kind"]
+# fmt: off
 COLUMNS = (
-    "name",
-    "layer",
-    "kind",
-    "shape",
-    "dtype",
-    "flops",
-    "bytes",
-    "intensity",
-    "bound",
-    "time_ms",
-    "t_math_ms",
-    "t_mem_ms",
-    "t_overhead_ms",
-    "t_comm_ms",
-    "share",
+    "name", "layer", "kind", "shape", "dtype", "flops", "bytes", "intensity", "bound",
+    "time_ms", "t_math_ms", "t_mem_ms", "t_overhead_ms", "t_comm_ms", "share",
 )
+# fmt: on
 # Columns that add up when rows are grouped (measured_ms comes from `gpuperf measure`).
-_ADDITIVE = (
-    "flops",
-    "bytes",
-    "time_ms",
-    "t_math_ms",
-    "t_mem_ms",
-    "t_overhead_ms",
-    "t_comm_ms",
-    "share",
-    "measured_ms",
-)
+_SUMMED = ("flops", "bytes", "time_ms", "t_math_ms", "t_mem_ms", "t_overhead_ms", "t_comm_ms")
+_ADDITIVE = (*_SUMMED, "share", "measured_ms")
 HOST_BOUND_WARN = 0.3  # warn when the GPU waits on the host this fraction of the time
 DECODE_POINTS = 5  # KV-context points at which generate evaluates a decode step
 
@@ -202,10 +182,11 @@ def dispatch_cost(scenario: Scenario | None, gpu: GpuSpec) -> float:
     return gpu.params.graph_launch_s if scenario.cuda_graphs else gpu.params.host_dispatch_s
 
 
-def _frame(cols: dict[str, Any]) -> pd.DataFrame:
-    busy = cols["time_ms"].sum()
-    share = cols["time_ms"] / busy if busy > 0 else np.zeros(len(cols["time_ms"]))
-    return pd.DataFrame({**cols, "share": share}, columns=list(COLUMNS))
+def _with_share(table: pd.DataFrame) -> pd.DataFrame:
+    """Each op's fraction of the GPU-busy time."""
+    busy = table["time_ms"].sum()
+    table["share"] = table["time_ms"] / busy if busy > 0 else 0.0
+    return table
 
 
 def _peak(gpu: GpuSpec, dtype: str) -> float | None:
@@ -234,7 +215,7 @@ def predict_ops(
     times_s = np.asarray(cols["time_ms"]) * 1e-3
     total_s = float(simulate_dispatch(times_s, d)[-1])
     busy_s = float(times_s.sum())
-    table = _frame(cols)
+    table = _with_share(pd.DataFrame(cols, columns=list(COLUMNS)))
     flops = float(table["flops"].sum())
     dtypes = set(table["dtype"].unique()) - {""}
     peak = _peak(gpu, dtypes.pop()) if len(dtypes) == 1 else None
@@ -313,14 +294,7 @@ def predict_model(
         pred = _predict_generate(cfg, gpu, scenario, system)
     else:
         pred = predict_ops(_build_ops(cfg, scenario), gpu, scenario, system)
-        total_s = pred.total_ms * 1e-3
-        pred.tokens_per_s = scenario.tokens / total_s
-        per_token, pred.mfu_convention = model_flops_per_token(cfg, scenario)
-        peak = _peak(gpu, scenario.dtype)
-        if peak:
-            gpus = scenario.tp * scenario.pp
-            pred.mfu = per_token * scenario.tokens / (total_s * peak * gpus)
-            pred.hfu = float(pred.table["flops"].sum()) / (total_s * peak)
+        _throughput(pred, cfg, gpu, scenario, scenario.tokens, scenario.tokens)
     pred.model = getattr(cfg, "name", "") or "model"
     pred.scenario = asdict(scenario)
     pred.memory = _memory(cfg, scenario)
@@ -335,6 +309,20 @@ def predict_model(
             f"({parts})",
         )
     return pred
+
+
+def _throughput(
+    pred: Prediction, cfg: Any, gpu: GpuSpec, sc: Scenario, tokens: int, out_tokens: int
+) -> None:
+    """tokens/s (out_tokens over the total), MFU (model FLOPs of `tokens` over tp·pp GPUs' dense
+    peak), HFU (the ops' FLOPs over one GPU's peak: the op list is one GPU's share)."""
+    total_s = pred.total_ms * 1e-3
+    pred.tokens_per_s = out_tokens / total_s
+    per_token, pred.mfu_convention = model_flops_per_token(cfg, sc)
+    peak = _peak(gpu, sc.dtype)
+    if peak:
+        pred.mfu = per_token * tokens / (total_s * peak * sc.tp * sc.pp)
+        pred.hfu = float(pred.table["flops"].sum()) / (total_s * peak)
 
 
 def decode_weights(first: int, count: int, points: int = DECODE_POINTS) -> tuple[np.ndarray, ...]:
@@ -360,38 +348,25 @@ def _predict_generate(
     ]
     mid = steps[len(steps) // 2].table
     dec = mid.copy()
-    summed = _ADDITIVE[:-2]  # flops, bytes and the times; share is recomputed below
     if all(len(s.table) == len(mid) for s in steps):
-        for col in summed:
+        for col in _SUMMED:
             dec[col] = sum(wk * s.table[col].to_numpy() for wk, s in zip(w, steps, strict=True))
     else:  # the op list changes with the context: scale the middle step
-        for col in summed:
+        for col in _SUMMED:
             dec[col] = mid[col] * sc.new_tokens
     dec["intensity"] = _intensity(dec["flops"], dec["bytes"])
     dec["shape"] = dec["shape"] + f" ×{sc.new_tokens} steps"
     pre_t = pre.table.copy()
     pre_t["name"] = "prefill/" + pre_t["name"]
     dec["name"] = "decode/" + dec["name"]
-    table = pd.concat([pre_t, dec], ignore_index=True)
+    table = _with_share(pd.concat([pre_t, dec], ignore_index=True))
     busy = table["time_ms"].sum()
-    table["share"] = table["time_ms"] / busy if busy > 0 else 0.0
 
     decode_ms = float(sum(wk * s.total_ms for wk, s in zip(w, steps, strict=True)))
     total_ms = pre.total_ms + decode_ms
-    total_s = total_ms * 1e-3
-    out_tokens = sc.batch * sc.new_tokens
-    per_token, convention = model_flops_per_token(cfg, sc)
-    peak = _peak(gpu, sc.dtype)
-    gpus = sc.tp * sc.pp
-    model_flops = per_token * sc.batch * (sc.seq + sc.new_tokens)
-    host_ms = total_ms - float(busy)
     pred = Prediction(
         table=table,
         total_ms=total_ms,
-        tokens_per_s=out_tokens / total_s,
-        mfu=model_flops / (total_s * peak * gpus) if peak else None,
-        hfu=float(table["flops"].sum()) / (total_s * peak) if peak else None,
-        mfu_convention=convention,
         gpu=gpu.name,
         extra={
             "ttft_ms": pre.total_ms,
@@ -401,10 +376,12 @@ def _predict_generate(
             "decode_ctx_points": [int(p) for p in pts],
             "kernels": pre.extra["kernels"] + len(mid) * sc.new_tokens,
             "gpu_busy_ms": float(busy),
-            "host_bound": host_ms / total_ms if total_ms > 0 else 0.0,
+            "host_bound": 1.0 - float(busy) / total_ms if total_ms > 0 else 0.0,
             "dispatch_us": pre.extra["dispatch_us"],
         },
     )
+    out_tokens = sc.batch * sc.new_tokens
+    _throughput(pred, cfg, gpu, sc, sc.batch * (sc.seq + sc.new_tokens), out_tokens)
     for w_text in [*pre.warnings, *steps[-1].warnings]:
         if w_text not in pred.warnings:
             pred.warnings.append(w_text)
@@ -415,16 +392,14 @@ def _predict_generate(
 
 
 def _strip_layer(name: str) -> str:
-    return "/".join(p for p in name.split("/") if not (p[:1] == "L" and p[1:].isdigit()))
+    """'prefill/L3/attn/qkv' -> 'prefill/attn/qkv'."""
+    return _LAYER.sub("", name, count=1).lstrip("/")
 
 
 def _layer_key(name: str) -> str:
     """'prefill/L3/attn/qkv' -> 'prefill/L3'; names outside a layer keep their full name."""
-    parts = name.split("/")
-    for i, p in enumerate(parts):
-        if p[:1] == "L" and p[1:].isdigit():
-            return "/".join(parts[: i + 1])
-    return name
+    m = _LAYER.search(name)
+    return name[: m.end()] if m else name
 
 
 def group(table: pd.DataFrame, by: GroupBy = "op") -> pd.DataFrame:
