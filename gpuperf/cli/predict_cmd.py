@@ -93,7 +93,7 @@ def _dtype_or_none(ctx: click.Context, param: click.Parameter, value: str | None
     show_default=True,
     help="Rows: op (identical ops of all layers folded, with a count), layer, or kind.",
 )
-@click.option("--top", type=SIZE, default=None, help="Show only the N slowest rows.")
+@click.option("--top", type=SIZE, default=None, help="Only the N slowest rows, slowest first.")
 @output_options
 @click.option(
     "--report",
@@ -133,13 +133,12 @@ def model_cmd(
 
 
 def _run_ops(ops: list, gpu: str | None, fmt: str) -> None:
+    """Each op on its own (a sweep's sizes are independent kernels, as a benchmark times them)."""
     from gpuperf import api
     from gpuperf.perfmodel.predict import predict_ops
-
-    prediction = predict_ops(ops, api.resolve_gpu(gpu))
     from gpuperf.reports.tables import render
 
-    render(prediction, fmt)
+    render(predict_ops(ops, api.resolve_gpu(gpu)), fmt)
 
 
 for _cmd in op_commands(_run_ops, [gpu_option, output_options], "predict"):
