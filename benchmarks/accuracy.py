@@ -1,0 +1,148 @@
+"""Prediction accuracy against every committed measurement (benchmarks/results/<gpu>/*.json).
+
+    python benchmarks/accuracy.py [--results DIR] [--markdown] [--detail CLASS]
+
+Per GPU and accuracy class: count, median and 90th percentile of |predicted/measured - 1| on the
+shapes used for calibration and on held-out ones, with the target; whole-model runs (HF transformers
+prefill, decode and training) one by one; and a cross-GPU check: the H100's calibrated parameters on
+the H200's datasheet numbers, predicting every H200 measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpuperf.hardware.loader import load_gpu  # noqa: E402
+from gpuperf.perfmodel.accuracy import (  # noqa: E402
+    e2e_table,
+    load_e2e,
+    load_samples,
+    op_table,
+    summarize,
+)
+
+
+def result_files(d: Path) -> tuple[list[Path], list[Path]]:
+    files = sorted(d.glob("*.json"))
+    e2e = [f for f in files if f.name.startswith("e2e")]
+    return [f for f in files if f not in e2e], e2e
+
+
+def fmt_summary(s: pd.DataFrame, markdown: bool) -> str:
+    lines = []
+    head = ["class", "split", "n", "median err", "p90 err", "bias", "target", "ok"]
+    rows = []
+    for r in s.itertuples():
+        target = r.target if pd.notna(r.target) else None
+        ok = (
+            ""
+            if target is None or r.split != "held-out"
+            else ("yes" if r.median_err <= target else "NO")
+        )
+        rows.append(
+            [
+                r._1,
+                r.split,
+                str(r.n),
+                f"{100 * r.median_err:.1f}%",
+                f"{100 * r.p90_err:.1f}%",
+                f"{100 * r.bias:+.1f}%",
+                f"{100 * target:.0f}%" if target else "-",
+                ok,
+            ]
+        )
+    if markdown:
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+    else:
+        widths = (
+            [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)] if rows else []
+        )
+        lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def fmt_runs(t: pd.DataFrame, markdown: bool) -> str:
+    head = ["model", "run", "predicted (ms)", "measured (ms)", "error"]
+    rows = [
+        [
+            r.name,
+            r.shape,
+            f"{r.predicted_ms:.2f}",
+            f"{r.measured_ms:.2f}",
+            f"{100 * (r.ratio - 1):+.1f}%",
+        ]
+        for r in t.itertuples()
+    ]
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
+    return "\n".join(
+        out + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument(
+        "--markdown", action="store_true", help="print Markdown tables (for the README)"
+    )
+    ap.add_argument("--detail", default="", help="also list every row of this class")
+    args = ap.parse_args()
+    root = Path(args.results)
+    gpu_dirs = sorted(p for p in root.iterdir() if p.is_dir())
+    if not gpu_dirs:
+        print(f"no result folders under {root}")
+        return 1
+    tables = {}
+    for d in gpu_dirs:
+        gpu = load_gpu(d.name)
+        ops_files, e2e_files = result_files(d)
+        t = op_table(load_samples(ops_files), gpu)
+        e = e2e_table(load_e2e(e2e_files), gpu) if e2e_files else pd.DataFrame()
+        tables[d.name] = (gpu, t, e)
+        print(
+            f"\n## {gpu.display_name} ({d.name}): {len(t)} op measurements, {len(e)} whole-model runs\n"
+        )
+        both = pd.concat([t, e], ignore_index=True)
+        print(fmt_summary(summarize(both), args.markdown))
+        if not e.empty:
+            print()
+            print(fmt_runs(e, args.markdown))
+        if args.detail and not t.empty:
+            sel = both[both["class"] == args.detail].sort_values("ratio")
+            print(
+                sel[["name", "shape", "split", "predicted_ms", "measured_ms", "ratio"]].to_string()
+            )
+    # Cross-GPU: the H100's fitted parameters on the H200's datasheet numbers.
+    if "h100-sxm5-80gb" in tables and "h200-sxm-141gb" in tables:
+        h100 = tables["h100-sxm5-80gb"][0]
+        h200, _, _ = tables["h200-sxm-141gb"]
+        cross = dataclasses.replace(h200, params=h100.params)
+        d = root / "h200-sxm-141gb"
+        ops_files, e2e_files = result_files(d)
+        t = op_table(load_samples(ops_files), cross)
+        e = e2e_table(load_e2e(e2e_files), cross) if e2e_files else pd.DataFrame()
+        both = pd.concat([t, e], ignore_index=True).assign(split="held-out")
+        print(
+            "\n## Cross-GPU: H100-calibrated parameters predicting the H200 (every row held out)\n"
+        )
+        print(fmt_summary(summarize(both), args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

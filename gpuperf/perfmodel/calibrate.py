@@ -1,0 +1,187 @@
+"""Fitting the time model's parameters (ModelParams) to measurements on one GPU.
+
+A calibrated profile holds *parameters* — efficiencies, latencies, ramps — never measured times. The fit
+is coordinate descent on the sum of squared log errors log(predicted / measured), each accuracy class
+weighted equally so that a sweep with many copies does not drown the attention or GEMM classes. Every
+parameter has bounds that keep it physical (an efficiency stays in (0, 1]).
+
+Rows are split into a calibration set and a held-out set by a stable hash of the op's shape
+(`is_calibration`), so the accuracy benchmark can report error on shapes the fit never saw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from gpuperf.dtypes import BYTES
+from gpuperf.hardware.spec import GpuSpec, ModelParams
+from gpuperf.perfmodel.ops import Attention, Collective, Gemm, Op
+from gpuperf.perfmodel.ops_io import op_to_dict
+from gpuperf.perfmodel.roofline import op_time
+
+# Fraction of shapes used for calibration; the rest are held out.
+CALIBRATION_SHARE = 0.3
+MB16 = 16e6
+
+# Parameters fitted from op-level measurements, with physical bounds (lo, hi). Order matters a
+# little: latency floors first (they dominate tiny kernels), then bandwidth, then compute.
+OP_PARAMS: dict[str, tuple[float, float]] = {
+    "kernel_floor_s": (0.5e-6, 10e-6),
+    "mem_eff": (0.5, 1.0),
+    "bytes_for_half_bw": (1e4, 1e8),
+    "l2_bw_factor": (1.0, 4.0),
+    "gemm_eff": (0.4, 1.0),
+    "gemm_fill_ksteps": (0.0, 16.0),
+    "gemm_misaligned_eff": (0.05, 1.0),
+    "attn_eff": (0.2, 1.0),
+    "attn_fill_blocks": (0.0, 16.0),
+}
+# Fitted in log space (they span orders of magnitude).
+LOG_PARAMS = {"kernel_floor_s", "bytes_for_half_bw"}
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One measured op: what ran, how long it took (median, seconds), where it came from."""
+
+    op: Op
+    measured_s: float
+    source: str = ""
+
+
+def shape_hash(op: Op) -> int:
+    d = op_to_dict(op)
+    d.pop("name", None)
+    return zlib.crc32(json.dumps(d, sort_keys=True).encode())
+
+
+def is_calibration(op: Op) -> bool:
+    """Stable split: about CALIBRATION_SHARE of shapes calibrate, the rest are held out."""
+    return (shape_hash(op) % 1000) < CALIBRATION_SHARE * 1000
+
+
+def misaligned(op: Gemm) -> bool:
+    """A GEMM whose K or N (the leading dimensions cuBLAS loads) breaks 16-byte alignment."""
+    b = BYTES[op.dtype]
+    return any((d * b) % 16 for d in (op.k, op.n, op.m))
+
+
+def op_class(op: Op) -> str:
+    """The accuracy class of an op (the rows of the README's accuracy table)."""
+    cost = op.cost()
+    if isinstance(op, Gemm):
+        if misaligned(op):
+            return "gemm misaligned"
+        if op.m <= 32:
+            return "gemm few tokens (M<=32)"
+        if op.dtype in ("bf16", "fp16") and "/llm/" in op.name and 128 <= op.m <= 8192:
+            return "gemm LLM layer shapes"
+        if op.dtype in ("bf16", "fp16") and min(op.m, op.n, op.k) >= 1024:
+            return "gemm bf16/fp16 >=1024"
+        return f"gemm other ({op.dtype})"
+    if isinstance(op, Attention):
+        return "attention decode" if op.q_len <= 16 else "attention prefill"
+    if isinstance(op, Collective):
+        return "collective >=1MiB" if op.nbytes >= 2**20 else "collective <1MiB"
+    if op.kind in ("elementwise", "norm", "softmax", "copy", "reduce", "embedding"):
+        return "memory-bound >=16MB" if cost.bytes >= MB16 else "memory-bound <16MB"
+    return op.kind
+
+
+def log_errors(samples: Sequence[Sample], gpu: GpuSpec) -> list[float]:
+    """log(predicted / measured) per sample."""
+    return [math.log(op_time(s.op, gpu).time / s.measured_s) for s in samples]
+
+
+def with_params(gpu: GpuSpec, **values: float) -> GpuSpec:
+    return dataclasses.replace(gpu, params=dataclasses.replace(gpu.params, **values))
+
+
+def _loss_fn(samples: Sequence[Sample], gpu: GpuSpec) -> Callable[[GpuSpec], float]:
+    by_class: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_class[op_class(s.op)].append(s)
+    groups = [(cls, rows, 1.0 / len(rows)) for cls, rows in by_class.items()]
+
+    def loss(g: GpuSpec) -> float:
+        total = 0.0
+        for _cls, rows, w in groups:
+            for s in rows:
+                e = math.log(op_time(s.op, g).time / s.measured_s)
+                # Huber-like: quadratic near zero, linear for gross outliers.
+                a = abs(e)
+                total += w * (e * e if a < 0.5 else a - 0.25)
+        return total
+
+    return loss
+
+
+def _golden(f: Callable[[float], float], lo: float, hi: float, iters: int = 24) -> float:
+    inv = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - inv * (b - a), a + inv * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - inv * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + inv * (b - a)
+            fd = f(d)
+    return (a + b) / 2
+
+
+def fit(
+    samples: Sequence[Sample],
+    gpu: GpuSpec,
+    names: Iterable[str] | None = None,
+    rounds: int = 3,
+) -> ModelParams:
+    """ModelParams for `gpu` that best explain `samples` (coordinate descent, bounded)."""
+    names = [n for n in (names or OP_PARAMS) if n in OP_PARAMS]
+    if not samples:
+        return gpu.params
+    loss = _loss_fn(samples, gpu)
+    current = gpu
+    best = loss(current)
+    for _ in range(rounds):
+        improved = False
+        for name in names:
+            lo, hi = OP_PARAMS[name]
+            log = name in LOG_PARAMS
+
+            def f(x: float, name: str = name, log: bool = log) -> float:
+                return loss(with_params(current, **{name: math.exp(x) if log else x}))
+
+            a, b = (math.log(lo), math.log(hi)) if log else (lo, hi)
+            x = _golden(f, a, b)
+            value = math.exp(x) if log else x
+            trial = with_params(current, **{name: value})
+            trial_loss = loss(trial)
+            if trial_loss < best - 1e-12:
+                current, best, improved = trial, trial_loss, True
+        if not improved:
+            break
+    return current.params
+
+
+def params_toml(params: ModelParams, base: str, source: str) -> str:
+    """A user profile that inherits `base` and sets the fitted [model] parameters."""
+    lines = [
+        f"# Calibrated by gpuperf: {source}",
+        f'base = "{base}"',
+        "",
+        "[model]",
+    ]
+    for f in dataclasses.fields(params):
+        if f.name != "extra":
+            lines.append(f"{f.name} = {getattr(params, f.name):.6g}")
+    return "\n".join(lines) + "\n"
