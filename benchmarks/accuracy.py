@@ -114,9 +114,7 @@ def main() -> int:
         t = op_table(load_samples(ops_files), gpu)
         e = e2e_table(load_e2e(e2e_files), gpu) if e2e_files else pd.DataFrame()
         tables[d.name] = (gpu, t, e)
-        print(
-            f"\n## {gpu.display_name} ({d.name}): {len(t)} op measurements, {len(e)} whole-model runs\n"
-        )
+        print(f"\n## {gpu.display_name} ({d.name}): {len(t)} op rows, {len(e)} whole-model runs\n")
         both = pd.concat([t, e], ignore_index=True)
         print(fmt_summary(summarize(both), args.markdown))
         if not e.empty:

@@ -1,8 +1,8 @@
 """Predicted vs measured over committed result files: per-op classes and whole-model runs.
 
 Result files live in benchmarks/results/<gpu profile>/*.json, written by real runs:
-- op sweeps (`gpuperf measure --save`, benchmarks/device/run_sweeps.py): {"env", "rows": [{"op": {...},
-  "measured_ms", ...}]}; each row is re-predicted from its "op" record with the current model;
+- op sweeps (`gpuperf measure --save`, benchmarks/device/run_sweeps.py): {"env", "rows": [{"op":
+  {...}, "measured_ms", ...}]}; each row is re-predicted from "op" with the current model;
 - collectives: the same row shape with Collective ops;
 - end to end (benchmarks/device/e2e_hf.py): {"env", "launch": {...}, "runs": [{"config", "scenario",
   "measured_ms"}]}.

@@ -1,9 +1,9 @@
 """Fitting the time model's parameters (ModelParams) to measurements on one GPU.
 
-A calibrated profile holds *parameters* — efficiencies, latencies, ramps — never measured times. The fit
-is coordinate descent on the sum of squared log errors log(predicted / measured), each accuracy class
-weighted equally so that a sweep with many copies does not drown the attention or GEMM classes. Every
-parameter has bounds that keep it physical (an efficiency stays in (0, 1]).
+A calibrated profile holds *parameters* (efficiencies, latencies, ramps), never measured times.
+The fit is coordinate descent on the sum of squared log errors log(predicted / measured), each
+accuracy class weighted equally so that a sweep with many copies does not drown the attention or
+GEMM classes. Every parameter has bounds that keep it physical (an efficiency stays in (0, 1]).
 
 Rows are split into a calibration set and a held-out set by a stable hash of the op's shape
 (`is_calibration`), so the accuracy benchmark can report error on shapes the fit never saw.
@@ -158,8 +158,8 @@ def fit(
             lo, hi = OP_PARAMS[name]
             log = name in LOG_PARAMS
 
-            def f(x: float, name: str = name, log: bool = log) -> float:
-                return loss(with_params(current, **{name: math.exp(x) if log else x}))
+            def f(x: float, name: str = name, log: bool = log, base: GpuSpec = current) -> float:
+                return loss(with_params(base, **{name: math.exp(x) if log else x}))
 
             a, b = (math.log(lo), math.log(hi)) if log else (lo, hi)
             x = _golden(f, a, b)
