@@ -27,7 +27,7 @@ class ModelParams:
     gemm_eff: float = 0.80  # fraction of dense peak a large, aligned GEMM sustains
     gemm_misaligned_eff: float = 0.30  # the same when a dimension breaks 16-byte alignment
     mem_eff: float = 0.90  # fraction of datasheet HBM bandwidth a large streaming kernel reaches
-    attn_eff: float = 0.55  # FlashAttention forward: fraction of dense peak on long sequences
+    attn_eff: float = 0.55  # FlashAttention forward: fraction of peak matmul and exp rates
     kernel_floor_s: float = 4e-6  # the shortest any kernel takes on the GPU (launch + tail)
     host_dispatch_s: float = 8e-6  # CPU time PyTorch eager spends issuing one kernel
     graph_launch_s: float = 1.0e-6  # per-kernel cost inside a replayed CUDA graph
