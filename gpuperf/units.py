@@ -13,7 +13,7 @@ from gpuperf.errors import InputError
 
 _BINARY = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _DECIMAL = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+_SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
 def parse_size(text: str | int, what: str = "size") -> int:
@@ -89,5 +89,6 @@ def fmt_bytes(n: float) -> str:
     """Human capacity in binary units: '13.5 GiB'."""
     for unit, div in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= div:
-            return f"{n / div:.3g} {unit}"
+            v = n / div
+            return f"{v:.3g} {unit}" if abs(v) < 1000 else f"{v:.0f} {unit}"
     return f"{n:.0f} B"

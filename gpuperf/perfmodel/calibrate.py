@@ -185,3 +185,35 @@ def params_toml(params: ModelParams, base: str, source: str) -> str:
         if f.name != "extra":
             lines.append(f"{f.name} = {getattr(params, f.name):.6g}")
     return "\n".join(lines) + "\n"
+
+
+# Whole-model runs of these models calibrate the host-side parameters; the rest are held out.
+E2E_CALIBRATION_MODELS = frozenset({"llama2-7b"})
+HOST_PARAMS: dict[str, tuple[float, float]] = {
+    "host_dispatch_s": (1e-6, 100e-6),
+    "graph_launch_s": (0.1e-6, 10e-6),
+}
+
+
+def fit_host(runs: Sequence, gpu: GpuSpec) -> ModelParams:
+    """host_dispatch_s from eager runs without graphs, graph_launch_s from graph replays.
+
+    `runs` are accuracy.E2ERun records; each parameter is fitted (log space, golden section) on the
+    runs it governs, predicting the whole model with gpuperf.api.predict.
+    """
+    from gpuperf.perfmodel.accuracy import e2e_table
+
+    current = gpu
+    for name, graphs in (("host_dispatch_s", False), ("graph_launch_s", True)):
+        sel = [r for r in runs if bool(r.scenario.get("cuda_graphs")) == graphs]
+        if not sel:
+            continue
+        lo, hi = HOST_PARAMS[name]
+
+        def loss(x: float, name: str = name, sel: list = sel, base: GpuSpec = current) -> float:
+            t = e2e_table(sel, with_params(base, **{name: math.exp(x)}))
+            return float(sum(math.log(r) ** 2 for r in t["ratio"]))
+
+        value = math.exp(_golden(loss, math.log(lo), math.log(hi), iters=30))
+        current = with_params(current, **{name: value})
+    return current.params
