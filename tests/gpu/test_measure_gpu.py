@@ -1,0 +1,83 @@
+"""gpuperf.measure on a real GPU: checked kernels, the timer against triton's do_bench, physics
+bounds (nothing beats the datasheet peak), CUDA-graph batching, NCCL through torchrun."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+from gpuperf.measure.kernels import measure_op  # noqa: E402
+from gpuperf.measure.timing import Budget, time_fn  # noqa: E402
+from gpuperf.workloads import single_op as so  # noqa: E402
+
+B = Budget(warmup_ms=10, rep_ms=50)
+
+
+def _spec():
+    try:
+        from gpuperf.hardware.detect import detect_gpu
+
+        return detect_gpu(0)
+    except Exception:
+        return None
+
+
+def test_gemm_bf16_checked_and_below_peak():
+    m = measure_op(so.gemm(4096), "cuda", B)
+    assert m.check_err < 0.02 and "cuda events" in m.timing.method
+    spec = _spec()
+    if spec is not None:
+        assert m.tflops * 1e12 <= 1.05 * spec.peak("bf16")
+        assert m.tflops * 1e12 >= 0.3 * spec.peak("bf16")  # cuBLAS on a square 4K is not slow
+
+
+def test_timer_agrees_with_triton_do_bench():
+    triton_testing = pytest.importorskip("triton.testing")
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    ours = time_fn(lambda: a @ b, "cuda", B).median_s * 1e3
+    theirs = triton_testing.do_bench(lambda: a @ b, warmup=10, rep=50, return_mode="median")
+    assert ours == pytest.approx(theirs, rel=0.10)
+
+
+def test_tiny_kernels_are_timed_in_a_cuda_graph():
+    m = measure_op(so.elementwise("add", 1024), "cuda", B)
+    assert "cuda-graph" in m.timing.method
+    assert 0.5e-6 < m.timing.median_s < 20e-6
+
+
+def test_copy_with_l2_flush_does_not_beat_hbm():
+    spec = _spec()
+    m = measure_op(so.copy(1 << 30), "cuda", B)
+    if spec is not None:
+        assert m.gbps * 1e9 <= 1.05 * spec.hbm_bw
+
+
+@pytest.mark.parametrize("backend", ["flash", "efficient", "auto"])
+def test_attention_backends_checked(backend):
+    op = so.attention(batch=1, heads=32, kv_heads=8, seq=128, kv_len=2048, causal=True)
+    m = measure_op(op, "cuda", B, backend=backend)
+    assert m.check_err < 0.02
+
+
+def test_fp8_gemm_on_hopper():
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs compute capability 8.9+")
+    m = measure_op(so.gemm(4096, dtype="fp8"), "cuda", B)
+    assert m.check_err < 0.02
+
+
+@pytest.mark.multigpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_nccl_allreduce_two_gpus():
+    from gpuperf.measure.collectives import Launch, run_collective
+
+    env, rows = run_collective("allreduce", [1 << 20, 1 << 28], Launch(nproc=2), timeout_s=180)
+    assert env["backend"] == "nccl"
+    assert all(r["wrong"] == 0 for r in rows)
+    assert rows[-1]["busbw_gbps"] > 10  # NVLink or PCIe, not a broken setup

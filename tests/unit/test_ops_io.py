@@ -1,0 +1,57 @@
+"""op_to_dict / op_from_dict: exact round trip for every op type, through JSON too."""
+
+import json
+
+import pytest
+
+from gpuperf.errors import InputError
+from gpuperf.perfmodel import ops
+from gpuperf.perfmodel.ops_io import OP_TYPES, op_from_dict, op_to_dict
+
+EXAMPLES = [
+    ops.Gemm("L0/mlp/up", m=2048, n=11008, k=4096, dtype="fp8", batch=8),
+    ops.Attention("L0/attn", 2, 32, 8, 1, 4096, 128, causal=True, kv_dtype="fp8", backward=True),
+    ops.Elementwise("L0/act", "silu", 1 << 20, n_in=1, out_dtype="fp32", flops_per_elem=4.0),
+    ops.Reduce("topk", "topk", 16, 32000, out_cols=2, dtype="fp32"),
+    ops.Norm("L0/norm", "rmsnorm", 2048, 4096, residual=True, backward=True),
+    ops.Embedding("embed", 2048, 4096),
+    ops.Copy("kv", 123457, dtype="fp16"),
+    ops.Collective("tp/ar", "reducescatter", 1 << 26, 8, dtype="fp32"),
+    ops.P2P("pp/send", 1 << 22),
+]
+
+
+def test_examples_cover_every_op_type():
+    assert {type(op).__name__ for op in EXAMPLES} == set(OP_TYPES)
+
+
+@pytest.mark.parametrize("op", EXAMPLES, ids=lambda op: type(op).__name__)
+def test_round_trip_through_json(op):
+    d = op_to_dict(op)
+    assert d["type"] == type(op).__name__
+    back = op_from_dict(json.loads(json.dumps(d)))
+    assert back == op
+    assert type(back) is type(op)
+    assert back.cost() == op.cost()
+
+
+def test_dict_has_every_field():
+    d = op_to_dict(ops.Gemm("g", m=1, n=2, k=3))
+    assert d == {"type": "Gemm", "name": "g", "m": 1, "n": 2, "k": 3, "dtype": "bf16", "batch": 1}
+
+
+def test_unknown_type_suggests_a_close_name():
+    with pytest.raises(InputError, match="did you mean 'Gemm'"):
+        op_from_dict({"type": "Gem", "name": "g", "m": 1, "n": 1, "k": 1})
+
+
+def test_unknown_field_is_an_error_not_silently_dropped():
+    with pytest.raises(InputError, match="no field"):
+        op_from_dict({"type": "Copy", "name": "c", "nbytes": 4, "stride": 2})
+
+
+def test_missing_field_is_an_error():
+    with pytest.raises(InputError, match="bad Gemm"):
+        op_from_dict({"type": "Gemm", "name": "g", "m": 1})
+    with pytest.raises(InputError, match="'type'"):
+        op_from_dict({"name": "g"})
