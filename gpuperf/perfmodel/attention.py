@@ -78,6 +78,8 @@ def _hw(op: Attention, gpu: GpuSpec) -> _Hw:
 
 def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
     """Predicted time of a fused attention call (forward, or backward when op.backward)."""
+    if min(op.batch, op.heads, op.q_len, op.kv_len, op.head_dim) <= 0:
+        return finish(0.0, 0.0, 0.0, {"empty": 1.0})  # PyTorch launches nothing for empty tensors
     hw = _hw(op, gpu)
     d = op.head_dim
     group = max(1, op.heads // max(1, op.kv_heads))

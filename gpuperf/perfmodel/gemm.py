@@ -184,6 +184,8 @@ def gemm_time(
     op: Gemm, gpu: GpuSpec, *, tile: tuple[int, int] | None = None, split_k: int | None = None
 ) -> OpTime:
     """Predicted time of a GEMM: the fastest (tile, split-K) candidate, or the one given."""
+    if min(op.m, op.n, op.k, op.batch) <= 0:
+        return finish(0.0, 0.0, 0.0, {"empty": 1.0})  # PyTorch launches nothing for empty tensors
     b = BYTES[op.dtype]
     out_b = 2 if b == 1 else b  # fp8/int8 GEMMs write 16-bit results (as Gemm.cost does)
     hw = _hw(op, gpu)

@@ -30,8 +30,10 @@ def stream_time(
     `rows`/`row_bytes`: the kernel runs one CTA per row (its parallelism is the row count).
     """
     p = gpu.params
-    bw = p.mem_eff * gpu.hbm_bw
     total = cost.bytes
+    if total <= 0 and cost.flops <= 0:
+        return finish(0.0, 0.0, 0.0, {"empty": 1.0})  # PyTorch launches nothing for empty tensors
+    bw = p.mem_eff * gpu.hbm_bw
     resident = min(total, p.l2_usable_frac * gpu.l2_bytes)
     t_stream = (total - resident + resident / p.l2_bw_factor + p.bytes_for_half_bw) / bw
     t_par = 0.0
@@ -70,7 +72,7 @@ def norm_time(op: Norm, gpu: GpuSpec) -> OpTime:
     """RMSNorm / LayerNorm / softmax: one CTA per row, so few rows cannot fill the GPU."""
     cost = op.cost()
     return stream_time(
-        cost, gpu, rows=op.rows, row_bytes=cost.bytes / op.rows, vector=_vector(op.dtype)
+        cost, gpu, rows=op.rows, row_bytes=cost.bytes / max(op.rows, 1), vector=_vector(op.dtype)
     )
 
 

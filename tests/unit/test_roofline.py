@@ -106,3 +106,11 @@ def test_collectives_go_to_comm():
     assert op_time(op, system.gpu, system).time == pytest.approx(
         comm.collective_time(op, system.gpu, system).time
     )
+
+
+@pytest.mark.parametrize(
+    "op",
+    [Gemm("g", 0, 4096, 4096), Attention("a", 0, 8, 8, 128, 128, 64), Copy("c", 0)],
+)
+def test_empty_ops_take_no_time(op):
+    assert op_time(op, H100).time == 0.0
