@@ -59,6 +59,7 @@ class Evaluator:
         self._layers: dict[tuple, LayerCost] = {}
         self._comm: dict[tuple, float] = {}
         self._ends: dict[tuple, tuple[float, float]] = {}
+        self.cache: dict[tuple, float] = {}  # small per-plan pieces (optimizer, activations)
         b = cfg.param_breakdown()
         self.expert_params = b.get("mlp", 0) if cfg.is_moe else 0
         embed = b.get("embed", 0) + b.get("pos_embed", 0)
@@ -267,7 +268,10 @@ def activation_bytes_per_layer(ev: Evaluator, plan: ParallelPlan) -> float:
     """Bytes one layer keeps for backward for one microbatch on one GPU (Korthikanti et al. 2022
     §4, with FlashAttention): TP splits all but the norm/QKV/MLP inputs unless sequence parallel."""
     cfg, b = ev.cfg, plan.micro_batch
-    full = train_activation_bytes_per_layer(cfg, b, plan.seq, "bf16")
+    key = ("act", b, plan.seq)
+    full = ev.cache.get(key)
+    if full is None:
+        full = ev.cache[key] = train_activation_bytes_per_layer(cfg, b, plan.seq, "bf16")
     if plan.recompute == "full":
         return 2 * b * plan.seq * cfg.hidden / (plan.tp if plan.sequence_parallel else 1)
     if plan.sequence_parallel:

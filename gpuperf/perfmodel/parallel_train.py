@@ -90,9 +90,7 @@ def evaluate_train(ev: Evaluator, plan: ParallelPlan, nodes: int) -> PlanResult:
         z3 = m * max(2 * t_ag / max(1, n_layers), 2 * t_ag - (t_f + t_b))
 
     shard = plan.dp if plan.zero >= 1 else 1
-    n_opt = max(1, int((dense + expert) / shard))
-    t_opt = op_time(Elementwise("optimizer/adamw", "adamw", n_opt, 4, 3, "fp32", None, 12.0),
-                    ev.gpu).time  # fmt: skip
+    t_opt = _optimizer_time(ev, max(1, int((dense + expert) / shard)))
     step = m * t_mb + bubble + dp_exposed + z3 + t_opt
 
     breakdown = {
@@ -105,13 +103,30 @@ def evaluate_train(ev: Evaluator, plan: ParallelPlan, nodes: int) -> PlanResult:
         "optimizer": t_opt,
     }
     memory = _train_memory(ev, plan, dense, expert)
-    from gpuperf.perfmodel.predict import model_flops_per_token
-
-    per_token, _ = model_flops_per_token(cfg, Scenario(mode="train", seq=plan.seq))
+    per_token = _flops_per_token(ev, plan.seq)
     tokens = plan.gbs * plan.seq
     executed_mb = n_layers * (lay.fwd_flops + lay.bwd_flops) + recompute_f + f_end
     hw = executed_mb * m * plan.gpus
     return finish(ev, plan, nodes, step, tokens, per_token * tokens, hw, breakdown, memory)
+
+
+def _optimizer_time(ev: Evaluator, n: int) -> float:
+    key = ("adamw", n)
+    t = ev.cache.get(key)
+    if t is None:
+        op = Elementwise("optimizer/adamw", "adamw", n, 4, 3, "fp32", None, 12.0)
+        t = ev.cache[key] = op_time(op, ev.gpu).time
+    return t
+
+
+def _flops_per_token(ev: Evaluator, seq: int) -> float:
+    key = ("flops_per_token", seq)
+    f = ev.cache.get(key)
+    if f is None:
+        from gpuperf.perfmodel.predict import model_flops_per_token
+
+        f = ev.cache[key] = model_flops_per_token(ev.cfg, Scenario(mode="train", seq=seq))[0]
+    return f
 
 
 def _train_memory(ev: Evaluator, plan: ParallelPlan, dense: float, expert: float) -> dict:
