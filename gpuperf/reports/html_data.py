@@ -1,0 +1,307 @@
+"""What the HTML report draws, in plain data: one `ReportItem` per GPU, folded op tables, and the
+loaders for saved files (a `gpuperf predict --format json` object, a `gpuperf measure --format
+json` object, or a measurement results file {"env", "rows"}).
+
+No plotly here; the figures (html_figures) and the page (html) read these objects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuperf.errors import EnvironmentUnavailable, InputError
+
+_LAYER_PART = re.compile(r"^L\d+$")
+
+
+@dataclass
+class ReportItem:
+    """One result (one GPU) as the report sees it."""
+
+    result: Any  # a Prediction, or a Prediction-like object (table, total_ms, ...)
+    spec: Any | None  # GpuSpec, None when the profile cannot be loaded
+    label: str  # short name for legends: "h100-sxm5-80gb"
+    env: dict[str, Any] = field(default_factory=dict)  # environment of the measurements
+    notes: list[str] = field(default_factory=list)  # why something is missing
+
+    @property
+    def table(self) -> pd.DataFrame:
+        return self.result.table
+
+    @property
+    def has_measured(self) -> bool:
+        t = self.table
+        return "measured_ms" in t.columns and bool(t["measured_ms"].notna().any())
+
+    @property
+    def has_predicted(self) -> bool:
+        t = self.table
+        return "time_ms" in t.columns and bool(t["time_ms"].notna().any())
+
+    @property
+    def is_sweep(self) -> bool:
+        """Independent single kernels (no scenario): shares of a total mean nothing."""
+        return not getattr(self.result, "scenario", None)
+
+
+def strip_layer(name: str) -> str:
+    """'prefill/L3/attn/qkv' -> 'prefill/attn/qkv': the op's position inside a layer."""
+    return "/".join(p for p in str(name).split("/") if not _LAYER_PART.match(p))
+
+
+def fold_ops(table: pd.DataFrame) -> pd.DataFrame:
+    """Identical ops across layers (same name without the layer, same shape) folded into one row
+    with a `count`; flops, bytes and times summed, NaN kept where no row had a value (a measured
+    column that is only partly filled stays honest)."""
+    key = table["name"].map(strip_layer) + "\x00" + table["shape"].astype(str)
+    work = table.assign(_key=key.to_numpy(), _pos=table["name"].map(strip_layer).to_numpy())
+    grouped = work.groupby("_key", sort=False)
+    summed = [
+        c
+        for c in (
+            "flops",
+            "bytes",
+            "time_ms",
+            "t_math_ms",
+            "t_mem_ms",
+            "t_overhead_ms",
+            "t_comm_ms",
+            "share",
+            "measured_ms",
+        )
+        if c in table.columns
+    ]
+    out = grouped[summed].sum(min_count=1)
+    out["count"] = grouped.size()
+    out["name"] = grouped["_pos"].first()
+    for col in ("kind", "shape", "dtype", "bound", "layer"):
+        if col in table.columns:
+            out[col] = grouped[col].first()
+    if "layer" in table.columns:
+        last = grouped["layer"].last()
+        out["layer"] = out["layer"].where(out["layer"] == last, out["layer"] + "–" + last)
+    nbytes = out["bytes"].where(out["bytes"] > 0)
+    out["intensity"] = (out["flops"] / nbytes).fillna(0.0)
+    if "measured_ms" in out.columns and "time_ms" in out.columns:
+        out["error_pct"] = 100 * (out["time_ms"] / out["measured_ms"] - 1)
+    return out.reset_index(drop=True)
+
+
+def achieved_tflops(flops: pd.Series, time_ms: pd.Series) -> pd.Series:
+    """flops / time in TFLOP/s; NaN where the time is missing or zero."""
+    t = time_ms.where(time_ms > 0)
+    return flops / (t * 1e-3) / 1e12
+
+
+# ------------------------------------------------------------------------------ measured join
+
+
+def measured_frame(measured: Any) -> pd.DataFrame:
+    """A table with at least name, kind, shape, measured_ms from: a DataFrame, a results file
+    dict {"rows": [...]}, a measure JSON {"ops": [...]}, or a path to either."""
+    if isinstance(measured, pd.DataFrame):
+        frame = measured
+    else:
+        data = read_json(measured) if isinstance(measured, str | os.PathLike) else measured
+        rows = data.get("rows", data.get("ops")) if isinstance(data, dict) else None
+        if not isinstance(rows, list):
+            raise InputError("measurements: expected a results file with a 'rows' list")
+        frame = pd.DataFrame(rows)
+    if "measured_ms" not in frame.columns or "name" not in frame.columns:
+        raise InputError("measurements: rows need 'name' and 'measured_ms'")
+    return frame
+
+
+def join_measured(table: pd.DataFrame, measured: Any) -> pd.DataFrame:
+    """The prediction table with measured_ms (and error_pct) joined by op name; rows whose name
+    is not measured are matched by (kind, shape) when that is unambiguous."""
+    meas = measured_frame(measured)
+    out = table.drop(columns=[c for c in ("measured_ms", "error_pct") if c in table.columns])
+    by_name = meas.dropna(subset=["measured_ms"]).drop_duplicates("name").set_index("name")
+    values = out["name"].map(by_name["measured_ms"])
+    if {"kind", "shape"} <= set(meas.columns) and values.isna().any():
+        keyed = meas.assign(_k=meas["kind"].astype(str) + "\x00" + meas["shape"].astype(str))
+        unique = keyed.drop_duplicates("_k", keep=False).set_index("_k")["measured_ms"]
+        k = out["kind"].astype(str) + "\x00" + out["shape"].astype(str)
+        values = values.fillna(k.map(unique))
+    out["measured_ms"] = values.astype(float)
+    out["error_pct"] = 100 * (out["time_ms"] / out["measured_ms"] - 1)
+    return out
+
+
+# ------------------------------------------------------------------------------ saved files
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    p = Path(path)
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{p}: cannot read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{p}: not JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def load_saved(path: str | os.PathLike[str], gpu: Any | None = None) -> ReportItem:
+    """A ReportItem from a saved JSON file; `gpu` (name or GpuSpec) overrides the GPU the file
+    names. Measurement files are re-predicted op by op with the current model when their GPU has
+    a profile, so predicted and measured points describe the same ops."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    if isinstance(data.get("rows"), list):
+        return _from_results_file(data, path, gpu)
+    if isinstance(data.get("ops"), list):
+        return _from_ops_json(data, path, gpu)
+    if isinstance(data.get("runs"), list):
+        raise InputError(f"{path}: end-to-end run files have no per-op rows; nothing to draw")
+    raise InputError(
+        f"{path}: not a results file (expected 'rows' from gpuperf measure --save, "
+        "or 'ops' from gpuperf predict/measure --format json)"
+    )
+
+
+def _prediction(**kw: Any) -> Any:
+    from gpuperf.perfmodel.predict import Prediction
+
+    return Prediction(**kw)
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _from_ops_json(data: dict, path: Any, gpu: Any | None) -> ReportItem:
+    table = _coerce(pd.DataFrame(data["ops"]), path)
+    env = data.get("env") or {}
+    spec, notes = _spec(gpu or data.get("gpu") or None, env)
+    total = _num(data.get("total_ms"))
+    if total is None:
+        total = float(table["time_ms"].sum(min_count=1)) if "time_ms" in table else math.nan
+    result = _prediction(
+        table=table,
+        total_ms=total,
+        tokens_per_s=_num(data.get("tokens_per_s")),
+        mfu=_num(data.get("mfu")),
+        hfu=_num(data.get("hfu")),
+        mfu_convention=data.get("mfu_convention") or "",
+        memory={k: float(v) for k, v in (data.get("memory") or {}).items() if _num(v) is not None},
+        memory_capacity=_num(data.get("memory_capacity")) or 0.0,
+        fits=bool(data.get("fits", True)),
+        warnings=list(data.get("warnings") or []),
+        gpu=spec.name if spec is not None else str(data.get("gpu") or env.get("gpu") or ""),
+        model=data.get("model") or "",
+        scenario=data.get("scenario") or {},
+        extra=data.get("extra") or {},
+    )
+    return ReportItem(result, spec, _label(result.gpu, spec), dict(env), notes)
+
+
+def _from_results_file(data: dict, path: Any, gpu: Any | None) -> ReportItem:
+    env = data.get("env") or {}
+    rows = data["rows"]
+    if not rows:
+        raise InputError(f"{path}: the results file has no rows")
+    table = _coerce(pd.DataFrame(rows), path)
+    spec, notes = _spec(gpu, env)
+    repredicted = _repredict(rows, spec) if spec is not None else None
+    if repredicted is not None:
+        for col in ("time_ms", "t_math_ms", "t_mem_ms", "t_overhead_ms", "bound", "intensity"):
+            table[col] = repredicted[col].to_numpy()
+        notes.append("predictions recomputed with the current model from each row's op")
+    elif "predicted_ms" in table.columns:
+        table["time_ms"] = pd.to_numeric(table["predicted_ms"], errors="coerce")
+        notes.append("predictions as stored in the file (made when it was measured)")
+    if "time_ms" not in table.columns:
+        table["time_ms"] = math.nan
+    table["error_pct"] = 100 * (table["time_ms"] / table["measured_ms"] - 1)
+    busy = table["time_ms"].sum(min_count=1)
+    table["share"] = table["time_ms"] / busy if busy and busy > 0 else math.nan
+    result = _prediction(
+        table=table,
+        total_ms=float(table["measured_ms"].sum()),
+        gpu=spec.name if spec is not None else str(env.get("gpu", "")),
+        model=str(data.get("kind", "")),
+        extra={"measured_total_ms": float(table["measured_ms"].sum())},
+    )
+    return ReportItem(result, spec, _label(result.gpu, spec), dict(env), notes)
+
+
+def _coerce(table: pd.DataFrame, path: Any) -> pd.DataFrame:
+    """Columns the report needs, with numbers as floats."""
+    for col in ("name", "flops", "bytes"):
+        if col not in table.columns:
+            raise InputError(f"{path}: op rows need '{col}'")
+    for col, default in (("kind", ""), ("shape", ""), ("dtype", ""), ("bound", ""), ("layer", "")):
+        if col not in table.columns:
+            table[col] = default
+        table[col] = table[col].fillna(default).astype(str)
+    for col in table.columns:
+        if col.endswith("_ms") or col in ("flops", "bytes", "intensity", "share", "error_pct"):
+            table[col] = pd.to_numeric(table[col], errors="coerce").astype(float)
+    if "intensity" not in table.columns:
+        nbytes = table["bytes"].where(table["bytes"] > 0)
+        table["intensity"] = (table["flops"] / nbytes).fillna(0.0)
+    return table
+
+
+def _repredict(rows: list[dict], spec: Any) -> pd.DataFrame | None:
+    """The current model's prediction for each row's op, or None when any op cannot be read."""
+    from gpuperf.perfmodel.ops_io import op_from_dict
+    from gpuperf.perfmodel.predict import predict_ops
+
+    try:
+        ops = [op_from_dict(r["op"]) for r in rows]
+    except (KeyError, TypeError, InputError):
+        return None
+    return predict_ops(ops, spec).table
+
+
+def _spec(gpu: Any | None, env: dict[str, Any]) -> tuple[Any | None, list[str]]:
+    """The GpuSpec to draw ceilings from: the one given, else the profile matching env['gpu']."""
+    from gpuperf.hardware.spec import GpuSpec
+
+    if isinstance(gpu, GpuSpec):
+        return gpu, []
+    if gpu:
+        from gpuperf.hardware.loader import load_gpu
+
+        return load_gpu(str(gpu)), []
+    name = env.get("gpu")
+    if not name:
+        return None, ["no GPU named in the file and none given (--gpu): no roofline ceilings"]
+    from gpuperf.hardware.detect import match_profile
+
+    try:
+        return match_profile(str(name), float(env.get("gpu_memory_bytes") or 0)), []
+    except EnvironmentUnavailable:
+        return None, [f"GPU {name!r} has no built-in profile (pass --gpu): no roofline ceilings"]
+
+
+def _label(gpu: str, spec: Any | None) -> str:
+    return spec.name if spec is not None else (gpu or "GPU")
+
+
+def spec_for(result: Any, gpu: Any | None = None) -> tuple[Any | None, list[str]]:
+    """The GpuSpec of a Prediction (from `gpu`, a name or GpuSpec, or result.gpu)."""
+    try:
+        return _spec(gpu or getattr(result, "gpu", None) or None, {})
+    except InputError as exc:
+        return None, [f"no hardware profile for {getattr(result, 'gpu', '')!r}: {exc}"]
+
+
+def finite(values: Any) -> np.ndarray:
+    """Finite floats of an array-like (NaN and inf dropped)."""
+    arr = np.asarray(values, dtype=float)
+    return arr[np.isfinite(arr)]
