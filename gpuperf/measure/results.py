@@ -55,7 +55,7 @@ class ResultsFile:
         self.data: dict[str, Any] = {"env": env, "kind": kind, "rows": []}
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._write()
+        self.write()
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -63,9 +63,10 @@ class ResultsFile:
 
     def add(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
-        self._write()
+        self.write()
 
-    def _write(self) -> None:
+    def write(self) -> None:
+        """Rewrite the file (atomic rename) with everything added so far."""
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(json.dumps(_clean(self.data), indent=1, allow_nan=False))
         os.replace(tmp, self.path)

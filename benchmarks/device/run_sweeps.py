@@ -1,0 +1,281 @@
+"""Kernel sweeps on one GPU, for calibrating and checking the time model. Run from the repo root:
+
+    python3 benchmarks/device/run_sweeps.py OUT_DIR [--groups gemm,attention] [--rep-ms 30]
+
+Writes OUT_DIR/<group>.json as each group finishes (format: gpuperf/measure/results.py), plus
+OUT_DIR/crosscheck.json (our timer vs triton.testing.do_bench, copy bandwidth vs datasheet).
+Each point is checked against an fp64 reference before it is timed. Needs torch with CUDA; the
+package need not be installed. Budget: under 7 minutes on an H100 (a deadline skips what is left).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from gpuperf.errors import GpuperfError  # noqa: E402
+from gpuperf.perfmodel.ops import Copy, Elementwise, Gemm, Norm, Op  # noqa: E402
+from gpuperf.workloads import single_op as so  # noqa: E402
+
+MODELS = ("llama2-7b", "llama3-8b", "llama2-70b", "mixtral-8x7b")
+TOKENS = (1, 8, 32, 128, 512, 2048, 8192)
+SIZES_B = [64 * 4**i * 2**10 for i in range(9)]  # 64 KiB .. 4 GiB, x4
+
+
+def gemm_ops() -> list[Op]:
+    ops: list[Op] = []
+    square = [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384]
+    ops += [so.gemm(s) for s in square]
+    ops += [so.gemm(s, dtype="fp16") for s in (1024, 4096, 8192)]
+    ops += [so.gemm(s, dtype="fp8") for s in (1024, 2048, 4096, 8192, 16384)]
+    ops += [so.gemm(s, dtype="fp32") for s in (1024, 4096)]
+    ops += [so.gemm(s, dtype="tf32") for s in (1024, 4096)]
+    for s in (2047, 2049, 4095, 4097, 8191, 8193):  # misaligned (breaks 16-byte alignment)
+        ops.append(so.gemm(s))
+    ops += [so.gemm(4096, 4096, 4095), so.gemm(4095, 4096, 4096), so.gemm(4096, 4095, 4096)]
+    # Wave boundaries: 2048 x N x 4096 with N in 128-steps -> 128x128 tiles cross 132 and 264.
+    for m in (2048, 4096):
+        ops += [so.gemm(m, 128 * i, 4096) for i in range(6, 26)]
+    return ops
+
+
+def model_gemm_ops() -> list[Op]:
+    from gpuperf.workloads.config import load_model
+    from gpuperf.workloads.scenario import Scenario
+    from gpuperf.workloads.transformer import build_ops
+
+    ops: list[Op] = []
+    seen: set[tuple] = set()
+    for model in MODELS:
+        cfg = load_model(model)
+        for t in TOKENS:
+            built = build_ops(cfg, Scenario(mode="prefill", batch=1, seq=t, ctx=t))
+            for op in built:
+                if not isinstance(op, Gemm) or not (
+                    op.name.startswith("L0/") or op.name == "lm_head"
+                ):
+                    continue
+                if op.name == "lm_head":
+                    op = replace(op, m=t)  # logits for every token (training, scoring)
+                key = (op.m, op.n, op.k, op.batch, op.dtype)
+                if key not in seen:
+                    seen.add(key)
+                    ops.append(replace(op, name=f"{model}/t{t}/{op.name}"))
+    return ops
+
+
+def attention_ops() -> list[Op]:
+    ops: list[Op] = []
+    for seq in (512, 1024, 2048, 4096, 8192, 16384):
+        batch = max(1, 8192 // seq)
+        for heads, kv in ((32, 32), (32, 8), (64, 8)):
+            for causal in (True, False):
+                ops.append(
+                    so.attention(batch=batch, heads=heads, kv_heads=kv, seq=seq, causal=causal)
+                )
+    for batch in (1, 4, 16, 64):
+        for kv_len in (512, 2048, 8192, 32768):
+            for heads, kv in ((32, 32), (32, 8)):
+                kv_bytes = 2 * batch * kv * kv_len * 128 * 2
+                if kv_bytes <= 16 * 2**30:
+                    ops.append(
+                        so.attention(
+                            batch=batch, heads=heads, kv_heads=kv, seq=1, kv_len=kv_len, causal=True
+                        )
+                    )
+    return ops
+
+
+def attention_backend_ops() -> list[tuple[Op, str]]:
+    op = so.attention(batch=2, heads=32, kv_heads=8, seq=4096, causal=True)
+    dec = so.attention(batch=16, heads=32, kv_heads=8, seq=1, kv_len=8192, causal=True)
+    return [(o, b) for o in (op, dec) for b in ("flash", "efficient", "cudnn")]
+
+
+def memory_ops() -> list[Op]:
+    ops: list[Op] = []
+    for nbytes in SIZES_B:
+        n = nbytes // 2  # bf16 elements
+        ops += [so.elementwise(fn, n) for fn in ("add", "mul", "relu", "silu", "gelu")]
+        rows = max(1, n // 4096)
+        ops += [so.norm(fn, rows, 4096) for fn in ("rmsnorm", "layernorm", "softmax")]
+        ops.append(Norm(f"addnorm/{rows}x4096", "rmsnorm", rows, 4096, residual=True))
+        ops.append(so.copy(nbytes))
+        if nbytes <= 2**30:
+            ops.append(Elementwise(f"cast/{n}", "cast", n, dtype="fp32", out_dtype="bf16"))
+    for rows in (1, 8, 64, 512):
+        ops.append(so.norm("softmax", rows, 32000))
+        ops.append(so.norm("softmax", rows, 128256))
+    return ops
+
+
+GROUPS = {
+    "gemm": gemm_ops,
+    "gemm_models": model_gemm_ops,
+    "attention": attention_ops,
+    "attention_backends": attention_backend_ops,
+    "memory": memory_ops,
+}
+
+
+def _predictor():
+    try:
+        from gpuperf.hardware.detect import detect_gpu
+        from gpuperf.perfmodel.roofline import op_time
+
+        spec = detect_gpu(0)
+        return spec, (lambda op: op_time(op, spec).time * 1e3)
+    except Exception as exc:  # no profile for this GPU: measure anyway
+        print(f"  (no prediction: {exc})", flush=True)
+        return None, (lambda op: None)
+
+
+def run_group(name, items, out_dir, env, budget, predict, deadline, device="cuda", limit=0) -> dict:
+    from gpuperf.measure.kernels import measure_op
+    from gpuperf.measure.results import ResultsFile, measurement_row
+
+    f = ResultsFile(out_dir / f"{name}.json", env, name)
+    f.data["skipped"] = []
+    t0 = time.monotonic()
+    errors = []
+    if limit:  # smoke test: the first `limit` small points
+        items = [i for i in items if (i[0] if isinstance(i, tuple) else i).cost().bytes < 2**24]
+        items = items[:limit]
+    for item in items:
+        op, backend = item if isinstance(item, tuple) else (item, None)
+        if time.monotonic() > deadline:
+            f.data["skipped"].append({"name": op.name, "why": "deadline"})
+            continue
+        try:
+            m = measure_op(op, device, budget, backend)
+        except GpuperfError as exc:
+            f.data["skipped"].append({"name": op.name, "shape": op.shape, "why": str(exc)})
+            print(f"  skip {op.name}: {exc}", flush=True)
+            continue
+        try:
+            pred = predict(op)
+        except Exception as exc:
+            pred = None
+            errors.append(str(exc))
+        f.add(measurement_row(m, pred))
+    f.write()
+    rows = f.rows
+    errs = [r["predicted_ms"] / r["measured_ms"] - 1 for r in rows if r["predicted_ms"]]
+    summary = {
+        "group": name,
+        "points": len(rows),
+        "skipped": len(f.data["skipped"]),
+        "seconds": time.monotonic() - t0,
+        "median_abs_err_pct": 100 * statistics.median(map(abs, errs)) if errs else None,
+    }
+    print(
+        f"[{name}] {summary['points']} points, {summary['skipped']} skipped, "
+        f"{summary['seconds']:.0f} s, median |pred/meas-1| "
+        + (f"{summary['median_abs_err_pct']:.0f}%" if errs else "n/a"),
+        flush=True,
+    )
+    return summary
+
+
+def crosscheck(out_dir: Path, spec, budget) -> dict:
+    """Our timer vs triton.testing.do_bench (median) on a few GEMMs; copy vs datasheet HBM."""
+    import torch
+
+    from gpuperf.measure.kernels import measure_op
+    from gpuperf.measure.timing import time_fn
+
+    res: dict = {"gemm": []}
+    try:
+        from triton.testing import do_bench
+    except ImportError:
+        do_bench = None
+    for m, n, k in ((1, 4096, 4096), (1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192)):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+        ours = time_fn(lambda a=a, b=b: a @ b, "cuda", budget).median_s * 1e3
+        theirs = (
+            do_bench(lambda a=a, b=b: a @ b, warmup=25, rep=100, return_mode="median")
+            if do_bench
+            else None
+        )
+        agree = None if theirs is None else 100 * (ours / theirs - 1)
+        res["gemm"].append(
+            {"mnk": [m, n, k], "ours_ms": ours, "do_bench_ms": theirs, "diff_pct": agree}
+        )
+        print(
+            f"  crosscheck {m}x{n}x{k}: ours {ours:.4f} ms, do_bench "
+            + (f"{theirs:.4f} ms ({agree:+.1f}%)" if theirs else "n/a"),
+            flush=True,
+        )
+    mc = measure_op(Copy("copy/1GiB", 2**30), "cuda", budget)
+    res["copy_1GiB_gbps"] = mc.gbps
+    if spec is not None:
+        res["copy_pct_of_datasheet"] = 100 * mc.gbps * 1e9 / spec.hbm_bw
+    print(
+        f"  copy 1 GiB: {mc.gbps:.0f} GB/s (read+write)"
+        + (f" = {res['copy_pct_of_datasheet']:.0f}% of datasheet" if spec else ""),
+        flush=True,
+    )
+    (out_dir / "crosscheck.json").write_text(json.dumps(res, indent=1))
+    return res
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--groups", default=",".join(GROUPS), help=f"comma list of {', '.join(GROUPS)}")
+    p.add_argument("--rep-ms", type=float, default=50.0)
+    p.add_argument("--warmup-ms", type=float, default=10.0)
+    p.add_argument("--max-minutes", type=float, default=6.5)
+    p.add_argument("--device", default="cuda", help="cpu: a smoke test of this script")
+    p.add_argument("--limit", type=int, default=0, help="at most N small points per group")
+    a = p.parse_args()
+    import torch
+
+    from gpuperf.measure.env import environment
+    from gpuperf.measure.timing import Budget
+
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA GPU (use --device cpu --limit 3 for a smoke test)", file=sys.stderr)
+        return 3
+    start = time.monotonic()
+    deadline = start + 60 * a.max_minutes
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    env = environment(a.device)
+    (a.out_dir / "env.json").write_text(json.dumps(env, indent=1, default=str))
+    print(f"{env.get('gpu')} · torch {env.get('torch')} · CUDA {env.get('cuda')}", flush=True)
+    spec, predict = _predictor() if a.device == "cuda" else (None, lambda op: None)
+    budget = Budget(warmup_ms=a.warmup_ms, rep_ms=a.rep_ms, max_reps=500)
+    summaries = []
+    for name in a.groups.split(","):
+        if name not in GROUPS:
+            print(f"unknown group {name!r}; known: {', '.join(GROUPS)}", file=sys.stderr)
+            return 2
+        items = GROUPS[name]()
+        print(f"[{name}] {len(items)} points ...", flush=True)
+        summaries.append(
+            run_group(name, items, a.out_dir, env, budget, predict, deadline, a.device, a.limit)
+        )
+    if a.device == "cuda":
+        crosscheck(a.out_dir, spec, budget)
+    print(f"\n{'group':20s} {'points':>7s} {'skipped':>8s} {'s':>6s} {'med |err| %':>12s}")
+    for s in summaries:
+        e = s["median_abs_err_pct"]
+        print(
+            f"{s['group']:20s} {s['points']:7d} {s['skipped']:8d} {s['seconds']:6.0f} "
+            f"{'n/a' if e is None else f'{e:.0f}':>12s}"
+        )
+    print(f"total {time.monotonic() - start:.0f} s; results in {a.out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
