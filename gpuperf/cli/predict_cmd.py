@@ -10,6 +10,7 @@ import click
 
 from gpuperf.cli.common import SIZE, output_options
 from gpuperf.cli.ops_grammar import ModelOrOpGroup, dtype_option, op_commands
+from gpuperf.cli.plan_opts import PLAN_KEYS, plan_cli_options, run_plan, wants_plan
 from gpuperf.errors import InputError
 
 GPU_HELP = "GPU: profile name or alias (h100, a100-40gb), a profile .toml, or auto (detect)."
@@ -49,11 +50,18 @@ def _dtype_or_none(ctx: click.Context, param: click.Parameter, value: str | None
     return None if value is None else parse_dtype(value)
 
 
+def _plan_options(func: Any) -> Any:
+    for deco in reversed(plan_cli_options):
+        func = deco(func)
+    return func
+
+
 @predict.command(
     "model",
     epilog="Example: gpuperf predict llama2-7b --gpu h100 --seq 2048 --by layer --top 10",
 )
 @click.argument("model", metavar="MODEL")
+@_plan_options
 @gpu_option
 @click.option("--system", default=None, help="Node/cluster profile (dgx-h100, or a .toml).")
 @click.option(
@@ -118,6 +126,15 @@ def model_cmd(
     """
     from gpuperf import api
 
+    plan_kw = {k: scenario.pop(k) for k in PLAN_KEYS}
+    par = {k: scenario[k] for k in ("tp", "pp", "dp", "ep")}
+    if wants_plan(**par, nodes=plan_kw["nodes"]):
+        if report_path is not None:
+            raise InputError("--report is not available for parallel plans yet")
+        keep = ("batch", "seq", "ctx", "dtype")
+        run_plan(model, system, scenario["mode"], **par, **{k: scenario[k] for k in keep},
+                 fmt=fmt, **plan_kw)  # fmt: skip
+        return
     prediction = api.predict(model, gpu=gpu, system=system, **scenario)
     if report_path is not None:
         try:
