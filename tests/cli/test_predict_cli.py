@@ -102,7 +102,7 @@ LLAMA = {
         (["llama2-7b", "--seq", "abc"], "not a size"),
         (["llama2-7b", "--batch", "1.5"], "not a whole number"),
         (["llama2-7b", "--batch", "0"], "must be positive"),
-        (["llama2-7b", "--seq", "-1"], "'-1' is not a size"),
+        (["llama2-7b", "--seq", "-1"], "seq must be positive, got '-1'"),
         (["llama2-7b", "--dtype", "fp12"], "unknown dtype"),
         (["llama2-7b", "--kv-dtype", "int3"], "unknown dtype"),
         (["llama2-7b", "--mode", "infer"], "infer"),
