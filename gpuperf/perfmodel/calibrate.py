@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +26,8 @@ from gpuperf.perfmodel.ops import Attention, Collective, Gemm, Op
 from gpuperf.perfmodel.ops_io import op_to_dict
 from gpuperf.perfmodel.roofline import op_time
 
+# GEMMs taken from a model's layers are named "<model>/t<tokens>/<op>" (benchmarks/device sweeps).
+_LLM_NAME = re.compile(r"/t\d+/")
 # Fraction of shapes used for calibration; the rest are held out.
 CALIBRATION_SHARE = 0.3
 MB16 = 16e6
@@ -80,7 +83,7 @@ def op_class(op: Op) -> str:
             return "gemm misaligned"
         if op.m <= 32:
             return "gemm few tokens (M<=32)"
-        if op.dtype in ("bf16", "fp16") and "/llm/" in op.name and 128 <= op.m <= 8192:
+        if op.dtype in ("bf16", "fp16") and _LLM_NAME.search(op.name) and 128 <= op.m <= 8192:
             return "gemm LLM layer shapes"
         if op.dtype in ("bf16", "fp16") and min(op.m, op.n, op.k) >= 1024:
             return "gemm bf16/fp16 >=1024"
