@@ -335,9 +335,80 @@ for _coll in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast"
 
 
 @click.command(
-    help="Measure every distinct op of one layer (and lm_head) of MODEL and compare with the "
-    "prediction.\n\nExample: gpuperf validate llama3-8b --seq 2048"
+    help="Measure every distinct op of one layer (plus embedding, final norm and lm_head) of "
+    "MODEL and compare with the prediction of the same ops. Ops with no single PyTorch kernel "
+    "(fused rope, silu_and_mul, ...) are listed as skipped.\n\n"
+    "Example: gpuperf validate llama3-8b --mode decode --batch 16 --ctx 4096"
 )
 @click.argument("model")
-def validate(model: str) -> None:
-    raise EnvironmentUnavailable("gpuperf validate is not built yet; use gpuperf measure")
+@click.option(
+    "--mode", type=click.Choice(["prefill", "decode"]), default="prefill", show_default=True
+)
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--seq", type=click.IntRange(min=1), default=2048, show_default=True)
+@click.option("--ctx", type=click.IntRange(min=1), default=2048, show_default=True)
+@dtype_option()
+@common_options
+def validate(
+    model: str,
+    mode: str,
+    batch: int,
+    seq: int,
+    ctx: int,
+    dtype: str,
+    device: str,
+    gpu: str | None,
+    backend: str,
+    warmup_ms: float,
+    rep_ms: float,
+    save: str | None,
+    fmt: str,
+) -> None:
+    from gpuperf.measure.env import environment
+    from gpuperf.measure.results import MeasureResult, ResultsFile, measured_table, measurement_row
+    from gpuperf.measure.timing import Budget
+    from gpuperf.measure.validate import model_ops, one_layer, validate_ops
+    from gpuperf.workloads.scenario import Scenario
+
+    scenario = Scenario(mode=mode, batch=batch, seq=seq, ctx=ctx, dtype=dtype)  # type: ignore[arg-type]
+    _, ops = model_ops(model, scenario)
+    dev = resolve_device(device)
+    warnings: list[str] = []
+    spec = gpu_for_prediction(gpu, dev, warnings)
+    env = environment(dev)
+    saver = ResultsFile(save, env, "validate") if save else None
+    if saver is not None:
+        saver.data.update(
+            model=model,
+            scenario={"mode": mode, "batch": batch, "seq": seq, "ctx": ctx, "dtype": dtype},
+        )
+    targets = one_layer(ops)
+    with progress(len(targets), f"{model}") as advance:
+
+        def done(op: Any, m: Any) -> None:
+            if m is not None and saver is not None:
+                saver.add(measurement_row(m, None))
+            advance(op.name)
+
+        v = validate_ops(
+            ops,
+            dev,
+            Budget(warmup_ms=warmup_ms, rep_ms=rep_ms),
+            None if backend == "auto" else backend,
+            done,
+        )
+    for op, why in v.skipped:
+        warnings.append(f"skipped {op.name} ({op.shape}): {why}")
+    if saver is not None:
+        saver.data["skipped"] = [{"name": op.name, "why": why} for op, why in v.skipped]
+        saver.write()
+    if not v.ops:
+        raise EnvironmentUnavailable(f"no op of {model} could be measured: {warnings[0]}")
+    prediction = _predict(v.ops, spec, warnings)
+    table = measured_table(v.ops, v.measurements, spec, prediction)
+    measured_on = env.get("gpu") or env.get("cpu") or dev
+    label = f"{measured_on} (measured)" + (f" vs {spec.name} (predicted)" if spec else "")
+    result = MeasureResult(table=table, env=env, gpu=label, model=model, warnings=warnings)
+    if prediction is not None:
+        result.total_ms = float(table["time_ms"].sum())
+    _render(result, fmt)

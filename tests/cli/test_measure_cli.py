@@ -158,3 +158,15 @@ def test_timeout_kills_every_rank(capsys, monkeypatch):
     assert code == 3
     assert err.strip().count("\n") == 0 and "timed out after 6 s" in err, err
     assert _processes_with(marker) == [os.getpid()] or _processes_with(marker) == []
+
+
+def test_validate_measures_one_layer_and_lists_skipped_ops(capsys):
+    code, out, err = run(capsys, "validate", "llama2-7b", "--seq", "8", *FAST, "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    names = [r["name"] for r in data["ops"]]
+    assert "L0/attn/qkv" in names and "lm_head" in names and "embed" in names
+    assert not any(n.startswith("L1/") for n in names)  # one layer only
+    qkv = data["ops"][names.index("L0/attn/qkv")]
+    assert qkv["shape"] == "8×12288×4096" and qkv["measured_ms"] > 0
+    assert any("skipped L0/attn/rope" in w for w in data["warnings"])
