@@ -290,8 +290,7 @@ CLAIMS: list[Claim] = [
         predict=lambda: predict(mode="prefill", seq=S, impl="eager").total_ms,
         call=PREFILL + ", impl='eager').total_ms",
         measured=prefill_meas,
-        reason="27.6 TFLOP of weights × tokens need ≥28 ms at the dense peak; HF eager "
-        "measured 61 ms",
+        reason="27.6 TFLOP of weights × tokens need ≥28 ms at the dense peak",
     ),
     Claim(
         SEED,
@@ -385,7 +384,7 @@ CLAIMS: list[Claim] = [
         predict=lambda: predict(mode="decode", ctx=S, impl="eager").tokens_per_s,
         call=DECODE + ", impl='eager').tokens_per_s",
         measured=lambda: tokens_meas(e2e_ms("llama2-7b", batch=1, ctx=S, mode="decode"), 1),
-        reason="eager HF decode is launch-bound (~20 tok/s measured); 100 needs CUDA graphs",
+        reason="eager HF decode is launch-bound (see measured); 100 needs CUDA graphs",
     ),
     Claim(
         SEED,
@@ -397,7 +396,7 @@ CLAIMS: list[Claim] = [
         predict=lambda: 100 * predict(mode="prefill", seq=S, impl="eager").mfu,
         call=PREFILL + ", impl='eager').mfu",
         measured=lambda: mfu_meas(),
-        reason="measured HF eager prefill reaches ~47 % MFU",
+        reason="HF eager prefill reaches about half the dense peak",
     ),
     Claim(
         SEED,

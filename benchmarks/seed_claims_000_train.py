@@ -67,7 +67,7 @@ CLAIMS: list[Claim] = [
         "µs",
         predict=lambda: ar_pred(D),
         call=AR.format(n="4.7e6"),
-        reason="NCCL's latency (~40 µs for ring/LL128 on 8 GPUs) dominates 4.7 MB",
+        reason="NCCL's per-call latency, not bandwidth, dominates at 4.7 MB",
     ),
     Claim(
         SEED,
@@ -159,7 +159,7 @@ CLAIMS: list[Claim] = [
         "ms",
         predict=all_grads_ms,
         call=AR.format(n="2 × param_count()"),
-        reason="13.5 GB of bf16 gradients take ~70 ms on NVLink; only overlap hides it",
+        reason="13.5 GB of bf16 gradients cannot cross NVLink in 0.6 ms; only overlap hides it",
     ),
     Claim(
         SEED,
@@ -171,7 +171,7 @@ CLAIMS: list[Claim] = [
         "max",
         predict=lambda: Pred(exposed_dp_ms().value * 1e3, exposed_dp_ms().detail),
         call=PLAN.format(mb=1, g=8) + ".breakdown['dp_comm']",
-        reason="gpuperf leaves the last 80 MB bucket exposed (~0.4 ms)",
+        reason="gpuperf leaves the last 80 MB gradient bucket exposed",
     ),
     Claim(
         SEED,
