@@ -12,7 +12,7 @@ body { margin: 0; background: var(--bg); color: var(--ink);
   font: 15px/1.55 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; }
 .hero { background: linear-gradient(135deg, #0f172a 0%, #1e3a8a 100%); color: #f8fafc;
   padding: 34px 0 30px; }
-.wrap { max-width: 1240px; margin: 0 auto; padding: 0 28px; }
+.wrap { max-width: 1320px; margin: 0 auto; padding: 0 28px; }
 .eyebrow { text-transform: uppercase; letter-spacing: .12em; font-size: 12px; color: #93c5fd;
   font-weight: 600; }
 .hero h1 { margin: 6px 0 4px; font-size: 30px; font-weight: 700; letter-spacing: -.01em; }
@@ -51,11 +51,11 @@ section h3 { margin: 20px 0 4px; font-size: 15px; color: var(--ink2); }
 .figure { width: 100%; }
 table.data { border-collapse: collapse; width: 100%; font-size: 13px;
   font-variant-numeric: tabular-nums; }
-table.data th, table.data td { padding: 5px 9px; border-bottom: 1px solid var(--line);
+table.data th, table.data td { padding: 5px 8px; border-bottom: 1px solid var(--line);
   text-align: left; white-space: nowrap; }
 table.data td.n, table.data th.n { text-align: right; }
 table.data thead th { position: sticky; top: 0; background: #f8fafc; color: var(--ink2);
-  font-weight: 600; border-bottom: 2px solid #cbd5e1; }
+  font-weight: 600; border-bottom: 2px solid #cbd5e1; white-space: normal; vertical-align: bottom; }
 table.sortable thead th { cursor: pointer; user-select: none; }
 table.sortable thead th:hover { color: var(--accent); }
 table.sortable thead th[data-dir="asc"]::after { content: " ▲"; font-size: 10px; }
@@ -68,6 +68,10 @@ table.data tfoot td { font-weight: 600; border-top: 2px solid #cbd5e1; border-bo
 .b-compute { color: #1d4ed8; font-weight: 600; } .b-memory { color: #b45309; font-weight: 600; }
 .b-latency { color: #b91c1c; font-weight: 600; } .b-comm { color: #7e22ce; font-weight: 600; }
 .dot { display: inline-block; width: 9px; height: 9px; border-radius: 50%; margin-right: 6px; }
+.kvgrid { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 10px; }
+.kvt { background: #f8fafc; border: 1px solid var(--line); border-radius: 8px; padding: 7px 11px; }
+.kvt .k { font-size: 12px; color: var(--mute); }
+.kvt .v { font-size: 15px; font-weight: 600; font-variant-numeric: tabular-nums; }
 table.kv { border-collapse: collapse; font-size: 13.5px; }
 table.kv th { text-align: left; color: var(--mute); font-weight: 500; padding: 4px 18px 4px 0;
   vertical-align: top; white-space: nowrap; }

@@ -182,7 +182,9 @@ _STEP_ORDER = (
 
 def _seg(value: float, parts: dict[str, float]) -> str:
     total = sum(parts.values())
-    return f"{value:,.3g} ms · {100 * value / total:.0f}%" if total and value else ""
+    if not total or value < 0.06 * total:  # too narrow for a label; the hover has it
+        return ""
+    return f"{value:,.3g} ms · {100 * value / total:.0f}%"
 
 
 def step_figure(items: list[ReportItem]) -> go.Figure | None:

@@ -184,7 +184,7 @@ def _cell(col: str, value: Any) -> str:
     if col == "share":
         pct = 0.0 if v != v else 100 * v
         shown = (
-            "–" if v != v else f'{pct:.1f}<span class="bar" style="width:{pct * 0.6:.1f}px"></span>'
+            "–" if v != v else f'{pct:.1f}<span class="bar" style="width:{pct * 0.4:.1f}px"></span>'
         )
         return f'<td class="n" data-v="{key}">{shown}</td>'
     return f'<td class="n" data-v="{key}">{_e(fmt(v) if v == v else "–")}</td>'
@@ -203,6 +203,8 @@ def _view(item: ReportItem, table: pd.DataFrame, detail: bool) -> pd.DataFrame:
         t = t.drop(columns="share")
     drop = [c for c in ("t_comm_ms", "error_pct", "measured_ms") if c in t and t[c].isna().all()]
     drop += [c for c in ("t_comm_ms",) if c in t and not t[c].fillna(0).any()]
+    if "dtype" in t and t["dtype"].nunique() <= 1:
+        drop.append("dtype")  # one dtype: it is in the title
     if "count" in t and (t["count"] == 1).all():
         drop.append("count")
     if "layer" in t and (t["layer"].fillna("") == "").all():
@@ -272,7 +274,16 @@ def scenario_html(item: ReportItem) -> str:
     for key, label in (("kernels", "kernels"), ("dispatch_us", "host cost per kernel (µs)")):
         if key in extra:
             pairs.append((label, num(extra[key]) if key != "kernels" else f"{extra[key]:,}"))
-    return kv_table(pairs)
+    return kv_grid(pairs)
+
+
+def kv_grid(pairs: list[tuple[str, Any]]) -> str:
+    """Short key/value pairs as a grid of small tiles (a scenario reads at a glance)."""
+    tiles = "".join(
+        f'<div class="kvt"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
+        for k, v in pairs
+    )
+    return f'<div class="kvgrid">{tiles}</div>'
 
 
 _SPEC_ROWS = (
