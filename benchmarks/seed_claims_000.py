@@ -348,7 +348,7 @@ CLAIMS: list[Claim] = [
         predict=lambda: predict(mode="decode", ctx=S, impl="eager").total_ms,
         call=DECODE + ", impl='eager').total_ms",
         measured=lambda: e2e_ms("llama2-7b", batch=1, ctx=S, mode="decode"),
-        reason="HF eager decode is host-bound: ~1000 kernel launches per token",
+        reason="HF eager decode is host-bound: over a thousand kernel launches per token",
     ),
     Claim(
         SEED,
