@@ -23,7 +23,7 @@ from typing import Any
 
 from gpuperf import __version__
 from gpuperf.errors import InputError
-from gpuperf.reports.html_data import ReportItem, join_measured, spec_for
+from gpuperf.reports.html_data import ReportItem, is_plan, join_measured, plan_item, spec_for
 
 # plotly.js config: no logo link, no MathJax typesetting, no topojson fetch (geo maps).
 PLOTLY_CONFIG: dict[str, Any] = {
@@ -90,6 +90,8 @@ def items_of(results: Any, gpus: Any = None, measured: Any = None) -> list[Repor
     ):
         if isinstance(res, ReportItem):
             item = res
+        elif is_plan(res):
+            item = plan_item(res)
         else:
             spec, notes = spec_for(res, gpu)
             label = spec.name if spec is not None else (res.gpu or "GPU")
@@ -99,6 +101,10 @@ def items_of(results: Any, gpus: Any = None, measured: Any = None) -> list[Repor
         items.append(item)
     _unique_labels(items)
     return items
+
+
+def is_plan_item(item: ReportItem) -> bool:
+    return "breakdown_ms" in (getattr(item.result, "extra", None) or {})
 
 
 def _unique_labels(items: list[ReportItem]) -> None:
@@ -164,7 +170,8 @@ def render_html(results: Any, *, gpus: Any = None, measured: Any = None) -> str:
     head, sub = _title(items)
     sections: list[tuple[str, str, str]] = []  # (id, nav label, html)
 
-    roof, roof_notes = roofline_figure(items)
+    with_ops = [it for it in items if len(it.table)]
+    roof, roof_notes = roofline_figure(with_ops) if with_ops else (None, [])
     if roof is not None:
         lede = (
             "Each point is one op (identical ops of every layer folded into one), at its "
@@ -173,34 +180,38 @@ def render_html(results: Any, *, gpus: Any = None, measured: Any = None) -> str:
             "ceiling are compute-bound; the gap below the roof is lost to launches, tails and "
             "quantization."
         )
-        if any(it.has_measured and it.has_predicted for it in items):
+        if any(it.has_measured and it.has_predicted for it in with_ops):
             lede += " Diamonds are measured, joined to their prediction by a line."
-        if len(items) > 1:
+        if len(with_ops) > 1:
             lede += " The buttons switch GPU."
         body = _figure_html(roof, "roofline") + _notes(roof_notes)
         sections.append(("roofline", "Roofline", _section("roofline", "Roofline", lede, body)))
     elif roof_notes:
-        sections.append(
-            ("roofline", "Roofline", _section("roofline", "Roofline", "", _notes(roof_notes)))
-        )
+        body = _notes(roof_notes)
+        sections.append(("roofline", "Roofline", _section("roofline", "Roofline", "", body)))
 
     time_body = ""
     step = figs.step_figure(items)
     if step is not None:
-        time_body += "<h3>The step: kernels by what bounds them, and time not in kernels</h3>"
-        time_body += _figure_html(step, "step")
-    kind = figs.kind_figure(items)
-    pos = figs.position_figure(items[0])
-    pos_title = "By position in a layer (all layers added up)"
-    if len(items) > 1:
-        pos_title += f", {items[0].label}"
-    time_body += (
-        f'<div class="grid2"><div><h3>By op kind</h3>{_figure_html(kind, "kind")}</div>'
-        f"<div><h3>{escape(pos_title)}</h3>{_figure_html(pos, 'position')}</div></div>"
-    )
-    sections.append(
-        ("time", "Where the time goes", _section("time", "Where the time goes", "", time_body))
-    )
+        what = (
+            "compute, exposed communication, pipeline bubble"
+            if any(is_plan_item(it) for it in items)
+            else "kernels by what bounds them, and time not in kernels"
+        )
+        time_body += f"<h3>The step: {what}</h3>" + _figure_html(step, "step")
+    if with_ops:
+        kind = figs.kind_figure(with_ops)
+        pos = figs.position_figure(with_ops[0])
+        pos_title = "By position in a layer (all layers added up)"
+        if len(with_ops) > 1:
+            pos_title += f", {with_ops[0].label}"
+        time_body += (
+            f'<div class="grid2"><div><h3>By op kind</h3>{_figure_html(kind, "kind")}</div>'
+            f"<div><h3>{escape(pos_title)}</h3>{_figure_html(pos, 'position')}</div></div>"
+        )
+    if time_body:
+        section = _section("time", "Where the time goes", "", time_body)
+        sections.append(("time", "Where the time goes", section))
 
     mem = figs.memory_figure(items)
     if mem is not None:
@@ -231,7 +242,8 @@ def render_html(results: Any, *, gpus: Any = None, measured: Any = None) -> str:
         "Click a column header to sort. Identical ops of every layer share a row (count); "
         "the per-kernel table is below it."
     )
-    sections.append(("ops", "Ops", _section("ops", "Ops", lede, sec.tables_html(items))))
+    if with_ops:
+        sections.append(("ops", "Ops", _section("ops", "Ops", lede, sec.tables_html(with_ops))))
 
     scen = "".join(
         (f"<h3>{escape(it.label)}</h3>" if len(items) > 1 else "") + sec.scenario_html(it)

@@ -53,6 +53,47 @@ class ReportItem:
         return not getattr(self.result, "scenario", None)
 
 
+_PLAN_COLUMNS = ("name", "layer", "kind", "shape", "dtype", "flops", "bytes", "intensity", "bound",
+                 "time_ms", "share")  # fmt: skip
+
+
+def is_plan(result: Any) -> bool:
+    """A parallel-plan result (perfmodel.parallel.PlanResult): a step breakdown, no op table."""
+    return hasattr(result, "breakdown") and hasattr(result, "step_time")
+
+
+def plan_item(result: Any) -> ReportItem:
+    """A PlanResult as a Prediction with no op rows: its breakdown (compute, exposed comm per
+    axis, bubble, optimizer) goes in extra["breakdown_ms"] for the step figure."""
+    from dataclasses import asdict
+
+    from gpuperf.hardware.loader import load_system
+
+    system = load_system(result.system)
+    scenario = {"mode": result.plan.mode, "plan": result.plan.label(), "nodes": result.nodes,
+                "system": result.system, **asdict(result.plan)}  # fmt: skip
+    pred = _prediction(
+        table=pd.DataFrame({c: [] for c in _PLAN_COLUMNS}),
+        total_ms=result.step_time * 1e3,
+        tokens_per_s=result.tokens_per_s,
+        mfu=result.mfu,
+        mfu_convention="model FLOPs per GPU (no recompute) ÷ dense peak",
+        memory=dict(result.memory),
+        memory_capacity=result.memory_capacity,
+        fits=result.fits,
+        warnings=list(result.notes),
+        gpu=system.gpu.name,
+        model=result.model,
+        scenario=scenario,
+        extra={
+            "breakdown_ms": {k: v * 1e3 for k, v in result.breakdown.items()},
+            "tflops_per_gpu": result.tflops_per_gpu,
+        },
+    )
+    label = f"{result.system} {result.plan.label()}"
+    return ReportItem(pred, system.gpu, label, {}, ["a parallel plan has no per-kernel table"])
+
+
 def strip_layer(name: str) -> str:
     """'prefill/L3/attn/qkv' -> 'prefill/attn/qkv': the op's position inside a layer."""
     return "/".join(p for p in str(name).split("/") if not _LAYER_PART.match(p))

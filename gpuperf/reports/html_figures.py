@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from gpuperf.reports.html_data import ReportItem, strip_layer
+from gpuperf.reports.tables import num
 
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 KIND_COLORS = {
@@ -27,13 +28,7 @@ KIND_COLORS = {
     "collective": "#ef4444",
     "p2p": "#f97316",
 }
-BOUND_COLORS = {
-    "compute": "#2563eb",
-    "memory": "#f59e0b",
-    "latency": "#ef4444",
-    "comm": "#a855f7",
-    "waiting on the host": "#cbd5e1",
-}
+BOUND_COLORS = {"compute": "#2563eb", "memory": "#f59e0b", "latency": "#ef4444", "comm": "#a855f7"}
 MEMORY_COLORS = {
     "weights": "#2563eb",
     "kv_cache": "#9333ea",
@@ -97,7 +92,7 @@ def kind_figure(items: list[ReportItem]) -> go.Figure:
                 orientation="h",
                 name=name,
                 marker={"color": color, "pattern": {"shape": "/" if col == "measured_ms" else ""}},
-                text=[f"{v:,.3g} ms · {p:.0f}%" for v, p in zip(by.values, share, strict=True)],
+                text=[f"{num(v)} ms · {p:.0f}%" for v, p in zip(by.values, share, strict=True)],
                 textposition="outside",
                 cliponaxis=False,
                 customdata=share,
@@ -168,23 +163,51 @@ def position_figure(item: ReportItem) -> go.Figure:
     return layout(fig, 440, margin={"l": 10, "r": 10, "t": 10, "b": 10})
 
 
+# PlanResult.breakdown keys -> legend names
+_PLAN_PARTS = {
+    "compute": "compute kernels",
+    "tp_comm": "exposed TP communication",
+    "ep_comm": "exposed EP communication",
+    "pp_comm": "exposed PP communication",
+    "dp_comm": "exposed DP communication",
+    "bubble": "pipeline bubble",
+    "optimizer": "optimizer step",
+}
 _STEP_ORDER = (
     "compute",
     "memory",
     "latency",
     "comm",
     "other",
+    "compute kernels",
+    "optimizer step",
     "exposed communication",
+    "exposed TP communication",
+    "exposed EP communication",
+    "exposed PP communication",
+    "exposed DP communication",
     "pipeline bubble",
     "waiting on the host",
 )
+_PART_COLORS = {
+    "other": "#94a3b8",
+    "compute kernels": "#2563eb",
+    "waiting on the host": "#cbd5e1",
+    "optimizer step": "#10b981",
+    "exposed communication": "#a855f7",
+    "exposed TP communication": "#a855f7",
+    "exposed EP communication": "#c084fc",
+    "exposed PP communication": "#7e22ce",
+    "exposed DP communication": "#d8b4fe",
+    "pipeline bubble": "#64748b",
+}
 
 
 def _seg(value: float, parts: dict[str, float]) -> str:
     total = sum(parts.values())
     if not total or value < 0.06 * total:  # too narrow for a label; the hover has it
         return ""
-    return f"{value:,.3g} ms · {100 * value / total:.0f}%"
+    return f"{num(value)} ms · {100 * value / total:.0f}%"
 
 
 def step_figure(items: list[ReportItem]) -> go.Figure | None:
@@ -192,11 +215,15 @@ def step_figure(items: list[ReportItem]) -> go.Figure | None:
     exposed communication and the pipeline bubble (from result.extra)."""
     rows: list[tuple[str, dict[str, float]]] = []
     for it in items:
+        extra = getattr(it.result, "extra", {}) or {}
+        if "breakdown_ms" in extra:  # a parallel plan: its own parts, which add up to the step
+            parts = {_PLAN_PARTS.get(k, k): float(v) for k, v in extra["breakdown_ms"].items()}
+            rows.append((it.label, {k: v for k, v in parts.items() if v > 0}))
+            continue
         if it.is_sweep or not it.has_predicted:
             continue
         t = it.table
         parts = {b or "other": float(v) for b, v in t.groupby("bound")["time_ms"].sum().items()}
-        extra = getattr(it.result, "extra", {}) or {}
         for key, label in (
             (("exposed_comm_ms", "comm_exposed_ms"), "exposed communication"),
             (("bubble_ms", "pipeline_bubble_ms"), "pipeline bubble"),
@@ -213,21 +240,15 @@ def step_figure(items: list[ReportItem]) -> go.Figure | None:
     fig = go.Figure()
     present = {k for _, p in rows for k in p}
     labels = [k for k in _STEP_ORDER if k in present] + sorted(present - set(_STEP_ORDER))
-    extra_colors = {
-        "exposed communication": "#a855f7",
-        "pipeline bubble": "#64748b",
-        "other": "#94a3b8",
-    }
     for label in labels:
         values = [p.get(label, 0.0) for _, p in rows]
+        bound = label in ("compute", "memory", "latency", "comm")
         fig.add_bar(
             y=[name for name, _ in rows],
             x=values,
             orientation="h",
-            name=label
-            if label in extra_colors or label == "waiting on the host"
-            else f"{label}-bound kernels",
-            marker={"color": BOUND_COLORS.get(label, extra_colors.get(label, "#94a3b8"))},
+            name=f"{label}-bound kernels" if bound else label,
+            marker={"color": BOUND_COLORS.get(label) or _PART_COLORS.get(label, "#94a3b8")},
             text=[_seg(v, p) for v, (_, p) in zip(values, rows, strict=True)],
             textposition="inside",
             insidetextanchor="middle",
@@ -238,7 +259,7 @@ def step_figure(items: list[ReportItem]) -> go.Figure | None:
         fig,
         120 + 50 * len(rows),
         barmode="stack",
-        yaxis={"autorange": "reversed"},
+        yaxis={"autorange": "reversed", "automargin": True},
         xaxis={"title": "time (ms)"},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0, "traceorder": "normal"},
         margin={"l": 110, "r": 30, "t": 40, "b": 50},
@@ -295,21 +316,21 @@ def compare_figure(items: list[ReportItem]) -> go.Figure | None:
     """Step time, tokens/s and MFU: one bar per GPU."""
     if len(items) < 2:
         return None
-    metrics = [("step time (ms)", lambda r: r.total_ms, "{:,.3g}")]
+    metrics = [("step time (ms)", lambda r: r.total_ms)]
     if any(getattr(it.result, "tokens_per_s", None) for it in items):
-        metrics.append(("tokens/s", lambda r: r.tokens_per_s, "{:,.0f}"))
+        metrics.append(("tokens/s", lambda r: r.tokens_per_s))
     if any(getattr(it.result, "mfu", None) for it in items):
-        metrics.append(("MFU (%)", lambda r: 100 * r.mfu if r.mfu else None, "{:.1f}"))
+        metrics.append(("MFU (%)", lambda r: 100 * r.mfu if r.mfu else None))
     fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[m[0] for m in metrics])
     names = [it.label for it in items]
     colors = [GPU_COLORS[i % len(GPU_COLORS)] for i in range(len(items))]
-    for col, (title, get, fmt) in enumerate(metrics, start=1):
+    for col, (title, get) in enumerate(metrics, start=1):
         values = [get(it.result) for it in items]
         fig.add_bar(
             x=names,
             y=values,
             marker={"color": colors},
-            text=[fmt.format(v) if v is not None else "–" for v in values],
+            text=[num(v) for v in values],
             textposition="outside",
             cliponaxis=False,
             showlegend=False,

@@ -280,3 +280,23 @@ def test_plotly_not_imported_on_predict_path():
         "assert 'plotly' not in sys.modules, 'plotly imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_parallel_plan_step_breakdown_and_memory():
+    from gpuperf.hardware.loader import load_system
+    from gpuperf.perfmodel.parallel import ParallelPlan, predict_plan
+    from gpuperf.workloads.config import load_model
+
+    plan = ParallelPlan(mode="train", tp=8, pp=2, dp=4, seq=4096, micro_batch=1,
+                        global_batch=256, dtype="bf16")  # fmt: skip
+    r = predict_plan(load_model("llama2-70b"), plan, load_system("dgx-h100"), None)
+    items = H.items_of(r)
+    fig = step_figure(items)
+    parts = {t.name: t.x[0] for t in fig.data}
+    assert parts["compute kernels"] == pytest.approx(r.breakdown["compute"] * 1e3)
+    assert parts["pipeline bubble"] == pytest.approx(r.breakdown["bubble"] * 1e3)
+    assert sum(parts.values()) == pytest.approx(r.step_time * 1e3)  # the parts add up
+    page = _strip_plotly(H.render_html(r))
+    assert 'id="fig-step"' in page and 'id="fig-memory"' in page
+    assert 'id="fig-roofline"' not in page and 'id="ops"' not in page  # no op rows in a plan
+    assert "NVIDIA H100 SXM5 80GB" in page  # the system's GPU profile and its sources
