@@ -247,6 +247,59 @@ def launch_costs(n: int = 2000) -> dict:
     return out
 
 
+def host_probe(model, batch: int, seq: int, ctx: int) -> dict:
+    """Host time of one eager forward (Python returns before the GPU finishes) and the number of
+    GPU kernels it launches (torch.profiler), for prefill and for a decode step on a DynamicCache.
+    Host time over kernel count is the per-kernel dispatch cost the model's queue simulation uses.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import DynamicCache
+
+    vocab = model.config.vocab_size
+    out: dict = {}
+    ids = torch.randint(0, vocab, (batch, seq), device="cuda")
+    tok = torch.randint(0, vocab, (batch, 1), device="cuda")
+    model.eval()
+
+    def prefill():
+        model(input_ids=ids, use_cache=False, logits_to_keep=1)
+
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=torch.randint(0, vocab, (batch, ctx), device="cuda"),
+              past_key_values=cache, use_cache=True, logits_to_keep=1)  # fmt: skip
+
+    def decode():
+        model(input_ids=tok, past_key_values=cache, use_cache=True)
+
+    for name, fn in (("prefill", prefill), ("decode", decode)):
+        with torch.no_grad():
+            for _ in range(3):
+                fn()
+            hosts = []
+            for _ in range(5):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                fn()
+                hosts.append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+        kernels = sum(
+            e.count for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA
+        )
+        out[name] = {
+            "host_ms": statistics.median(hosts) * 1e3,
+            "cuda_kernels": kernels,
+            "batch": batch,
+            "seq": seq,
+            "ctx": ctx,
+        }
+    return out
+
+
 PLAN = [
     # (model, mode, impl, cuda_graphs, batch, seq, ctx)
     ("llama2-7b", "prefill", "eager", False, 1, 2048, 0),
@@ -307,6 +360,12 @@ def main() -> int:
                 torch.cuda.empty_cache()
                 model = build_model(cfg)
                 current_name = name
+            if name == "llama2-7b" and "host_probe" not in result:
+                try:
+                    result["host_probe"] = host_probe(model, 1, 128, 2048)
+                    print("host probe:", json.dumps(result["host_probe"]), flush=True)
+                except Exception as exc:  # noqa: BLE001
+                    result["host_probe_error"] = f"{type(exc).__name__}: {exc}"
             if mode == "prefill":
                 model.eval()
                 samples = run_prefill(model, batch, seq, args.iters)

@@ -47,7 +47,9 @@ def calibrate(sources: tuple[Path, ...], gpu: str | None, output: Path, all_shap
         base = load_gpu(gpu)
         samples = load_samples(f for f in files if not f.name.startswith("e2e"))
         runs = load_e2e(f for f in files if f.name.startswith("e2e"))
-        source = "fitted to " + ", ".join(sorted({f.parent.name + "/" + f.name for f in files}))
+        used = {s.source for s in samples} | {r.source for r in runs}
+        folders = sorted({f.parent.name for f in files})
+        source = f"fitted to {', '.join(folders)}: {', '.join(sorted(used))}"
     else:
         from gpuperf.measure.calibration import measure_calibration_set
 
@@ -64,7 +66,9 @@ def calibrate(sources: tuple[Path, ...], gpu: str | None, output: Path, all_shap
     fitted = cal.dataclasses.replace(base, params=params)
     if runs:
         params = cal.fit_host(runs, fitted)
-    output.write_text(cal.params_toml(params, base.name, source))
+    fitted_names = [*cal.OP_PARAMS] if samples else []
+    fitted_names += [*cal.HOST_PARAMS] if runs else []
+    output.write_text(cal.params_toml(params, base.name, source, fitted_names))
     click.echo(f"wrote {output}")
     for name, lo_hi in {**cal.OP_PARAMS, **cal.HOST_PARAMS}.items():
         click.echo(

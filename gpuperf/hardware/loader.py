@@ -310,7 +310,9 @@ def _model(raw: dict, origin: str) -> ModelParams:
     _check_keys(table, (*sorted(_MODEL_FIELDS), "extra"), origin, "model.")
     values: dict[str, Any] = {}
     for key in _MODEL_FIELDS & table.keys():
-        values[key] = float(_number(table[key], f"model.{key}", origin))
+        # Efficiencies must be positive; counts, flags and overlaps may be zero.
+        zero = not key.endswith("_eff")
+        values[key] = float(_number(table[key], f"model.{key}", origin, zero=zero))
         if key.endswith("_eff") and values[key] > 1:
             raise InputError(
                 f"{origin}: model.{key} is a fraction of peak (0 < x <= 1), got {table[key]!r}"

@@ -41,6 +41,18 @@ class ModelParams:
     l2_bw_factor: float = 1.5  # speed-up of traffic whose working set fits in L2 (1 = none)
     l2_usable_frac: float = 0.5  # fraction of L2 an op's working set may use and stay resident
     fp32_matmul_tf32: float = 0.0  # 1: fp32 GEMMs run on TF32 tensor cores (PyTorch default 0)
+    # --- measured mechanisms of real kernels (docs/model.md) ---
+    # Extra passes over the input that row kernels make when a row does not stay on chip
+    # (PyTorch's block norm re-reads the row to normalize it; its softmax reads it for the max,
+    # the sum and the output).
+    norm_extra_reads: float = 0.0
+    softmax_extra_reads: float = 0.0
+    # 0: the attention kernel runs exp after the matmuls (FlashAttention-2); 1: it overlaps them
+    # (FlashAttention-3 / cuDNN on Hopper, ping-pong warpgroups), so a pair costs max, not sum.
+    attn_exp_overlap: float = 0.0
+    # Fraction of HBM bandwidth a GEMM's operand stream reaches (skinny, weight-bound GEMMs:
+    # cuBLAS's tiles stream the weights less efficiently than a plain copy kernel).
+    gemm_mem_eff: float = 0.85
     extra: Mapping[str, float] = field(default_factory=dict)  # model-specific extras by name
 
     def __hash__(self) -> int:

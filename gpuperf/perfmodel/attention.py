@@ -8,7 +8,7 @@ into one tile (FA2's GQA swap) and split the KV sequence over CTAs to fill the G
 chosen by least predicted time), paying for fp32 partial outputs that a combine step reads.
 
 One (query, key) pair costs, on one SM,
-  t_pair = SMs · (matmul_flops_per_pair / peak + 1 / exp_rate) / eff
+  t_pair = SMs · (matmul_flops_per_pair / peak + 1 / exp_rate − overlap · min(both)) / eff
 with 4·d matmul FLOPs (QKᵀ and PV) forward, 10·d backward (2.5×), one exp per pair either way, the
 exp rate from the SFU throughput (16 per clock per SM) and eff = attn_eff or attn_bwd_eff.
   t_math = (max(longest CTA, waves · mean CTA) + waves · attn_fill_blocks) · BLOCK_M·BLOCK_N·t_pair
@@ -71,7 +71,10 @@ def _hw(op: Attention, gpu: GpuSpec) -> _Hw:
     eff = p.attn_bwd_eff if op.backward else p.attn_eff
     mm_flops = (10.0 if op.backward else 4.0) * op.head_dim
     exp_rate = gpu.sms * gpu.boost_clock_mhz * 1e6 * SFU_PER_CLK_PER_SM
-    t_pair = gpu.sms * (mm_flops / matmul_peak(gpu, op.dtype) + 1.0 / exp_rate) / eff
+    t_mm, t_exp = mm_flops / matmul_peak(gpu, op.dtype), 1.0 / exp_rate
+    # Serial (FA2) pays both; an overlapping kernel (FA3, cuDNN on Hopper) pays the larger.
+    t_serial = t_mm + t_exp
+    t_pair = gpu.sms * (t_serial - p.attn_exp_overlap * min(t_mm, t_exp)) / eff
     bw = p.mem_eff * gpu.hbm_bw
     return _Hw(gpu.sms, t_pair, bw, p.bytes_for_half_bw, p.attn_fill_blocks, p.kernel_floor_s, eff)
 

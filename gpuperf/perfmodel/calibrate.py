@@ -39,11 +39,15 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "mem_eff": (0.5, 1.0),
     "bytes_for_half_bw": (1e4, 1e8),
     "l2_bw_factor": (1.0, 4.0),
+    "gemm_mem_eff": (0.4, 1.0),
     "gemm_eff": (0.4, 1.0),
     "gemm_fill_ksteps": (0.0, 16.0),
     "gemm_misaligned_eff": (0.05, 1.0),
     "attn_eff": (0.2, 1.0),
     "attn_fill_blocks": (0.0, 16.0),
+    "norm_extra_reads": (0.0, 3.0),
+    "softmax_extra_reads": (0.0, 4.0),
+    "bw_sm_frac": (0.05, 1.0),
 }
 # Fitted in log space (they span orders of magnitude).
 LOG_PARAMS = {"kernel_floor_s", "bytes_for_half_bw"}
@@ -176,17 +180,10 @@ def fit(
     return current.params
 
 
-def params_toml(params: ModelParams, base: str, source: str) -> str:
-    """A user profile that inherits `base` and sets the fitted [model] parameters."""
-    lines = [
-        f"# Calibrated by gpuperf: {source}",
-        f'base = "{base}"',
-        "",
-        "[model]",
-    ]
-    for f in dataclasses.fields(params):
-        if f.name != "extra":
-            lines.append(f"{f.name} = {getattr(params, f.name):.6g}")
+def params_toml(params: ModelParams, base: str, source: str, names: Iterable[str]) -> str:
+    """A user profile that inherits `base` and sets the fitted [model] parameters `names`."""
+    lines = [f"# Calibrated by gpuperf: {source}", f'base = "{base}"', "", "[model]"]
+    lines += [f"{n} = {getattr(params, n):.6g}" for n in names]
     return "\n".join(lines) + "\n"
 
 

@@ -11,7 +11,7 @@ For one candidate (tile Tm×Tn, split-K s), with k-steps of 128 bytes of K (64 b
   traffic    = A·ceil(tiles_n/c0) + B·ceil(tiles_m/r0) + C (+ split-K partials), where one wave
                of `slots` CTAs covers an r0×c0 block of tiles (grouped raster); everything is
                read once when A+B+C fit in L2
-  t_mem      = (traffic + bytes_for_half_bw) / (mem_eff·HBM bandwidth)
+  t_mem      = (traffic + bytes_for_half_bw) / (gemm_mem_eff·HBM bandwidth)
   time       = max(t_math, t_mem) + kernel_floor_s
 Skinny GEMMs (decode, M ≤ 64) come out memory-bound on the weights: a thin tile (16×128 after
 cuBLAS's operand swap) and split-K leave the math below the weight-streaming time.
@@ -104,7 +104,7 @@ def _hw(op: Gemm, gpu: GpuSpec) -> _Hw:
     return _Hw(
         sms=gpu.sms,
         rate=eff * matmul_peak(gpu, op.dtype),
-        bw=p.mem_eff * gpu.hbm_bw,
+        bw=p.gemm_mem_eff * gpu.hbm_bw,
         l2_fit=p.l2_usable_frac * gpu.l2_bytes,
         smem=gpu.smem_per_sm_bytes,
         floor=p.kernel_floor_s,

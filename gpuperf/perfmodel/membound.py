@@ -14,6 +14,7 @@ Each streams its bytes once (Cost.bytes_read + bytes_written):
 
 from __future__ import annotations
 
+from gpuperf.dtypes import BYTES
 from gpuperf.hardware.spec import GpuSpec
 from gpuperf.perfmodel.ops import Copy, Cost, Elementwise, Embedding, Norm, Reduce
 from gpuperf.perfmodel.optime import OpTime
@@ -69,8 +70,14 @@ def reduce_time(op: Reduce, gpu: GpuSpec) -> OpTime:
 
 
 def norm_time(op: Norm, gpu: GpuSpec) -> OpTime:
-    """RMSNorm / LayerNorm / softmax: one CTA per row, so few rows cannot fill the GPU."""
+    """RMSNorm / LayerNorm / softmax: one CTA per row, so few rows cannot fill the GPU. Rows that
+    do not stay on chip are read again (norm_extra_reads / softmax_extra_reads passes)."""
     cost = op.cost()
+    p = gpu.params
+    extra = p.softmax_extra_reads if op.fn == "softmax" else p.norm_extra_reads
+    if extra:
+        row_in = float(BYTES[op.dtype] * op.rows * op.cols)
+        cost = cost + Cost(bytes_read=extra * row_in)
     return stream_time(
         cost, gpu, rows=op.rows, row_bytes=cost.bytes / max(op.rows, 1), vector=_vector(op.dtype)
     )

@@ -100,10 +100,12 @@ def strip_layer(name: str) -> str:
 
 
 def fold_ops(table: pd.DataFrame) -> pd.DataFrame:
-    """Identical ops across layers (same name without the layer, same shape) folded into one row
+    """Identical ops across layers (same name without the layer, shape, dtype) folded in one row
     with a `count`; flops, bytes and times summed, NaN kept where no row had a value (a measured
     column that is only partly filled stays honest)."""
     key = table["name"].map(strip_layer) + "\x00" + table["shape"].astype(str)
+    if "dtype" in table.columns:  # a sweep may time the same shape in several dtypes
+        key = key + "\x00" + table["dtype"].astype(str)
     work = table.assign(_key=key.to_numpy(), _pos=table["name"].map(strip_layer).to_numpy())
     grouped = work.groupby("_key", sort=False)
     summed = [
@@ -276,7 +278,8 @@ def _from_results_file(data: dict, path: Any, gpu: Any | None) -> ReportItem:
         model=str(data.get("kind", "")),
         extra={"measured_total_ms": float(table["measured_ms"].sum())},
     )
-    return ReportItem(result, spec, _label(result.gpu, spec), dict(env), notes)
+    label = " ".join(x for x in (_label(result.gpu, spec), str(data.get("kind") or "")) if x)
+    return ReportItem(result, spec, label, dict(env), notes)
 
 
 def _coerce(table: pd.DataFrame, path: Any) -> pd.DataFrame:

@@ -314,6 +314,7 @@ def memory_figure(items: list[ReportItem]) -> go.Figure | None:
 
 def compare_figure(items: list[ReportItem]) -> go.Figure | None:
     """Step time, tokens/s and MFU: one bar per GPU."""
+    items = [it for it in items if not it.is_sweep]  # a sweep's total means nothing
     if len(items) < 2:
         return None
     metrics = [("step time (ms)", lambda r: r.total_ms)]

@@ -16,8 +16,9 @@ from gpuperf.reports.html_figures import kind_color, layout
 ROOF_DTYPES = ("fp32", "tf32", "bf16", "fp8")  # the ceilings drawn, where the GPU has them
 
 
-def _ceilings(spec: Any, x_lo: float, x_hi: float, main: str) -> list[go.Scatter]:
-    """HBM slope up to the highest ridge, one horizontal ceiling per dtype from its ridge."""
+def _ceilings(spec: Any, x_lo: float, x_hi: float, used: set[str]) -> list[go.Scatter]:
+    """HBM slope up to the highest ridge, one horizontal ceiling per dtype from its ridge (solid
+    for the dtypes the ops use), labelled at its right end; ridge points marked."""
     bw = spec.hbm_bw
     peaks = {d: spec.peak_flops[d] for d in ROOF_DTYPES if d in spec.peak_flops}
     if not peaks or bw <= 0:
@@ -33,10 +34,10 @@ def _ceilings(spec: Any, x_lo: float, x_hi: float, main: str) -> list[go.Scatter
             hovertemplate=f"HBM bandwidth {bw / 1e9:,.0f} GB/s<extra></extra>",
         )
     ]
-    rx, ry, rtext = [], [], []
+    rx, ry, rtext, labels = [], [], [], []
     for dtype, peak in sorted(peaks.items(), key=lambda kv: kv[1]):
         ridge = peak / bw
-        solid = dtype == main
+        solid = dtype in used or (dtype == "bf16" and "fp16" in used)
         traces.append(
             go.Scatter(
                 x=[ridge, x_hi],
@@ -53,7 +54,8 @@ def _ceilings(spec: Any, x_lo: float, x_hi: float, main: str) -> list[go.Scatter
         )
         rx.append(ridge)
         ry.append(peak / 1e12)
-        rtext.append(f"{dtype} {peak / 1e12:,.0f} TFLOP/s · ridge {ridge:,.0f} FLOP/B")
+        rtext.append(f"{ridge:,.0f}")
+        labels.append(f"{dtype} {peak / 1e12:,.0f} TFLOP/s")
     traces.append(
         go.Scatter(
             x=rx,
@@ -61,10 +63,22 @@ def _ceilings(spec: Any, x_lo: float, x_hi: float, main: str) -> list[go.Scatter
             mode="markers+text",
             marker={"symbol": "circle", "size": 9, "color": "#0f172a"},
             text=rtext,
-            textposition="top left",
-            textfont={"size": 11, "color": "#475569"},
-            name="ridge points",
+            textposition="bottom right",
+            textfont={"size": 10.5, "color": "#475569"},
+            name="ridge points (FLOP/B)",
             hovertemplate="ridge %{x:,.0f} FLOP/byte<br>%{y:,.0f} TFLOP/s<extra></extra>",
+        )
+    )
+    traces.append(
+        go.Scatter(
+            x=[x_hi] * len(ry),
+            y=ry,
+            mode="text",
+            text=labels,
+            textposition="top left",
+            textfont={"size": 11, "color": "#334155"},
+            showlegend=False,
+            hoverinfo="skip",
         )
     )
     return traces
@@ -108,6 +122,19 @@ def _si(value: float, unit: str) -> str:
     return f"{value:,.3g} {unit}"
 
 
+DTYPE_COLORS = {"fp64": "#0f172a", "fp32": "#64748b", "tf32": "#0ea5e9", "bf16": "#2563eb",
+                "fp16": "#9333ea", "fp8": "#f43f5e", "int8": "#f59e0b"}  # fmt: skip
+
+
+def _groups(f: pd.DataFrame) -> tuple[pd.Series, dict[str, str]]:
+    """What colours the points: the op kind, or kind + dtype for a one-kind sweep over dtypes
+    (a GEMM sweep in bf16, fp8 and fp32 sits under three different ceilings)."""
+    if f["kind"].nunique() == 1 and f["dtype"].nunique() > 1:
+        groups = f["kind"] + " " + f["dtype"]
+        return groups, {g: DTYPE_COLORS.get(g.split(" ")[-1], kind_color(g)) for g in groups}
+    return f["kind"], {k: kind_color(k) for k in f["kind"]}
+
+
 def _points(item: ReportItem, folded: pd.DataFrame) -> tuple[list[go.Scatter], list[str]]:
     """Predicted points per kind, measured points beside them, joined by a line."""
     traces: list[go.Scatter] = []
@@ -127,8 +154,9 @@ def _points(item: ReportItem, folded: pd.DataFrame) -> tuple[list[go.Scatter], l
     sizes = _sizes(share)
     main_y = achieved_tflops(f["flops"], f[main_col])
     label = "predicted" if main_col == "time_ms" else "measured"
-    for kind in dict.fromkeys(f["kind"]):
-        sel = (f["kind"] == kind).to_numpy()
+    groups, colors = _groups(f)
+    for kind in dict.fromkeys(groups):
+        sel = (groups == kind).to_numpy()
         traces.append(
             go.Scatter(
                 x=f["intensity"][sel],
@@ -138,7 +166,7 @@ def _points(item: ReportItem, folded: pd.DataFrame) -> tuple[list[go.Scatter], l
                 legendgroup=kind,
                 marker={
                     "size": sizes[sel],
-                    "color": kind_color(kind),
+                    "color": colors[kind],
                     "opacity": 0.82,
                     "line": {"width": 1, "color": "white"},
                 },
@@ -172,7 +200,7 @@ def _points(item: ReportItem, folded: pd.DataFrame) -> tuple[list[go.Scatter], l
                 marker={
                     "symbol": "diamond-open",
                     "size": 11,
-                    "color": [kind_color(k) for k in f["kind"][ok]],
+                    "color": [colors[k] for k in groups[ok]],
                     "line": {"width": 2.5},
                 },
                 customdata=_custom(f[ok], "measured", f["measured_ms"][ok]),
@@ -202,9 +230,9 @@ def roofline_figure(items: list[ReportItem]) -> tuple[go.Figure | None, list[str
     notes: list[str] = []
     for it, f in zip(items, folded, strict=True):
         start = len(fig.data)
-        main = str(f["dtype"].mode().iat[0]) if "dtype" in f and len(f) else "bf16"
+        used = set(f.loc[f["flops"] > 0, "dtype"].astype(str))
         if it.spec is not None:
-            fig.add_traces(_ceilings(it.spec, x_lo, x_hi, main))
+            fig.add_traces(_ceilings(it.spec, x_lo, x_hi, used))
         points, more = _points(it, f)
         fig.add_traces(points)
         prefix = f"{it.label}: " if len(items) > 1 else ""

@@ -139,7 +139,9 @@ def test_every_number_has_a_source_comment_and_a_sources_entry():
             if number_line.match(line):
                 assert "# source:" in line, f"{path.name}: {line}"
         raw = tomllib.loads(path.read_text())
-        assert "model" not in raw, f"{path.name}: no uncalibrated [model] in shipped profiles"
+        # A shipped [model] table must come from committed measurements of that very GPU.
+        results = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / path.stem
+        assert "model" not in raw or results.is_dir(), f"{path.name}: [model] without results"
     for name in gpu_names():
         gpu = load_gpu(name)
         needed = {"sms", "boost_clock_mhz", "hbm_bytes", "hbm_bw", "l2_bytes"}

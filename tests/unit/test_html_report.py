@@ -192,7 +192,7 @@ def test_page_is_offline_and_self_contained():
 def test_page_has_figure_json_table_sources_and_escapes():
     page = _strip_plotly(H.render_html(synthetic()))
     # the roofline's figure JSON carries the hand-computed point
-    gemm = next(t for t in figure_data(page, "roofline") if t["name"] == "gemm")
+    gemm = next(t for t in figure_data(page, "roofline") if t.get("name") == "gemm")
     assert _values(gemm["x"]) == pytest.approx([500.0])
     assert _values(gemm["y"]) == pytest.approx([500.0])
     assert "<td>attn/qkv</td>" in page and "×2" in page  # folded table
@@ -300,3 +300,17 @@ def test_parallel_plan_step_breakdown_and_memory():
     assert 'id="fig-step"' in page and 'id="fig-memory"' in page
     assert 'id="fig-roofline"' not in page and 'id="ops"' not in page  # no op rows in a plan
     assert "NVIDIA H100 SXM5 80GB" in page  # the system's GPU profile and its sources
+
+
+def test_fold_keeps_dtypes_apart_and_colours_a_dtype_sweep():
+    t = synthetic().table
+    t.loc[t["name"] == "L1/attn/qkv", "dtype"] = "fp8"
+    f = fold_ops(t)
+    assert sorted(f.loc[f["name"] == "attn/qkv", "dtype"]) == ["bf16", "fp8"]
+    sweep = t[t["kind"] == "gemm"]
+    item = H.items_of(Prediction(table=sweep, total_ms=8.0, gpu="h100"))[0]
+    fig, _ = roofline_figure([item])
+    names = {tr.name for tr in fig.data}
+    assert {"gemm bf16", "gemm fp8"} <= names  # one kind, several dtypes: coloured by dtype
+    assert _trace(fig, "fp8 1,979 TFLOP/s").line.dash == "solid"  # both used ceilings solid
+    assert _trace(fig, "tf32 495 TFLOP/s").line.dash == "dash"
