@@ -16,7 +16,7 @@ EXAMPLES = """
 Examples:
   gpuperf report llama2-7b --gpu h100 -o report.html
   gpuperf report llama2-70b --gpu h100,h200,a100 --mode decode --batch 16 --ctx 4096 -o cmp.html
-  gpuperf report llama3-8b --gpu h100 --seq 2048 --measured validate.json -o checked.html
+  gpuperf report llama2-7b --seq 2048 --measured gemm_models.json --measured attention.json
   gpuperf report --from results/gemm.json -o measured.html
   gpuperf predict llama2-7b --format json > p.json && gpuperf report --from p.json -o p.html
 """
@@ -57,10 +57,11 @@ def _kv_dtype(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 )
 @click.option(
     "--measured",
+    multiple=True,
     type=click.Path(dir_okay=False),
-    default=None,
     metavar="FILE",
-    help="Measurements of MODEL's ops to draw beside the prediction (joined by op name).",
+    help="Measurements to draw beside the prediction (gpuperf measure --save files), joined "
+    "by op name, else by the same kind, shape and dtype; repeat for several.",
 )
 @click.option(
     "-o",
@@ -99,7 +100,7 @@ def report(
     model: str | None,
     gpu: str | None,
     sources: tuple[str, ...],
-    measured: str | None,
+    measured: tuple[str, ...],
     output: str,
     system: str | None,
     **scenario: Any,
@@ -115,7 +116,7 @@ def report(
     if sources:
         if model is not None:
             raise InputError("give MODEL or --from FILE, not both")
-        if measured is not None:
+        if measured:
             raise InputError("--measured goes with MODEL; a --from file carries its measurements")
         results = _load(sources, gpus)
     elif model is None:
@@ -125,7 +126,12 @@ def report(
 
         names: list[str | None] = list(gpus) or [None]
         results = [api.predict(model, gpu=g, system=system, **scenario) for g in names]
-    path = write_report(results, output, measured=measured)
+    joined = None
+    if measured:
+        from gpuperf.reports.html_data import measured_frames
+
+        joined = measured_frames(measured)
+    path = write_report(results, output, measured=joined)
     size_mb = path.stat().st_size / 1e6
     n = len(results)
     click.echo(f"report written to {path} ({n} result{'s' if n > 1 else ''}, {size_mb:.1f} MB)")

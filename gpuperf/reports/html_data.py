@@ -166,19 +166,30 @@ def measured_frame(measured: Any) -> pd.DataFrame:
 
 def join_measured(table: pd.DataFrame, measured: Any) -> pd.DataFrame:
     """The prediction table with measured_ms (and error_pct) joined by op name; rows whose name
-    is not measured are matched by (kind, shape) when that is unambiguous."""
-    meas = measured_frame(measured)
+    was not measured take the median measurement of the same work: same kind, shape and dtype
+    (a sweep of a model's GEMM shapes names them differently from the model's op list)."""
+    meas = measured_frame(measured).dropna(subset=["measured_ms"])
     out = table.drop(columns=[c for c in ("measured_ms", "error_pct") if c in table.columns])
-    by_name = meas.dropna(subset=["measured_ms"]).drop_duplicates("name").set_index("name")
-    values = out["name"].map(by_name["measured_ms"])
+    values = out["name"].map(meas.groupby("name")["measured_ms"].median())
     if {"kind", "shape"} <= set(meas.columns) and values.isna().any():
-        keyed = meas.assign(_k=meas["kind"].astype(str) + "\x00" + meas["shape"].astype(str))
-        unique = keyed.drop_duplicates("_k", keep=False).set_index("_k")["measured_ms"]
-        k = out["kind"].astype(str) + "\x00" + out["shape"].astype(str)
-        values = values.fillna(k.map(unique))
+        dtype = "dtype" in meas.columns and "dtype" in out.columns
+        work = meas.assign(_k=_work_key(meas, dtype))
+        values = values.fillna(
+            _work_key(out, dtype).map(work.groupby("_k")["measured_ms"].median())
+        )
     out["measured_ms"] = values.astype(float)
     out["error_pct"] = 100 * (out["time_ms"] / out["measured_ms"] - 1)
     return out
+
+
+def _work_key(t: pd.DataFrame, dtype: bool) -> pd.Series:
+    key = t["kind"].astype(str) + "\x00" + t["shape"].astype(str)
+    return key + "\x00" + t["dtype"].astype(str) if dtype else key
+
+
+def measured_frames(sources: Any) -> pd.DataFrame:
+    """Several measurement sources (paths, dicts, DataFrames) as one table."""
+    return pd.concat([measured_frame(s) for s in sources], ignore_index=True)
 
 
 # ------------------------------------------------------------------------------ saved files

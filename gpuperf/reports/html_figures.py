@@ -78,10 +78,13 @@ def kind_figure(items: list[ReportItem]) -> go.Figure:
             c for c in ("time_ms", "measured_ms") if c in it.table and it.table[c].notna().any()
         ]
         for col in cols:
-            by = it.table.groupby("kind", sort=False)[col].sum()
+            grouped = it.table.groupby("kind", sort=False)[col]
+            by = grouped.sum()
+            if col == "measured_ms":  # a kind only partly measured has no measured total
+                by = by.where(grouped.count() == grouped.size())
             if order is None:
                 order = list(by.sort_values().index)
-            total = by.sum()
+            total = it.table[col].sum()
             share = 100 * by.values / total if total else by.values * 0
             what = "predicted" if col == "time_ms" else "measured"
             name = what if single else f"{it.label} {what}"
@@ -92,7 +95,10 @@ def kind_figure(items: list[ReportItem]) -> go.Figure:
                 orientation="h",
                 name=name,
                 marker={"color": color, "pattern": {"shape": "/" if col == "measured_ms" else ""}},
-                text=[f"{num(v)} ms · {p:.0f}%" for v, p in zip(by.values, share, strict=True)],
+                text=[
+                    f"{num(v)} ms · {p:.0f}%" if v == v else ""
+                    for v, p in zip(by.values, share, strict=True)
+                ],
                 textposition="outside",
                 cliponaxis=False,
                 customdata=share,

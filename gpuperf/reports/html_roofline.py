@@ -186,7 +186,7 @@ def _points(item: ReportItem, folded: pd.DataFrame) -> tuple[list[go.Scatter], l
                 x=xs,
                 y=ys,
                 mode="lines",
-                line={"color": "#64748b", "width": 1},
+                line={"color": "#0f172a", "width": 1.2},
                 name="predicted → measured",
                 hoverinfo="skip",
             )
@@ -198,10 +198,10 @@ def _points(item: ReportItem, folded: pd.DataFrame) -> tuple[list[go.Scatter], l
                 mode="markers",
                 name="measured",
                 marker={
-                    "symbol": "diamond-open",
+                    "symbol": "diamond",
                     "size": 11,
                     "color": [colors[k] for k in groups[ok]],
-                    "line": {"width": 2.5},
+                    "line": {"width": 1.5, "color": "#0f172a"},
                 },
                 customdata=_custom(f[ok], "measured", f["measured_ms"][ok]),
                 hovertemplate=_HOVER,

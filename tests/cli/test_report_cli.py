@@ -116,3 +116,31 @@ def test_help_has_examples(capsys):
     assert code == 0
     assert "gpuperf report llama2-7b --gpu h100 -o report.html" in out
     assert "--from" in out and "--gpu GPU[,GPU...]" in out
+
+
+def test_report_measured_joined_by_work(capsys, tmp_path):
+    """--measured files whose op names differ from the model's are joined by kind, shape and
+    dtype (a sweep of the model's GEMM shapes), and both files are used."""
+    from gpuperf import api
+
+    table = api.predict("llama2-7b", gpu="h100", seq=256).table
+    qkv = table.set_index("name").loc["L0/attn/qkv"]
+    rows = [{"name": "sweep/qkv", "kind": "gemm", "shape": qkv["shape"], "dtype": "bf16",
+             "flops": qkv["flops"], "bytes": qkv["bytes"], "measured_ms": 0.5}]  # fmt: skip
+    norm = {**rows[0], "name": "L0/attn/norm", "kind": "norm", "measured_ms": 0.25}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"env": {}, "rows": rows}))
+    b.write_text(json.dumps({"env": {}, "rows": [norm]}))
+    out_file = tmp_path / "j.html"
+    code, _, err = run(capsys, "report", "llama2-7b", "--seq", "256", "--measured", str(a),
+                       "--measured", str(b), "-o", str(out_file))  # fmt: skip
+    assert code == 0, err
+    page = out_file.read_text()
+    assert "Diamonds are measured" in page
+    kernels = page[page.index('id="kernels-0"') :]
+    rows = kernels[: kernels.index("</table>")].split("<tr>")
+    # every layer's qkv took the sweep's 0.5 ms; L0's norm its own 0.25 ms (by name)
+    qkv_rows = [r for r in rows if "/attn/qkv</td>" in r]
+    assert len(qkv_rows) == 32 and all('data-v="0.5"' in r for r in qkv_rows)
+    norm_rows = [r for r in rows if 'data-v="0.25"' in r]
+    assert len(norm_rows) == 1 and "<td>L0/attn/norm</td>" in norm_rows[0]
