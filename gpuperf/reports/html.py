@@ -14,6 +14,8 @@ only here, lazily, never on the predict path.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime as _dt
 import os
 from collections.abc import Sequence
@@ -96,7 +98,8 @@ def items_of(results: Any, gpus: Any = None, measured: Any = None) -> list[Repor
             spec, notes = spec_for(res, gpu)
             label = spec.name if spec is not None else (res.gpu or "GPU")
             item = ReportItem(res, spec, label, dict(getattr(res, "env", None) or {}), notes)
-        if meas is not None:
+        if meas is not None:  # on a copy: the caller's result keeps its table
+            item = dataclasses.replace(item, result=copy.copy(item.result))
             item.result.table = join_measured(item.table, meas)
         items.append(item)
     _unique_labels(items)

@@ -123,6 +123,7 @@ def test_measured_beside_predicted():
     assert list(line.y[:2]) == pytest.approx([500.0, 400.0])
     row = item.table.set_index("name").loc["L0/attn/qkv"]
     assert row["error_pct"] == pytest.approx(-20.0)  # 4 ms predicted vs 5 measured
+    assert "measured_ms" not in pred.table  # the caller's prediction is left alone
 
 
 def test_join_measured_by_kind_and_shape_when_names_differ():
