@@ -211,7 +211,7 @@ _PART_COLORS = {
 
 def _seg(value: float, parts: dict[str, float]) -> str:
     total = sum(parts.values())
-    if not total or value < 0.06 * total:  # too narrow for a label; the hover has it
+    if not total or value < 0.1 * total:  # too narrow for a label; the hover has it
         return ""
     return f"{num(value)} ms · {100 * value / total:.0f}%"
 
@@ -258,6 +258,7 @@ def step_figure(items: list[ReportItem]) -> go.Figure | None:
             text=[_seg(v, p) for v, (_, p) in zip(values, rows, strict=True)],
             textposition="inside",
             insidetextanchor="middle",
+            textangle=0,
             textfont={"color": "white"},
             hovertemplate="%{x:,.4g} ms<extra>%{fullData.name}</extra>",
         )
