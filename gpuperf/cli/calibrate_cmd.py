@@ -71,6 +71,5 @@ def calibrate(sources: tuple[Path, ...], gpu: str | None, output: Path, all_shap
     output.write_text(cal.params_toml(params, base.name, source, fitted_names))
     click.echo(f"wrote {output}")
     for name, lo_hi in {**cal.OP_PARAMS, **cal.HOST_PARAMS}.items():
-        click.echo(
-            f"  {name:22s} {getattr(params, name):.4g}   (bounds {lo_hi[0]:g} .. {lo_hi[1]:g})"
-        )
+        value = cal.param_value(params, name)
+        click.echo(f"  {name:22s} {value:.4g}   (bounds {lo_hi[0]:g} .. {lo_hi[1]:g})")

@@ -48,9 +48,12 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "norm_extra_reads": (0.0, 3.0),
     "softmax_extra_reads": (0.0, 4.0),
     "bw_sm_frac": (0.05, 1.0),
+    # NCCL collectives (gpuperf.perfmodel.comm): measured / NCCL-modeled bandwidth and latency.
+    "comm_bw_eff": (0.3, 1.5),
+    "comm_lat_scale": (0.3, 10.0),
 }
 # Fitted in log space (they span orders of magnitude).
-LOG_PARAMS = {"kernel_floor_s", "bytes_for_half_bw"}
+LOG_PARAMS = {"kernel_floor_s", "bytes_for_half_bw", "comm_lat_scale"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +109,22 @@ def log_errors(samples: Sequence[Sample], gpu: GpuSpec) -> list[float]:
     return [math.log(op_time(s.op, gpu).time / s.measured_s) for s in samples]
 
 
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelParams))
+
+
 def with_params(gpu: GpuSpec, **values: float) -> GpuSpec:
-    return dataclasses.replace(gpu, params=dataclasses.replace(gpu.params, **values))
+    """`gpu` with some parameters replaced; names that are not ModelParams fields go to `extra`
+    (model-specific knobs such as comm_bw_eff, read by gpuperf.perfmodel.comm)."""
+    fields = {k: v for k, v in values.items() if k in _FIELDS}
+    extra = {k: v for k, v in values.items() if k not in _FIELDS}
+    params = dataclasses.replace(gpu.params, **fields)
+    if extra:
+        params = dataclasses.replace(params, extra={**params.extra, **extra})
+    return dataclasses.replace(gpu, params=params)
+
+
+def param_value(params: ModelParams, name: str) -> float:
+    return getattr(params, name) if name in _FIELDS else float(params.extra.get(name, math.nan))
 
 
 def _loss_fn(samples: Sequence[Sample], gpu: GpuSpec) -> Callable[[GpuSpec], float]:
@@ -182,10 +199,13 @@ def fit(
 
 def params_toml(params: ModelParams, base: str, source: str, names: Iterable[str]) -> str:
     """A user profile that inherits `base` and sets the fitted [model] parameters `names`."""
+    names = list(names)
     lines = [f"# Calibrated by gpuperf: {source}", f'base = "{base}"', "", "[model]"]
-    lines += [f"{n} = {getattr(params, n):.6g}" for n in names]
+    lines += [f"{n} = {getattr(params, n):.6g}" for n in names if n in _FIELDS]
+    extra = [n for n in names if n not in _FIELDS and n in params.extra]
+    if extra:
+        lines += ["", "[model.extra]"] + [f"{n} = {params.extra[n]:.6g}" for n in extra]
     return "\n".join(lines) + "\n"
-
 
 # Whole-model runs of these models calibrate the host-side parameters; the rest are held out.
 E2E_CALIBRATION_MODELS = frozenset({"llama2-7b"})
