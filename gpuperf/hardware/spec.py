@@ -53,6 +53,13 @@ class ModelParams:
     # Fraction of HBM bandwidth a GEMM's operand stream reaches (skinny, weight-bound GEMMs:
     # cuBLAS's tiles stream the weights less efficiently than a plain copy kernel).
     gemm_mem_eff: float = 0.85
+    # Whole-model runs keep the GPU busy for many milliseconds and its clock settles below the
+    # boost clock that short, isolated kernel timings see: compute-bound time in a scenario
+    # (predict_model) is divided by this fraction. 1 = no sustained-load slow-down.
+    sustained_clock_frac: float = 1.0
+    # Extra host time per layer of an eager decode step on a growing KV cache (Hugging Face's
+    # DynamicCache and mask bookkeeping in Python), on top of host_dispatch_s per kernel.
+    host_decode_layer_s: float = 0.0
     extra: Mapping[str, float] = field(default_factory=dict)  # model-specific extras by name
 
     def __hash__(self) -> int:

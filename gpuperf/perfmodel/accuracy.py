@@ -22,7 +22,7 @@ import pandas as pd
 
 from gpuperf.errors import InputError
 from gpuperf.hardware.spec import GpuSpec
-from gpuperf.perfmodel.calibrate import Sample, is_calibration, op_class
+from gpuperf.perfmodel.calibrate import E2E_CALIBRATION_MODELS, Sample, is_calibration, op_class
 from gpuperf.perfmodel.ops_io import op_from_dict
 from gpuperf.perfmodel.roofline import op_time
 
@@ -78,6 +78,10 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
     for path in files:
         data = read_json(path)
         for run in data.get("runs", []):
+            # The first runs stepped a fused AdamW; gpuperf's eager training models torch's
+            # default foreach AdamW, so those steps are not the modeled scenario.
+            if "fused AdamW" in run.get("note", ""):
+                continue
             if run.get("measured_ms"):
                 out.append(
                     E2ERun(
@@ -138,7 +142,7 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec) -> pd.DataFrame:
         rows.append(
             {
                 "class": e2e_class(sc),
-                "split": "held-out",
+                "split": "calibration" if r.model in E2E_CALIBRATION_MODELS else "held-out",
                 "name": r.model,
                 "shape": label + (" graph" if sc.get("cuda_graphs") else f" {sc.get('impl')}"),
                 "predicted_ms": p.total_ms,

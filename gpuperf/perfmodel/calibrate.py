@@ -207,33 +207,47 @@ def params_toml(params: ModelParams, base: str, source: str, names: Iterable[str
         lines += ["", "[model.extra]"] + [f"{n} = {params.extra[n]:.6g}" for n in extra]
     return "\n".join(lines) + "\n"
 
+
 # Whole-model runs of these models calibrate the host-side parameters; the rest are held out.
 E2E_CALIBRATION_MODELS = frozenset({"llama2-7b"})
 HOST_PARAMS: dict[str, tuple[float, float]] = {
+    "sustained_clock_frac": (0.7, 1.0),
     "host_dispatch_s": (1e-6, 100e-6),
+    "host_decode_layer_s": (0.0, 3e-3),
     "graph_launch_s": (0.1e-6, 10e-6),
 }
+LOG_HOST = {"host_dispatch_s", "graph_launch_s"}
 
 
-def fit_host(runs: Sequence, gpu: GpuSpec) -> ModelParams:
-    """host_dispatch_s from eager runs without graphs, graph_launch_s from graph replays.
+def fit_host(runs: Sequence, gpu: GpuSpec, rounds: int = 2) -> ModelParams:
+    """The whole-model parameters (sustained clock, host dispatch, eager-decode layer overhead,
+    graph replay cost) from whole-model runs, by coordinate descent on their squared log errors.
 
-    `runs` are accuracy.E2ERun records; each parameter is fitted (log space, golden section) on the
-    runs it governs, predicting the whole model with gpuperf.api.predict.
+    `runs` are accuracy.E2ERun records, predicted with gpuperf.api.predict. Each parameter moves
+    only the runs it governs (GPU-bound prefill, host-bound eager runs, graph replays), so the
+    joint fit is well posed when the runs cover those regimes.
     """
     from gpuperf.perfmodel.accuracy import e2e_table
 
+    if not runs:
+        return gpu.params
     current = gpu
-    for name, graphs in (("host_dispatch_s", False), ("graph_launch_s", True)):
-        sel = [r for r in runs if bool(r.scenario.get("cuda_graphs")) == graphs]
-        if not sel:
-            continue
-        lo, hi = HOST_PARAMS[name]
 
-        def loss(x: float, name: str = name, sel: list = sel, base: GpuSpec = current) -> float:
-            t = e2e_table(sel, with_params(base, **{name: math.exp(x)}))
-            return float(sum(math.log(r) ** 2 for r in t["ratio"]))
+    def loss(g: GpuSpec) -> float:
+        return float(sum(math.log(r) ** 2 for r in e2e_table(runs, g)["ratio"]))
 
-        value = math.exp(_golden(loss, math.log(lo), math.log(hi), iters=30))
-        current = with_params(current, **{name: value})
+    best = loss(current)
+    for _ in range(rounds):
+        for name, (lo, hi) in HOST_PARAMS.items():
+            log = name in LOG_HOST
+
+            def f(x: float, name: str = name, log: bool = log, base: GpuSpec = current) -> float:
+                return loss(with_params(base, **{name: math.exp(x) if log else x}))
+
+            a, b = (math.log(lo), math.log(hi)) if log else (lo, hi)
+            x = _golden(f, a, b, iters=20)
+            trial = with_params(current, **{name: math.exp(x) if log else x})
+            trial_loss = loss(trial)
+            if trial_loss < best:
+                current, best = trial, trial_loss
     return current.params

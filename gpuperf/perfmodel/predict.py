@@ -8,6 +8,7 @@ PyTorch) the GPU waits on the host, and the step takes ~n·d however few bytes i
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import asdict, dataclass, field, replace
@@ -170,7 +171,10 @@ def simulate_dispatch(times_s: np.ndarray, dispatch_s: float) -> np.ndarray:
     if times_s.size == 0:
         return times_s
     csum = np.cumsum(times_s)
-    issue = dispatch_s * np.arange(1, times_s.size + 1)
+    if np.ndim(dispatch_s):  # a host cost per kernel
+        issue = np.cumsum(dispatch_s)
+    else:
+        issue = dispatch_s * np.arange(1, times_s.size + 1)
     slack = issue - np.concatenate(([0.0], csum[:-1]))
     return csum + np.maximum.accumulate(slack)
 
@@ -180,6 +184,33 @@ def dispatch_cost(scenario: Scenario | None, gpu: GpuSpec) -> float:
     if scenario is None:
         return 0.0
     return gpu.params.graph_launch_s if scenario.cuda_graphs else gpu.params.host_dispatch_s
+
+
+def host_costs(ops: Sequence[Op], scenario: Scenario | None, gpu: GpuSpec) -> np.ndarray | float:
+    """Host time before each kernel: the per-kernel cost, plus host_decode_layer_s at the first
+    kernel of each layer in an eager decode step without CUDA graphs."""
+    d = dispatch_cost(scenario, gpu)
+    extra = gpu.params.host_decode_layer_s
+    if scenario is None or scenario.cuda_graphs or scenario.mode != "decode" or not extra:
+        return d
+    costs = np.full(len(ops), d)
+    seen: set[str] = set()
+    for i, op in enumerate(ops):
+        layer = _layer_of(op.name)
+        if layer and layer not in seen:
+            seen.add(layer)
+            costs[i] += extra
+    return costs
+
+
+@functools.lru_cache(maxsize=64)
+def sustained(gpu: GpuSpec) -> GpuSpec:
+    """The GPU under sustained load: peaks scaled by params.sustained_clock_frac."""
+    frac = gpu.params.sustained_clock_frac
+    if frac == 1.0:
+        return gpu
+    peaks = {k: v * frac for k, v in gpu.peak_flops.items()}
+    return replace(gpu, peak_flops=peaks)
 
 
 def _with_share(table: pd.DataFrame) -> pd.DataFrame:
@@ -210,10 +241,12 @@ def predict_ops(
     """
     if not ops:
         raise ValueError("predict_ops needs at least one op")
-    cols = _op_rows(ops, gpu, system)
-    d = dispatch_cost(scenario, gpu)
+    # A scenario is a whole run back to back: the GPU's sustained clock applies.
+    cols = _op_rows(ops, sustained(gpu) if scenario is not None else gpu, system)
+    host = host_costs(ops, scenario, gpu)
+    d = float(np.mean(host)) if np.ndim(host) else host
     times_s = np.asarray(cols["time_ms"]) * 1e-3
-    total_s = float(simulate_dispatch(times_s, d)[-1])
+    total_s = float(simulate_dispatch(times_s, host)[-1])
     busy_s = float(times_s.sum())
     table = _with_share(pd.DataFrame(cols, columns=list(COLUMNS)))
     flops = float(table["flops"].sum())

@@ -9,7 +9,8 @@ the master weights back to 16 bits, and zeroing the grad buffer.
 Eager (HF transformers + torch.autograd + torch.optim.AdamW(foreach=True)): the backward kernels in
 the order autograd runs them for LlamaDecoderLayer, checked with a dispatch-mode trace (73 kernels
 per layer for GQA: 10 MLP, 17 post-attention norm + residual, 29 attention, 17 input norm +
-residual). The optimizer is the 8 _foreach ops of torch's multi-tensor AdamW, one Op each (each
+residual). The optimizer is the 8 _foreach ops of torch's multi-tensor AdamW (the default on
+CUDA), in the parameters' dtype, one Op each (each
 really launches ~params/(320·65536) multi_tensor_apply kernels; their bytes are what matter).
 """
 
@@ -191,7 +192,9 @@ def optimizer_ops(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     steps = [("decay", "mul", 1), ("m_lerp", "lerp", 2), ("v_scale", "mul", 1),
              ("v_addcmul", "addcmul", 3), ("v_sqrt", "sqrt", 1), ("bias_corr", "div", 1),
              ("eps", "add", 1), ("update", "addcdiv", 3)]  # fmt: skip
-    return [_ew(f"optimizer/{n}", fn, P, "fp32", k) for n, fn, k in steps]
+    # Its states take the parameters' dtype: a model held in bf16 (HF with dtype=bf16) steps
+    # in bf16, an fp32 model in fp32.
+    return [_ew(f"optimizer/{n}", fn, P, d.act, k) for n, fn, k in steps]
 
 
 def backward_and_step(cfg: ModelConfig, d: Dims, eager: bool, layer: list[Op]) -> list[Op]:

@@ -1,0 +1,623 @@
+"""docs/measurements.md and docs/collectives-accuracy.md, generated from the committed real runs.
+
+    python benchmarks/measurements_doc.py            # print both documents
+    python benchmarks/measurements_doc.py --write    # rewrite both files under docs/
+    python benchmarks/measurements_doc.py --results DIR
+
+Measured numbers come only from benchmarks/results/<gpu profile>/*.json; every op row is
+re-predicted with the current model, op_time(op, load_gpu(<folder name>)) (collectives go through
+the same op_time into gpuperf.perfmodel.comm), and whole-model runs with gpuperf.api.predict
+(gpuperf.perfmodel.accuracy.e2e_table). Nothing is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpuperf.dtypes import BYTES  # noqa: E402
+from gpuperf.hardware.loader import load_gpu  # noqa: E402
+from gpuperf.hardware.spec import GpuSpec  # noqa: E402
+from gpuperf.measure.timing import GRAPH_THRESHOLD_S  # noqa: E402 (no torch at import)
+from gpuperf.perfmodel.accuracy import e2e_table, load_e2e, read_json  # noqa: E402
+from gpuperf.perfmodel.calibrate import is_calibration  # noqa: E402
+from gpuperf.perfmodel.comm import busbw_factor  # noqa: E402
+from gpuperf.perfmodel.ops import Attention, Copy, Elementwise, Gemm, Norm, Op  # noqa: E402
+from gpuperf.perfmodel.ops_io import op_from_dict  # noqa: E402
+from gpuperf.perfmodel.optime import OpTime  # noqa: E402
+from gpuperf.perfmodel.roofline import matmul_peak, op_time  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+DOCS = {"measurements": ROOT / "docs" / "measurements.md",
+        "collectives": ROOT / "docs" / "collectives-accuracy.md"}  # fmt: skip
+CMD = "python benchmarks/measurements_doc.py --write"
+DTYPE_ORDER = ("bf16", "fp16", "fp8", "tf32", "fp32")
+MIB = 2**20
+COLL_HEAD = ["size", "measured (µs)", "algbw (GB/s)", "busbw (GB/s)", "predicted (µs)",
+             "busbw predicted (GB/s)", "error", "NCCL algo/proto (predicted)"]  # fmt: skip
+LAUNCH_LABELS = {
+    "host_dispatch_us": "host dispatch, no sync (µs/call)",
+    "eager_per_kernel_us": "eager call incl. sync (µs/kernel)",
+    "graph_per_kernel_us": "inside a CUDA graph (µs/kernel)",
+    "event_single_kernel_us": "one kernel between events (µs)",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured op row beside the current model's prediction (times in seconds)."""
+
+    op: Op
+    measured_s: float
+    pred: OpTime
+    raw: dict[str, Any]
+
+    @property
+    def err(self) -> float:
+        """predicted / measured - 1: positive when the model predicts slower than measured."""
+        return self.pred.time / self.measured_s - 1
+
+    def rate(self, predicted: bool = False, what: str = "flops") -> float:
+        """FLOP/s (what="flops") or bytes/s (what="bytes") at the measured or predicted time."""
+        t = self.pred.time if predicted else self.measured_s
+        return getattr(self.op.cost(), what) / t
+
+    @property
+    def fit(self) -> str:
+        """'*' on shapes in the calibration split (the profile's parameters were fitted on them)."""
+        return "*" if is_calibration(self.op) else ""
+
+
+def load_rows(path: Path, gpu: GpuSpec) -> list[Row]:
+    """Every row of a results file that has an op and a positive measured time."""
+    if not path.exists():
+        return []
+    out = []
+    for r in read_json(path).get("rows", []):
+        if r.get("op") and (r.get("measured_ms") or 0) > 0:
+            op = op_from_dict(r["op"])
+            out.append(Row(op, r["measured_ms"] / 1e3, op_time(op, gpu), r))
+    return out
+
+
+# --- formatting ---------------------------------------------------------------------------------
+
+
+def num(x: float | None) -> str:
+    """Three significant digits, thousands separated; '–' for a missing number."""
+    if x is None:
+        return "–"
+    a = abs(x)
+    if a >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.1f}" if a >= 10 else f"{x:.2f}" if a >= 1 else f"{x:.3g}"
+
+
+def pct(e: float) -> str:
+    return f"{100 * e:+.1f}%" if abs(e) < 0.1 else f"{100 * e:+.0f}%"
+
+
+def size(b: float) -> str:
+    for unit, f in (("GiB", 2**30), ("MiB", MIB), ("KiB", 2**10)):
+        if b >= f:
+            return f"{b / f:g} {unit}"
+    return f"{b:g} B"
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def med_abs(errs: Iterable[float]) -> float | None:
+    e = [abs(x) for x in errs]
+    return statistics.median(e) if e else None
+
+
+def summary(rows: Sequence[Row], what: str) -> str:
+    m = med_abs(r.err for r in rows)
+    held = med_abs(r.err for r in rows if not r.fit)
+    return (f"Median |error| of {what}: {pct(m)[1:]} over {len(rows)} rows"
+            + (f" ({pct(held)[1:]} on held-out shapes)." if held is not None else ".")
+            if m is not None else "")  # fmt: skip
+
+
+def source(path: Path) -> str:
+    try:
+        shown = path.resolve().relative_to(ROOT)
+    except ValueError:
+        shown = Path(path.parent.name) / path.name
+    return f"Source: `{shown.as_posix()}`."
+
+
+def section(title: str, path: Path, body: str, note: str = "") -> str:
+    return "\n\n".join(p for p in (f"### {title}", source(path), note, body) if p)
+
+
+# --- environment --------------------------------------------------------------------------------
+
+
+def environment(d: Path, gpu: GpuSpec) -> str:
+    env = read_json(d / "env.json") if (d / "env.json").exists() else {}
+    e2e = sorted(d.glob("e2e*.json"))
+    extra = read_json(e2e[-1]).get("env", {}) if e2e else {}
+    clocks = ("SM {clock_sm_mhz} MHz when stamped (max {clock_sm_max_mhz}), "
+              "memory {clock_mem_mhz} MHz (max {clock_mem_max_mhz})")  # fmt: skip
+    items = [
+        ("GPU", env.get("gpu")),
+        ("SMs, L2", env.get("sms") and f"{env['sms']}, {size(env.get('l2_bytes', 0))}"),
+        ("memory", env.get("memory_total_bytes") and size(env["memory_total_bytes"])),
+        ("compute capability", env.get("compute_capability")),
+        ("driver", env.get("driver_version")),
+        ("CUDA (torch build)", env.get("cuda")),
+        ("torch", env.get("torch")),
+        ("NCCL", env.get("nccl")),
+        ("cuDNN", env.get("cudnn")),
+        ("clocks", "clock_sm_max_mhz" in env and clocks.format(**env)),
+        ("power limit (W)", extra.get("power_limit_w")),
+        ("transformers (whole-model runs)", extra.get("transformers")),
+        ("timer", env.get("timing_method")),
+        ("stamped (UTC)", env.get("utc")),
+        ("model profile", f"`{d.name}` ({gpu.display_name}): HBM {num(gpu.hbm_bw / 1e9)} GB/s, "
+                          f"bf16 dense {num(gpu.peak('bf16') / 1e12)} TFLOP/s"),
+    ]  # fmt: skip
+    body = table(["", "value"], [[k, str(v)] for k, v in items if v])
+    return section("Environment", d / "env.json", body)
+
+
+# --- GEMM ---------------------------------------------------------------------------------------
+
+
+def gemm_square(rows: Sequence[Row], gpu: GpuSpec) -> tuple[list[list[str]], list[Row]]:
+    sel = [r for r in rows if r.op.m == r.op.n == r.op.k and r.op.m % 128 == 0]
+    sel.sort(key=lambda r: (DTYPE_ORDER.index(r.op.dtype), r.op.m))
+    out = [[r.op.dtype, str(r.op.m), num(r.measured_s * 1e6), num(r.rate() / 1e12),
+            num(r.rate(True) / 1e12), f"{100 * r.rate() / matmul_peak(gpu, r.op.dtype):.0f}%",
+            pct(r.err) + r.fit, "graph" if "cuda-graph" in r.raw.get("method", "") else "events"]
+           for r in sel]  # fmt: skip
+    return out, sel
+
+
+def gemm_steps(rows: Sequence[Row]) -> tuple[list[list[str]], list[Row]]:
+    """The N sweeps (M, K fixed, N in steps of 128) folded into the model's plateaus: consecutive
+    N with the same predicted tile, wave count and time form one step."""
+    sweeps: dict[tuple, list[Row]] = defaultdict(list)
+    for r in rows:
+        o = r.op
+        if len({o.m, o.n, o.k}) > 1 and not (o.m % 128 or o.n % 128 or o.k % 128):
+            sweeps[(o.dtype, o.m, o.k)].append(r)
+    out, used = [], []
+    for (dtype, m, k), rs in sorted(sweeps.items()):
+        if len(rs) < 4:
+            continue
+        used += rs
+        groups: list[list[Row]] = []
+        for r in sorted(rs, key=lambda r: r.op.n):
+            if groups and _key(groups[-1][0]) == _key(r):
+                groups[-1].append(r)
+            else:
+                groups.append([r])
+        for g in groups:
+            ms = [r.measured_s * 1e6 for r in g]
+            tf = [r.rate() / 1e12 for r in g]
+            errs = [r.err for r in g]
+            out.append([f"{m}×N×{k} {dtype}", _span(g[0].op.n, g[-1].op.n),
+                        f"{g[0].pred.detail.get('tile')}, {g[0].pred.detail.get('waves')}",
+                        num(g[0].pred.time * 1e6), _span(num(min(ms)), num(max(ms))),
+                        _span(num(min(tf)), num(max(tf))),
+                        _span(pct(min(errs)), pct(max(errs)))])  # fmt: skip
+    return out, used
+
+
+def _key(r: Row) -> tuple:
+    return (r.pred.detail.get("tile"), r.pred.detail.get("waves"), round(r.pred.time, 9))
+
+
+def _span(a: Any, b: Any) -> str:
+    return str(a) if a == b else f"{a}–{b}"
+
+
+def gemm_misaligned(rows: Sequence[Row]) -> tuple[list[list[str]], list[Row]]:
+    """Shapes off a multiple of 128 next to the aligned shape they round to (same file, dtype)."""
+    by_shape = {(r.op.dtype, r.op.m, r.op.n, r.op.k): r for r in rows}
+    out, used = [], []
+    for r in rows:
+        o = r.op
+        dims = (o.m, o.n, o.k)
+        if not any(d % 128 for d in dims):
+            continue
+        ref = by_shape.get((o.dtype, *(round(d / 128) * 128 for d in dims)))
+        if ref is None:
+            continue
+        used.append(r)
+        out.append([f"{o.m}×{o.n}×{o.k}", f"{ref.op.m}×{ref.op.n}×{ref.op.k}", o.dtype,
+                    num(r.measured_s * 1e6), f"×{r.measured_s / ref.measured_s:.2f}",
+                    num(r.pred.time * 1e6), f"×{r.pred.time / ref.pred.time:.2f}",
+                    pct(r.err) + r.fit])  # fmt: skip
+    return out, used
+
+
+def gemm_models(rows: Sequence[Row]) -> list[list[str]]:
+    """LLM-layer GEMMs ("<model>/t<tokens>/<op>") summed per model and token count."""
+    groups: dict[tuple[str, int], list[Row]] = defaultdict(list)
+    for r in rows:
+        parts = r.op.name.split("/")
+        if len(parts) >= 3 and parts[1][1:].isdigit():
+            groups[(parts[0], int(parts[1][1:]))].append(r)
+    out = []
+    for (model, tokens), rs in sorted(groups.items()):
+        meas, pred = sum(r.measured_s for r in rs), sum(r.pred.time for r in rs)
+        worst = max(rs, key=lambda r: abs(r.err))
+        flops = sum(r.op.cost().flops for r in rs)
+        out.append([model, str(tokens), str(len(rs)), num(meas * 1e6), num(pred * 1e6),
+                    pct(pred / meas - 1), num(flops / meas / 1e12),
+                    f"{'/'.join(worst.op.name.split('/')[2:])} {pct(worst.err)}{worst.fit}"])  # fmt: skip
+    return out
+
+
+def gemm_sections(d: Path, gpu: GpuSpec) -> list[str]:
+    out = []
+    for fname in ("gemm.json",):
+        path = d / fname
+        rows = [r for r in load_rows(path, gpu) if isinstance(r.op, Gemm)]
+        if not rows:
+            continue
+        sq, sq_rows = gemm_square(rows, gpu)
+        head = ["dtype", "M=N=K", "measured (µs)", "measured TFLOP/s", "predicted TFLOP/s",
+                "measured % of peak", "error", "timer"]  # fmt: skip
+        out.append(section("GEMM, square sizes", path, table(head, sq), summary(sq_rows, "these")))
+        st, st_rows = gemm_steps(rows)
+        note = ("N grows in steps of 128; each line is one plateau of the model (same tile, "
+                "same wave count, same predicted time). Measured times that climb inside a "
+                "plateau are a finer staircase than the model's. "
+                + summary(st_rows, "the sweep"))  # fmt: skip
+        head = ["shape", "N", "predicted tile, waves", "predicted (µs)", "measured (µs)",
+                "measured TFLOP/s", "error"]  # fmt: skip
+        out.append(section("GEMM wave-boundary sweep", path, table(head, st), note))
+        mis, mis_rows = gemm_misaligned(rows)
+        head = ["shape M×N×K", "aligned", "dtype", "measured (µs)", "× aligned (measured)",
+                "predicted (µs)", "× aligned (predicted)", "error"]  # fmt: skip
+        note = ("cuBLAS loads K (of A) and N (of B) as leading dimensions; an odd count breaks "
+                "16-byte alignment, an odd M does not. " + summary(mis_rows, "these"))  # fmt: skip
+        out.append(section("GEMM, misaligned vs aligned", path, table(head, mis), note))
+        left = len(rows) - len({id(r) for r in sq_rows + st_rows + mis_rows})
+        if left:
+            out.append(f"({left} more rows of {fname} are not shown in these tables.)")
+    path = d / "gemm_models.json"
+    rows = load_rows(path, gpu)
+    if rows:
+        head = ["model", "tokens (M)", "GEMMs", "Σ measured (µs)", "Σ predicted (µs)", "error",
+                "measured TFLOP/s", "worst op (error)"]  # fmt: skip
+        note = ("One layer's GEMMs (and the lm_head) at M tokens, summed. "
+                + summary(rows, "single GEMMs"))  # fmt: skip
+        out.append(section("LLM-layer GEMMs", path, table(head, gemm_models(rows)), note))
+    return out
+
+
+# --- attention and memory-bound ops: pivots -----------------------------------------------------
+
+
+def pivot(
+    rows: Sequence[Row], row_key: Callable[[Row], Any], col_key: Callable[[Row], str],
+    cell: Callable[[Row], str], label: Callable[[Any], str],
+) -> tuple[list[str], list[list[str]]]:  # fmt: skip
+    """One line per row_key, one column per col_key (in order of first appearance)."""
+    cols = list(dict.fromkeys(col_key(r) for r in rows))
+    grid: dict[Any, dict[str, str]] = defaultdict(dict)
+    for r in rows:
+        grid[row_key(r)][col_key(r)] = cell(r)
+    body = [[label(k)] + [grid[k].get(c, "–") for c in cols] for k in sorted(grid)]
+    return cols, body
+
+
+def _heads(o: Attention) -> str:
+    return "MHA" if o.kv_heads == o.heads else f"GQA kv={o.kv_heads}"
+
+
+def attention_sections(d: Path, gpu: GpuSpec) -> list[str]:
+    out = []
+    path = d / "attention.json"
+    rows = [r for r in load_rows(path, gpu) if isinstance(r.op, Attention)]
+    pre = [r for r in rows if r.op.q_len > 16]
+    dec = [r for r in rows if r.op.q_len <= 16]
+    if pre:
+        cols, body = pivot(
+            pre, lambda r: (r.op.q_len, r.op.batch, r.op.heads),
+            lambda r: f"{_heads(r.op)} {'causal' if r.op.causal else 'full'}",
+            lambda r: f"{num(r.rate() / 1e12)} / {num(r.rate(True) / 1e12)} ({pct(r.err)}{r.fit})",
+            lambda k: f"b{k[1]} h{k[2]} s{k[0]}",
+        )  # fmt: skip
+        note = ("Cells: measured / predicted TFLOP/s (error of the predicted time); head dim "
+                f"{pre[0].op.head_dim}, {pre[0].op.dtype}, SDPA. " + summary(pre, "prefill"))
+        out.append(section("Attention prefill (TFLOP/s)", path, table(["shape", *cols], body),
+                           note))  # fmt: skip
+    if dec:
+        cols, body = pivot(
+            dec, lambda r: (r.op.kv_len, r.op.batch, r.op.heads), lambda r: _heads(r.op),
+            lambda r: f"{num(r.rate(what='bytes') / 1e9)} / {num(r.rate(True, 'bytes') / 1e9)}"
+                      f" ({pct(r.err)}{r.fit})",
+            lambda k: f"b{k[1]} h{k[2]} ctx{k[0]}",
+        )  # fmt: skip
+        note = ("One query token against a KV cache. Cells: measured / predicted GB/s of the "
+                "op's bytes (KV cache read dominates) (error of the predicted time). "
+                + summary(dec, "decode"))  # fmt: skip
+        out.append(section("Attention decode (GB/s)", path, table(["shape", *cols], body), note))
+    path = d / "attention_backends.json"
+    rows = load_rows(path, gpu)
+    if rows:
+        body = [[r.raw.get("shape", r.op.name), str(r.raw.get("detail", {}).get("backend", "")),
+                 num(r.measured_s * 1e6), num(r.pred.time * 1e6), pct(r.err) + r.fit]
+                for r in rows]  # fmt: skip
+        head = ["shape", "SDPA backend", "measured (µs)", "predicted (µs)", "error"]
+        out.append(section("Attention backends, same shape", path, table(head, body)))
+    return out
+
+
+def _mem_col(o: Op) -> str:
+    if isinstance(o, Norm):
+        return f"add+{o.fn}" if o.residual else o.fn
+    return o.fn if isinstance(o, Elementwise) else o.kind
+
+
+def _elements(o: Op) -> int:
+    if isinstance(o, Copy):
+        return o.nbytes // BYTES[o.dtype]
+    return o.rows * o.cols if isinstance(o, Norm) else getattr(o, "numel", 0)
+
+
+def memory_sections(d: Path, gpu: GpuSpec) -> list[str]:
+    path = d / "memory.json"
+    rows = load_rows(path, gpu)
+    if not rows:
+        return []
+    levels = {_elements(r.op) for r in rows if isinstance(r.op, Elementwise | Copy)}
+    main = [r for r in rows if _elements(r.op) in levels]
+    cols, body = pivot(
+        main, lambda r: _elements(r.op), lambda r: _mem_col(r.op),
+        lambda r: f"{num(r.rate(what='bytes') / 1e9)} / {num(r.rate(True, 'bytes') / 1e9)}",
+        lambda n: f"{n:,}",
+    )  # fmt: skip
+    by_col = defaultdict(list)
+    for r in main:
+        by_col[_mem_col(r.op)].append(r.err)
+    body.append(["median \\|error\\|"] + [pct(med_abs(by_col[c]))[1:] for c in cols])
+    note = (f"Cells: measured / predicted GB/s (bytes read + written per time); rows: elements "
+            f"per tensor (norms: rows × 4096 columns), {rows[0].op.dtype} unless the op casts. "
+            f"Datasheet HBM: {num(gpu.hbm_bw / 1e9)} GB/s. " + summary(main, "these"))
+    out = [section("Memory-bound ops by size (GB/s)", path, table(["elements", *cols], body), note)]
+    rest = [r for r in rows if r not in main]
+    if rest:
+        body = [[r.raw.get("shape", r.op.name), num(r.measured_s * 1e6),
+                 num(r.rate(what="bytes") / 1e9), num(r.pred.time * 1e6), pct(r.err) + r.fit]
+                for r in rest]  # fmt: skip
+        head = ["op", "measured (µs)", "measured GB/s", "predicted (µs)", "error"]
+        out.append(section("Memory-bound ops, other shapes", path, table(head, body)))
+    return out
+
+
+# --- timer cross-check, copy bandwidth, whole-model runs ----------------------------------------
+
+
+def crosscheck_sections(d: Path, gpu: GpuSpec) -> list[str]:
+    path = d / "crosscheck.json"
+    if not path.exists():
+        return []
+    data = read_json(path)
+    runs = [g for g in data.get("gemm", []) if g.get("do_bench_ms")]
+    out = []
+    if runs:
+        body = [["×".join(map(str, g["mnk"])), num(g["ours_ms"] * 1e3),
+                 num(g["do_bench_ms"] * 1e3), pct(g["ours_ms"] / g["do_bench_ms"] - 1)]
+                for g in runs]  # fmt: skip
+        thr = GRAPH_THRESHOLD_S * 1e3
+        big = [abs(g["ours_ms"] / g["do_bench_ms"] - 1) for g in runs if g["ours_ms"] >= thr]
+        small = [g["ours_ms"] / g["do_bench_ms"] - 1 for g in runs if g["ours_ms"] < thr]
+        note = ["bf16 GEMMs timed by our timer and by `triton.testing.do_bench` (median; run "
+                "before and after ours, averaged)."]  # fmt: skip
+        if big:
+            note.append(f"Kernels of {thr * 1e3:.0f} µs or more agree within {pct(max(big))[1:]}.")
+        if small:
+            note.append(
+                f"Kernels under {thr * 1e3:.0f} µs read {pct(max(small))} to {pct(min(small))} "
+                "lower with our timer. It replays a CUDA graph of a batch of calls for kernels "
+                "under that threshold (no launch gap between calls) and flushes the L2 by "
+                "reading a buffer; do_bench launches each call on its own and flushes by "
+                "zero-filling its buffer, which leaves dirty lines in the L2 that the timed "
+                "kernel must first write back. Both costs are a fixed few µs, large only next "
+                "to a small kernel."
+            )  # fmt: skip
+        head = ["M×N×K", "our timer (µs)", "do_bench (µs)", "ours vs do_bench"]
+        out.append(section("Timer cross-check", path, table(head, body), " ".join(note)))
+    if data.get("copy_1GiB_gbps"):
+        gbps = data["copy_1GiB_gbps"]
+        body = [["copy 1 GiB (read + write)", num(gbps), num(gpu.hbm_bw / 1e9),
+                 f"{100 * gbps * 1e9 / gpu.hbm_bw:.1f}%"]]  # fmt: skip
+        head = ["op", "measured GB/s", "datasheet HBM GB/s", "% of datasheet"]
+        out.append(section("Copy bandwidth vs datasheet", path, table(head, body)))
+    return out
+
+
+def e2e_sections(d: Path, gpu: GpuSpec) -> list[str]:
+    files = sorted(d.glob("e2e*.json"))
+    if not files:
+        return []
+    runs: dict[tuple[str, str], dict[str, Any]] = {}
+    for f in files:
+        raw = [r for r in read_json(f).get("runs", []) if r.get("measured_ms")]
+        t = e2e_table(load_e2e([f]), gpu)
+        for rec, r in zip(t.to_dict("records"), raw, strict=True):
+            e = runs.setdefault((rec["name"], rec["shape"]), {"pred": rec["predicted_ms"]})
+            e[f.stem] = rec["measured_ms"]
+            e["note"] = r.get("note", "")
+    head = ["model", "scenario", *(f"measured {f.stem} (ms)" for f in files), "predicted (ms)",
+            "error vs median", "how it ran"]  # fmt: skip
+    body = []
+    for (model, label), e in runs.items():
+        meas = [e[f.stem] for f in files if f.stem in e]
+        body.append([model, label, *(num(e.get(f.stem)) for f in files), num(e["pred"]),
+                     pct(e["pred"] / statistics.median(meas) - 1), e["note"]])  # fmt: skip
+    note = ("Hugging Face transformers Llama models, bf16, whole forward (prefill), one decode "
+            "step (eager, or replayed from a CUDA graph), and a training step of a 1.1B model. "
+            "Predicted with `gpuperf.api.predict` on the same config and scenario.")
+    out = [section("Whole-model runs", files[0], table(head, body), note)]
+    if len(files) > 1:
+        out[0] += "\n\nAlso: " + ", ".join(f"`{f.name}`" for f in files[1:]) + "."
+    probe = [(f, p) for f in files for p in [read_json(f).get("host_probe")] if p]
+    if probe:
+        body = [[f.stem, k, str(v.get("batch")), str(v.get("seq")), str(v.get("ctx")),
+                 num(v["host_ms"]), str(v["cuda_kernels"]),
+                 num(v["host_ms"] * 1e3 / v["cuda_kernels"])]
+                for f, p in probe for k, v in p.items()]  # fmt: skip
+        head = ["file", "pass", "batch", "seq", "ctx", "host time (ms)", "CUDA kernels",
+                "host µs per kernel"]  # fmt: skip
+        note = ("Host time of one eager forward of llama2-7b (Python returns before the GPU "
+                "finishes) and the number of CUDA kernels it launched (torch.profiler).")
+        out.append(section("Host probe", probe[-1][0], table(head, body), note))
+    launch = [(f, read_json(f).get("launch") or {}) for f in files]
+    keys = list(dict.fromkeys(k for _, lc in launch for k in lc))
+    if keys:
+        body = [[LAUNCH_LABELS.get(k.split("/")[0], k.split("/")[0]), k.split("/")[-1],
+                 *(num(lc.get(k)) for _, lc in launch)] for k in keys]  # fmt: skip
+        head = ["cost", "kernel", *(f"{f.stem} (µs)" for f, _ in launch)]
+        out.append(section("Launch costs per kernel", files[0], table(head, body)))
+    return out
+
+
+# --- collectives --------------------------------------------------------------------------------
+
+
+def coll_rows(path: Path, gpu: GpuSpec) -> tuple[str, int, list[Row]]:
+    """(collective, ranks, rows) of one coll_<name>_<n>gpu.json file."""
+    data = read_json(path)
+    rows = load_rows(path, gpu)
+    ranks = int(data.get("env", {}).get("world_size") or rows[0].raw.get("ranks", 2))
+    return str(data.get("kind", path.stem.split("_")[1])), ranks, rows
+
+
+def coll_table(coll: str, ranks: int, rows: Sequence[Row]) -> str:
+    f = busbw_factor(coll, ranks)
+    body = []
+    for r in sorted(rows, key=lambda r: r.op.nbytes):
+        algbw = r.op.nbytes / r.measured_s / 1e9
+        d = r.pred.detail
+        body.append([size(r.op.nbytes), num(r.measured_s * 1e6), num(algbw), num(algbw * f),
+                     num(r.pred.time * 1e6), num(d.get("busbw_gbps")), pct(r.err) + r.fit,
+                     f"{d.get('algo')}/{d.get('proto')}"])  # fmt: skip
+    return table(COLL_HEAD, body)
+
+
+def collectives_doc(results: Path = RESULTS) -> str:
+    """docs/collectives-accuracy.md: every NCCL run beside gpuperf's prediction."""
+    parts = [
+        "# Collectives: measured NCCL vs gpuperf",
+        f"Generated by `{CMD}` from the committed real runs "
+        "(`benchmarks/results/<gpu>/coll_<collective>_<n>gpu.json`); do not edit by hand.",
+        "Sizes follow nccl-tests (the size column of `all_reduce_perf` etc.; "
+        "see docs/collectives.md). algbw = size / time; busbw = algbw × the nccl-tests factor "
+        "(allreduce 2(n−1)/n; allgather, reducescatter, alltoall (n−1)/n; broadcast, sendrecv "
+        "1). Measured time: the slowest rank's median. Predicted: `op_time(op, load_gpu(<gpu>))`, "
+        "one node of n GPUs over the profile's NVLink, NVLS not considered (the runs had it off). "
+        "error = predicted / measured − 1; `*` marks sizes in the calibration split (the profile's "
+        "comm_bw_eff and comm_lat_scale were fitted on them); the others are held out.",
+    ]
+    summ: list[list[str]] = []
+    every: list[Row] = []
+    for d in sorted(p for p in results.iterdir() if p.is_dir()):
+        files = sorted(d.glob("coll_*.json"))
+        if not files:
+            continue
+        gpu = load_gpu(d.name)
+        loaded = sorted((coll_rows(f, gpu) + (f,) for f in files), key=lambda x: (x[0], x[1]))
+        env = read_json(files[0]).get("env", {})
+        extra = gpu.params.extra
+        parts.append(f"## {gpu.display_name} (`{d.name}`)")
+        parts.append(
+            f"{env.get('gpu')} × {env.get('gpu_count')} in one host, driver "
+            f"{env.get('driver_version')}, NCCL {env.get('nccl')}, torch {env.get('torch')}. "
+            f"Model inputs: NVLink {num(gpu.nvlink_bw / 1e9)} GB/s per GPU, comm_bw_eff "
+            f"{extra.get('comm_bw_eff', 1.0)}, comm_lat_scale {extra.get('comm_lat_scale', 1.0)}."
+        )
+        for coll, ranks, rows, f in loaded:
+            if not rows:
+                continue
+            every += rows
+            parts.append(section(f"{coll}, {ranks} GPUs", f, coll_table(coll, ranks, rows)))
+            big = [r.err for r in rows if r.op.nbytes >= MIB]
+            small = [r.err for r in rows if r.op.nbytes < MIB]
+            held = [r.err for r in rows if r.op.nbytes >= MIB and not r.fit]
+            summ.append([d.name, coll, str(ranks), *(_m(x) for x in (big, held, small))])
+    if not every:
+        return "\n\n".join(parts + ["No collective measurements found."]) + "\n"
+    big = [r.err for r in every if r.op.nbytes >= MIB]
+    small = [r.err for r in every if r.op.nbytes < MIB]
+    held = [r.err for r in every if r.op.nbytes >= MIB and not r.fit]
+    summ.append(["all", "all", "", *(_m(x) for x in (big, held, small))])
+    head = ["GPU", "collective", "GPUs", "median \\|error\\| ≥ 1 MiB",
+            "≥ 1 MiB, held out", "median \\|error\\| < 1 MiB"]  # fmt: skip
+    parts.insert(3, "## Summary\n\n" + table(head, summ))
+    return "\n\n".join(parts) + "\n"
+
+
+def _m(errs: Sequence[float]) -> str:
+    m = med_abs(errs)
+    return "–" if m is None else f"{pct(m)[1:]} (n={len(errs)})"
+
+
+# --- the documents ------------------------------------------------------------------------------
+
+
+def measurements_doc(results: Path = RESULTS) -> str:
+    """docs/measurements.md: every kernel sweep, the timer checks and the whole-model runs."""
+    parts = [
+        "# Measurements: real runs beside the current model",
+        f"Generated by `{CMD}` from the committed result files "
+        "(`benchmarks/results/<gpu profile>/*.json`, written by real runs; never edited by "
+        "hand). Each measured op is re-predicted with the current model, "
+        "`op_time(op, load_gpu(<gpu profile>))`; whole-model runs with `gpuperf.api.predict`.",
+        "**error** = predicted time / measured time − 1 (positive: the model is too slow). "
+        "`*` after an error marks a shape in the calibration split (the profile's fitted "
+        "parameters saw it); all others are held out. Rates: TFLOP/s = 1e12 FLOP/s, "
+        "GB/s = 1e9 B/s. NCCL collectives are in "
+        "[collectives-accuracy.md](collectives-accuracy.md).",
+    ]
+    for d in sorted(p for p in results.iterdir() if p.is_dir()):
+        if not any(f for f in d.glob("*.json") if not f.name.startswith("coll_")):
+            continue
+        gpu = load_gpu(d.name)
+        parts.append(f"## {gpu.display_name} (`{d.name}`)")
+        parts.append(environment(d, gpu))
+        for make in (gemm_sections, attention_sections, memory_sections, crosscheck_sections,
+                     e2e_sections):  # fmt: skip
+            parts += make(d, gpu)
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", default=str(RESULTS), help="folder of <gpu profile>/*.json")
+    ap.add_argument("--write", action="store_true", help="rewrite docs/measurements.md and "
+                    "docs/collectives-accuracy.md instead of printing them")  # fmt: skip
+    args = ap.parse_args(argv)
+    results = Path(args.results)
+    docs = {"measurements": measurements_doc(results), "collectives": collectives_doc(results)}
+    for key, text in docs.items():
+        if args.write:
+            DOCS[key].write_text(text)
+            print(f"wrote {DOCS[key].relative_to(ROOT)}")
+        else:
+            print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
