@@ -13,7 +13,6 @@ the same op_time into gpuperf.perfmodel.comm), and whole-model runs with gpuperf
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections import defaultdict
@@ -104,13 +103,15 @@ def num(x: float | None) -> str:
 
 
 def pct(e: float) -> str:
+    if abs(e) < 0.0005:
+        return "0.0%"
     return f"{100 * e:+.1f}%" if abs(e) < 0.1 else f"{100 * e:+.0f}%"
 
 
 def size(b: float) -> str:
     for unit, f in (("GiB", 2**30), ("MiB", MIB), ("KiB", 2**10)):
         if b >= f:
-            return f"{b / f:g} {unit}"
+            return f"{b / f:.4g} {unit}"
     return f"{b:g} B"
 
 
@@ -132,15 +133,17 @@ def summary(rows: Sequence[Row], what: str) -> str:
             if m is not None else "")  # fmt: skip
 
 
-def source(path: Path) -> str:
-    try:
-        shown = path.resolve().relative_to(ROOT)
-    except ValueError:
-        shown = Path(path.parent.name) / path.name
-    return f"Source: `{shown.as_posix()}`."
+def source(paths: Path | Sequence[Path]) -> str:
+    shown = []
+    for path in [paths] if isinstance(paths, Path) else paths:
+        try:
+            shown.append(path.resolve().relative_to(ROOT).as_posix())
+        except ValueError:
+            shown.append(f"{path.parent.name}/{path.name}")
+    return "Source: " + ", ".join(f"`{s}`" for s in shown) + "."
 
 
-def section(title: str, path: Path, body: str, note: str = "") -> str:
+def section(title: str, path: Path | Sequence[Path], body: str, note: str = "") -> str:
     return "\n\n".join(p for p in (f"### {title}", source(path), note, body) if p)
 
 
@@ -215,7 +218,7 @@ def gemm_steps(rows: Sequence[Row]) -> tuple[list[list[str]], list[Row]]:
                         f"{g[0].pred.detail.get('tile')}, {g[0].pred.detail.get('waves')}",
                         num(g[0].pred.time * 1e6), _span(num(min(ms)), num(max(ms))),
                         _span(num(min(tf)), num(max(tf))),
-                        _span(pct(min(errs)), pct(max(errs)))])  # fmt: skip
+                        _span(pct(min(errs)), pct(max(errs)), " to ")])  # fmt: skip
     return out, used
 
 
@@ -223,8 +226,8 @@ def _key(r: Row) -> tuple:
     return (r.pred.detail.get("tile"), r.pred.detail.get("waves"), round(r.pred.time, 9))
 
 
-def _span(a: Any, b: Any) -> str:
-    return str(a) if a == b else f"{a}–{b}"
+def _span(a: Any, b: Any, sep: str = "–") -> str:
+    return str(a) if a == b else f"{a}{sep}{b}"
 
 
 def gemm_misaligned(rows: Sequence[Row]) -> tuple[list[list[str]], list[Row]]:
@@ -259,19 +262,18 @@ def gemm_models(rows: Sequence[Row]) -> list[list[str]]:
         meas, pred = sum(r.measured_s for r in rs), sum(r.pred.time for r in rs)
         worst = max(rs, key=lambda r: abs(r.err))
         flops = sum(r.op.cost().flops for r in rs)
+        worst_name = "/".join(worst.op.name.split("/")[2:])
         out.append([model, str(tokens), str(len(rs)), num(meas * 1e6), num(pred * 1e6),
                     pct(pred / meas - 1), num(flops / meas / 1e12),
-                    f"{'/'.join(worst.op.name.split('/')[2:])} {pct(worst.err)}{worst.fit}"])  # fmt: skip
+                    f"{worst_name} {pct(worst.err)}{worst.fit}"])  # fmt: skip
     return out
 
 
 def gemm_sections(d: Path, gpu: GpuSpec) -> list[str]:
     out = []
-    for fname in ("gemm.json",):
-        path = d / fname
-        rows = [r for r in load_rows(path, gpu) if isinstance(r.op, Gemm)]
-        if not rows:
-            continue
+    path = d / "gemm.json"
+    rows = [r for r in load_rows(path, gpu) if isinstance(r.op, Gemm)]
+    if rows:
         sq, sq_rows = gemm_square(rows, gpu)
         head = ["dtype", "M=N=K", "measured (µs)", "measured TFLOP/s", "predicted TFLOP/s",
                 "measured % of peak", "error", "timer"]  # fmt: skip
@@ -287,12 +289,13 @@ def gemm_sections(d: Path, gpu: GpuSpec) -> list[str]:
         mis, mis_rows = gemm_misaligned(rows)
         head = ["shape M×N×K", "aligned", "dtype", "measured (µs)", "× aligned (measured)",
                 "predicted (µs)", "× aligned (predicted)", "error"]  # fmt: skip
-        note = ("cuBLAS loads K (of A) and N (of B) as leading dimensions; an odd count breaks "
-                "16-byte alignment, an odd M does not. " + summary(mis_rows, "these"))  # fmt: skip
+        note = ("Row-major A (M×K) and B (K×N) have K and N as leading dimensions: a K or N "
+                "that is not a multiple of 16 bytes breaks cuBLAS's aligned loads, an odd M "
+                "does not. " + summary(mis_rows, "these"))  # fmt: skip
         out.append(section("GEMM, misaligned vs aligned", path, table(head, mis), note))
         left = len(rows) - len({id(r) for r in sq_rows + st_rows + mis_rows})
         if left:
-            out.append(f"({left} more rows of {fname} are not shown in these tables.)")
+            out.append(f"({left} more rows of {path.name} are not shown in these tables.)")
     path = d / "gemm_models.json"
     rows = load_rows(path, gpu)
     if rows:
@@ -337,8 +340,10 @@ def attention_sections(d: Path, gpu: GpuSpec) -> list[str]:
             lambda r: f"{num(r.rate() / 1e12)} / {num(r.rate(True) / 1e12)} ({pct(r.err)}{r.fit})",
             lambda k: f"b{k[1]} h{k[2]} s{k[0]}",
         )  # fmt: skip
-        note = ("Cells: measured / predicted TFLOP/s (error of the predicted time); head dim "
-                f"{pre[0].op.head_dim}, {pre[0].op.dtype}, SDPA. " + summary(pre, "prefill"))
+        note = (
+            "Cells: measured / predicted TFLOP/s (error of the predicted time); head dim "
+            f"{pre[0].op.head_dim}, {pre[0].op.dtype}, SDPA. " + summary(pre, "prefill")
+        )
         out.append(section("Attention prefill (TFLOP/s)", path, table(["shape", *cols], body),
                            note))  # fmt: skip
     if dec:
@@ -391,9 +396,11 @@ def memory_sections(d: Path, gpu: GpuSpec) -> list[str]:
     for r in main:
         by_col[_mem_col(r.op)].append(r.err)
     body.append(["median \\|error\\|"] + [pct(med_abs(by_col[c]))[1:] for c in cols])
-    note = (f"Cells: measured / predicted GB/s (bytes read + written per time); rows: elements "
-            f"per tensor (norms: rows × 4096 columns), {rows[0].op.dtype} unless the op casts. "
-            f"Datasheet HBM: {num(gpu.hbm_bw / 1e9)} GB/s. " + summary(main, "these"))
+    note = (
+        f"Cells: measured / predicted GB/s (bytes read + written per time); rows: elements "
+        f"per tensor (norms: rows × 4096 columns), {rows[0].op.dtype} unless the op casts. "
+        f"Datasheet HBM: {num(gpu.hbm_bw / 1e9)} GB/s. " + summary(main, "these")
+    )
     out = [section("Memory-bound ops by size (GB/s)", path, table(["elements", *cols], body), note)]
     rest = [r for r in rows if r not in main]
     if rest:
@@ -428,13 +435,14 @@ def crosscheck_sections(d: Path, gpu: GpuSpec) -> list[str]:
             note.append(f"Kernels of {thr * 1e3:.0f} µs or more agree within {pct(max(big))[1:]}.")
         if small:
             note.append(
-                f"Kernels under {thr * 1e3:.0f} µs read {pct(max(small))} to {pct(min(small))} "
-                "lower with our timer. It replays a CUDA graph of a batch of calls for kernels "
+                f"Kernels under {thr * 1e3:.0f} µs differ more: ours vs do_bench "
+                f"{_span(pct(min(small)), pct(max(small)), ' to ')}. Our timer replays a CUDA "
+                "graph of a batch of calls for kernels "
                 "under that threshold (no launch gap between calls) and flushes the L2 by "
                 "reading a buffer; do_bench launches each call on its own and flushes by "
                 "zero-filling its buffer, which leaves dirty lines in the L2 that the timed "
-                "kernel must first write back. Both costs are a fixed few µs, large only next "
-                "to a small kernel."
+                "kernel must first write back. Those costs are paid per call, so they weigh "
+                "only next to a short kernel."
             )  # fmt: skip
         head = ["M×N×K", "our timer (µs)", "do_bench (µs)", "ours vs do_bench"]
         out.append(section("Timer cross-check", path, table(head, body), " ".join(note)))
@@ -453,25 +461,34 @@ def e2e_sections(d: Path, gpu: GpuSpec) -> list[str]:
         return []
     runs: dict[tuple[str, str], dict[str, Any]] = {}
     for f in files:
-        raw = [r for r in read_json(f).get("runs", []) if r.get("measured_ms")]
-        t = e2e_table(load_e2e([f]), gpu)
-        for rec, r in zip(t.to_dict("records"), raw, strict=True):
-            e = runs.setdefault((rec["name"], rec["shape"]), {"pred": rec["predicted_ms"]})
-            e[f.stem] = rec["measured_ms"]
-            e["note"] = r.get("note", "")
+        loaded = load_e2e([f])  # the runs gpuperf models (it leaves some out, e.g. fused AdamW)
+        preds = e2e_table(loaded, gpu).to_dict("records") if loaded else []
+        modeled = {_run_key(r.model, r.scenario): p for r, p in zip(loaded, preds, strict=True)}
+        for r in read_json(f).get("runs", []):
+            if not r.get("measured_ms"):
+                continue
+            key = _run_key(r["model"], r["scenario"])
+            e = runs.setdefault(key, {"note": r.get("note", "")})
+            e[f.stem] = r["measured_ms"]
+            if key in modeled:
+                e["pred"] = modeled[key]["predicted_ms"]
+                e["fit"] = "*" if modeled[key]["split"] == "calibration" else ""
     head = ["model", "scenario", *(f"measured {f.stem} (ms)" for f in files), "predicted (ms)",
             "error vs median", "how it ran"]  # fmt: skip
     body = []
     for (model, label), e in runs.items():
-        meas = [e[f.stem] for f in files if f.stem in e]
-        body.append([model, label, *(num(e.get(f.stem)) for f in files), num(e["pred"]),
-                     pct(e["pred"] / statistics.median(meas) - 1), e["note"]])  # fmt: skip
-    note = ("Hugging Face transformers Llama models, bf16, whole forward (prefill), one decode "
-            "step (eager, or replayed from a CUDA graph), and a training step of a 1.1B model. "
-            "Predicted with `gpuperf.api.predict` on the same config and scenario.")
-    out = [section("Whole-model runs", files[0], table(head, body), note)]
-    if len(files) > 1:
-        out[0] += "\n\nAlso: " + ", ".join(f"`{f.name}`" for f in files[1:]) + "."
+        meas = statistics.median(e[f.stem] for f in files if f.stem in e)
+        err = pct(e["pred"] / meas - 1) + e["fit"] if "pred" in e else "not modeled"
+        body.append([model, label, *(num(e.get(f.stem)) for f in files),
+                     num(e.get("pred")), err, e["note"]])  # fmt: skip
+    note = (
+        "Hugging Face transformers Llama models, bf16, whole forward (prefill), one decode "
+        "step (eager, or replayed from a CUDA graph), and a training step of a 1.1B model. "
+        'Predicted with `gpuperf.api.predict` on the same config and scenario; "not '
+        'modeled": a run `gpuperf.perfmodel.accuracy.load_e2e` leaves out because gpuperf '
+        "models a different setup (see how it ran)."
+    )
+    out = [section("Whole-model runs", files, table(head, body), note)]
     probe = [(f, p) for f in files for p in [read_json(f).get("host_probe")] if p]
     if probe:
         body = [[f.stem, k, str(v.get("batch")), str(v.get("seq")), str(v.get("ctx")),
@@ -480,8 +497,10 @@ def e2e_sections(d: Path, gpu: GpuSpec) -> list[str]:
                 for f, p in probe for k, v in p.items()]  # fmt: skip
         head = ["file", "pass", "batch", "seq", "ctx", "host time (ms)", "CUDA kernels",
                 "host µs per kernel"]  # fmt: skip
-        note = ("Host time of one eager forward of llama2-7b (Python returns before the GPU "
-                "finishes) and the number of CUDA kernels it launched (torch.profiler).")
+        note = (
+            "Host time of one eager forward of llama2-7b (Python returns before the GPU "
+            "finishes) and the number of CUDA kernels it launched (torch.profiler)."
+        )
         out.append(section("Host probe", probe[-1][0], table(head, body), note))
     launch = [(f, read_json(f).get("launch") or {}) for f in files]
     keys = list(dict.fromkeys(k for _, lc in launch for k in lc))
@@ -489,11 +508,17 @@ def e2e_sections(d: Path, gpu: GpuSpec) -> list[str]:
         body = [[LAUNCH_LABELS.get(k.split("/")[0], k.split("/")[0]), k.split("/")[-1],
                  *(num(lc.get(k)) for _, lc in launch)] for k in keys]  # fmt: skip
         head = ["cost", "kernel", *(f"{f.stem} (µs)" for f, _ in launch)]
-        out.append(section("Launch costs per kernel", files[0], table(head, body)))
+        out.append(section("Launch costs per kernel", files, table(head, body)))
     return out
 
 
 # --- collectives --------------------------------------------------------------------------------
+
+
+def _run_key(model: str, sc: dict[str, Any]) -> tuple[str, str]:
+    where = f"ctx{sc.get('ctx')}" if sc.get("mode") == "decode" else f"s{sc.get('seq')}"
+    how = "graph" if sc.get("cuda_graphs") else sc.get("impl", "eager")
+    return model, f"{sc.get('mode')} b{sc.get('batch')} {where} {how}"
 
 
 def coll_rows(path: Path, gpu: GpuSpec) -> tuple[str, int, list[Row]]:
@@ -525,8 +550,9 @@ def collectives_doc(results: Path = RESULTS) -> str:
         "Sizes follow nccl-tests (the size column of `all_reduce_perf` etc.; "
         "see docs/collectives.md). algbw = size / time; busbw = algbw × the nccl-tests factor "
         "(allreduce 2(n−1)/n; allgather, reducescatter, alltoall (n−1)/n; broadcast, sendrecv "
-        "1). Measured time: the slowest rank's median. Predicted: `op_time(op, load_gpu(<gpu>))`, "
-        "one node of n GPUs over the profile's NVLink, NVLS not considered (the runs had it off). "
+        "1). Predicted: `op_time(op, load_gpu(<gpu>))`, "
+        "one node of n GPUs over the profile's NVLink, NVLS not considered (the runs set "
+        "NCCL_NVLS_ENABLE=0, gpuperf.measure.collectives). "
         "error = predicted / measured − 1; `*` marks sizes in the calibration split (the profile's "
         "comm_bw_eff and comm_lat_scale were fitted on them); the others are held out.",
     ]
@@ -540,11 +566,13 @@ def collectives_doc(results: Path = RESULTS) -> str:
         loaded = sorted((coll_rows(f, gpu) + (f,) for f in files), key=lambda x: (x[0], x[1]))
         env = read_json(files[0]).get("env", {})
         extra = gpu.params.extra
+        methods = "; ".join(sorted({r.raw.get("method", "?") for x in loaded for r in x[2]}))
         parts.append(f"## {gpu.display_name} (`{d.name}`)")
         parts.append(
             f"{env.get('gpu')} × {env.get('gpu_count')} in one host, driver "
             f"{env.get('driver_version')}, NCCL {env.get('nccl')}, torch {env.get('torch')}. "
-            f"Model inputs: NVLink {num(gpu.nvlink_bw / 1e9)} GB/s per GPU, comm_bw_eff "
+            f"Timer: {methods}. Model inputs: NVLink {num(gpu.nvlink_bw / 1e9)} GB/s per GPU, "
+            f"comm_bw_eff "
             f"{extra.get('comm_bw_eff', 1.0)}, comm_lat_scale {extra.get('comm_lat_scale', 1.0)}."
         )
         for coll, ranks, rows, f in loaded:
