@@ -191,39 +191,29 @@ def gemm_square(rows: Sequence[Row], gpu: GpuSpec) -> tuple[list[list[str]], lis
     return out, sel
 
 
-def gemm_steps(rows: Sequence[Row]) -> tuple[list[list[str]], list[Row]]:
-    """The N sweeps (M, K fixed, N in steps of 128) folded into the model's plateaus: consecutive
-    N with the same predicted tile, wave count and time form one step."""
-    sweeps: dict[tuple, list[Row]] = defaultdict(list)
+def gemm_sweep(rows: Sequence[Row]) -> tuple[list[str], list[list[str]], list[Row]]:
+    """The N sweeps (M, K fixed, N in steps of 128), one line per N and four columns per sweep
+    (measured, predicted, predicted waves, error), so the staircase reads down the table."""
+    sweeps: dict[tuple, dict[int, Row]] = defaultdict(dict)
     for r in rows:
         o = r.op
         if len({o.m, o.n, o.k}) > 1 and not (o.m % 128 or o.n % 128 or o.k % 128):
-            sweeps[(o.dtype, o.m, o.k)].append(r)
-    out, used = [], []
-    for (dtype, m, k), rs in sorted(sweeps.items()):
-        if len(rs) < 4:
-            continue
-        used += rs
-        groups: list[list[Row]] = []
-        for r in sorted(rs, key=lambda r: r.op.n):
-            if groups and _key(groups[-1][0]) == _key(r):
-                groups[-1].append(r)
-            else:
-                groups.append([r])
-        for g in groups:
-            ms = [r.measured_s * 1e6 for r in g]
-            tf = [r.rate() / 1e12 for r in g]
-            errs = [r.err for r in g]
-            out.append([f"{m}×N×{k} {dtype}", _span(g[0].op.n, g[-1].op.n),
-                        f"{g[0].pred.detail.get('tile')}, {g[0].pred.detail.get('waves')}",
-                        num(g[0].pred.time * 1e6), _span(num(min(ms)), num(max(ms))),
-                        _span(num(min(tf)), num(max(tf))),
-                        _span(pct(min(errs)), pct(max(errs)), " to ")])  # fmt: skip
-    return out, used
-
-
-def _key(r: Row) -> tuple:
-    return (r.pred.detail.get("tile"), r.pred.detail.get("waves"), round(r.pred.time, 9))
+            sweeps[(o.dtype, o.m, o.k)][o.n] = r
+    sweeps = {key: by_n for key, by_n in sorted(sweeps.items()) if len(by_n) >= 4}
+    head = ["N"]
+    for dtype, m, k in sweeps:
+        tag = f"{m}×N×{k}" + ("" if dtype == "bf16" else f" {dtype}")
+        head += [f"{tag} measured (µs)", "predicted (µs)", "waves", "error"]
+    body = []
+    for n in sorted({n for by_n in sweeps.values() for n in by_n}):
+        line = [str(n)]
+        for by_n in sweeps.values():
+            r = by_n.get(n)
+            line += (["–"] * 4 if r is None else
+                     [num(r.measured_s * 1e6), num(r.pred.time * 1e6),
+                      str(r.pred.detail.get("waves", "–")), pct(r.err) + r.fit])  # fmt: skip
+        body.append(line)
+    return head, body, [r for by_n in sweeps.values() for r in by_n.values()]
 
 
 def _span(a: Any, b: Any, sep: str = "–") -> str:
@@ -278,14 +268,11 @@ def gemm_sections(d: Path, gpu: GpuSpec) -> list[str]:
         head = ["dtype", "M=N=K", "measured (µs)", "measured TFLOP/s", "predicted TFLOP/s",
                 "measured % of peak", "error", "timer"]  # fmt: skip
         out.append(section("GEMM, square sizes", path, table(head, sq), summary(sq_rows, "these")))
-        st, st_rows = gemm_steps(rows)
-        note = ("N grows in steps of 128; each line is one plateau of the model (same tile, "
-                "same wave count, same predicted time). Measured times that climb inside a "
-                "plateau are a finer staircase than the model's. "
+        st_head, st, st_rows = gemm_sweep(rows)
+        note = ("N grows in steps of 128 across the SMs' wave boundaries; waves = rounds of "
+                "output tiles over the SMs with the tile the model picks. "
                 + summary(st_rows, "the sweep"))  # fmt: skip
-        head = ["shape", "N", "predicted tile, waves", "predicted (µs)", "measured (µs)",
-                "measured TFLOP/s", "error"]  # fmt: skip
-        out.append(section("GEMM wave-boundary sweep", path, table(head, st), note))
+        out.append(section("GEMM wave-boundary sweep", path, table(st_head, st), note))
         mis, mis_rows = gemm_misaligned(rows)
         head = ["shape M×N×K", "aligned", "dtype", "measured (µs)", "× aligned (measured)",
                 "predicted (µs)", "× aligned (predicted)", "error"]  # fmt: skip

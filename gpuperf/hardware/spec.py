@@ -57,6 +57,9 @@ class ModelParams:
     # boost clock that short, isolated kernel timings see: compute-bound time in a scenario
     # (predict_model) is divided by this fraction. 1 = no sustained-load slow-down.
     sustained_clock_frac: float = 1.0
+    # How much of a partial last wave a GEMM pays: 1 = a whole wave (classic kernels),
+    # 0 = only its share of the work (stream-K / persistent kernels balance the tail).
+    gemm_tail_frac: float = 1.0
     # Extra host time per layer of an eager decode step on a growing KV cache (Hugging Face's
     # DynamicCache and mask bookkeeping in Python), on top of host_dispatch_s per kernel.
     host_decode_layer_s: float = 0.0

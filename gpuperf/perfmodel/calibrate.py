@@ -43,6 +43,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "gemm_eff": (0.4, 1.0),
     "gemm_fill_ksteps": (0.0, 16.0),
     "gemm_misaligned_eff": (0.05, 1.0),
+    "gemm_tail_frac": (0.0, 1.0),
     "attn_eff": (0.2, 1.0),
     "attn_fill_blocks": (0.0, 16.0),
     "norm_extra_reads": (0.0, 3.0),

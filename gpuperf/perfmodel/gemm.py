@@ -68,6 +68,7 @@ class _Hw(NamedTuple):
     half_bytes: float
     fill: float
     edge_full: float
+    tail: float
 
 
 class Candidate(NamedTuple):
@@ -111,6 +112,7 @@ def _hw(op: Gemm, gpu: GpuSpec) -> _Hw:
         half_bytes=p.bytes_for_half_bw,
         fill=p.gemm_fill_ksteps,
         edge_full=p.gemm_tile_edge_full,
+        tail=p.gemm_tail_frac,
     )
 
 
@@ -129,7 +131,10 @@ def candidate(
     t_kstep = 2.0 * tm * tn * tk * hw.sms / (hw.rate * feed)
     per_sm_ctas = -(-ctas // hw.sms)  # the busiest SM runs this many CTAs, per_sm at a time
     rounds = -(-per_sm_ctas // per_sm)
-    t_math = (per_sm_ctas * ksteps + rounds * hw.fill) * t_kstep
+    # A partial last wave costs a whole one for classic kernels, its share for stream-K ones.
+    balanced = ctas * ksteps / hw.sms
+    busiest = balanced + hw.tail * (per_sm_ctas * ksteps - balanced)
+    t_math = (busiest + rounds * hw.fill) * t_kstep
 
     a_bytes, b_bytes, c_bytes = m * k * b, k * n * b, m * n * out_b
     if a_bytes + b_bytes + c_bytes <= hw.l2_fit:

@@ -1,0 +1,196 @@
+"""The calibration set: kernels measured on a present GPU so that `gpuperf calibrate` can fit the
+time model's parameters (gpuperf.perfmodel.calibrate.OP_PARAMS), and the host's per-kernel
+dispatch cost.
+
+The set is chosen so that every op-level parameter moves the prediction of several of its ops
+(`constrained_params` checks it): square and LLM-shaped bf16 GEMMs with M from 1 to 8192 (gemm_eff,
+gemm_fill_ksteps, gemm_mem_eff for the skinny, weight-bound ones), misaligned GEMMs
+(gemm_misaligned_eff), copies and elementwise ops from 4 KiB to 1 GiB (kernel_floor_s, mem_eff,
+bytes_for_half_bw, l2_bw_factor below half the L2), RMSNorm and softmax over few and many rows
+(norm/softmax_extra_reads, bw_sm_frac), and attention prefill and decode (attn_eff,
+attn_fill_blocks). NCCL parameters (comm_*) need several GPUs: this set leaves them alone.
+
+Shapes are fixed, so two runs measure the same ops. Live calibration fits on every op it measures:
+the calibration/held-out split (calibrate.is_calibration) only applies to result files.
+Short budgets keep the whole set under about a minute on an H100.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+from gpuperf.errors import EnvironmentUnavailable, InputError
+from gpuperf.hardware.spec import GpuSpec
+from gpuperf.measure.kernels import WrongResult, measure_op
+from gpuperf.measure.timing import Budget
+from gpuperf.perfmodel.calibrate import OP_PARAMS, Sample, with_params
+from gpuperf.perfmodel.ops import Attention, Copy, Elementwise, Gemm, Norm, Op
+from gpuperf.perfmodel.roofline import op_time
+
+BUDGET = Budget(warmup_ms=5.0, rep_ms=20.0, min_reps=5, max_reps=200)
+SOURCE = "live calibration"
+# Parameters only collectives on several GPUs can constrain.
+MULTI_GPU_PARAMS = frozenset({"comm_bw_eff", "comm_lat_scale"})
+MiB = 2**20
+
+Progress = Callable[[int, int, str], None]
+
+
+def _gemms(tiny: bool) -> list[Op]:
+    if tiny:
+        square = [16, 64, 128]
+        tokens = [1, 8, 64]
+        layers = {"qkv": (192, 64), "up": (256, 64), "down": (64, 256)}
+        odd = [(32, 65, 64), (64, 64, 67)]
+    else:
+        square = [256, 512, 1024, 2048, 4096, 8192]
+        tokens = [1, 8, 32, 128, 512, 2048, 8192]
+        # Llama-3-8B's layer: fused QKV (32 + 2·8 heads of 128), MLP up (14336) and down.
+        layers = {"qkv": (6144, 4096), "up": (14336, 4096), "down": (4096, 14336)}
+        odd = [(2048, 4097, 4096), (2048, 4096, 4099), (1000, 1001, 1003)]
+    ops: list[Op] = [Gemm(f"calib/gemm/{n}", n, n, n) for n in square]
+    ops += [
+        Gemm(f"calib/t{m}/{name}", m, n, k)  # "/t<M>/": the accuracy class of LLM layer GEMMs
+        for m in tokens
+        for name, (n, k) in layers.items()
+    ]
+    ops += [Gemm(f"calib/misaligned/{m}x{n}x{k}", m, n, k) for m, n, k in odd]
+    return ops
+
+
+def _streams(tiny: bool) -> list[Op]:
+    sizes = [4096, 64 * 1024, MiB] if tiny else [4096] + [MiB * 4**i for i in range(6)]  # ..1 GiB
+    ops: list[Op] = [Copy(f"calib/copy/{b}", b) for b in sizes]
+    for b in sizes:
+        n = b // 2  # bf16 elements
+        ops.append(Elementwise(f"calib/add/{n}", "add", n, 2, 1, "bf16"))
+        ops.append(Elementwise(f"calib/silu/{n}", "silu", n, 1, 1, "bf16", None, 4.0))
+    return ops
+
+
+def _rows(tiny: bool) -> list[Op]:
+    if tiny:
+        norms, softmax = [(1, 64), (32, 256)], [(4, 128), (64, 512)]
+    else:
+        norms = [(1, 4096), (16, 4096), (128, 8192), (1024, 4096), (8192, 4096), (32768, 8192)]
+        softmax = [(32, 4096), (1024, 1024), (4096, 4096), (16384, 2048), (2048, 32768)]
+    ops: list[Op] = [Norm(f"calib/rmsnorm/{r}x{c}", "rmsnorm", r, c) for r, c in norms]
+    ops += [Norm(f"calib/softmax/{r}x{c}", "softmax", r, c) for r, c in softmax]
+    return ops
+
+
+def _attention(tiny: bool) -> list[Op]:
+    if tiny:  # (batch, heads, kv_heads, q_len, kv_len, head_dim)
+        shapes = [(1, 2, 2, 32, 32, 32), (2, 4, 2, 1, 64, 32)]
+    else:
+        shapes = [
+            (1, 32, 32, 512, 512, 128),
+            (1, 32, 32, 2048, 2048, 128),
+            (1, 32, 8, 8192, 8192, 128),
+            (4, 32, 8, 2048, 2048, 128),
+            (8, 32, 32, 1024, 1024, 64),
+            (1, 32, 8, 1, 2048, 128),
+            (16, 32, 8, 1, 4096, 128),
+            (64, 32, 32, 1, 2048, 128),
+        ]
+    return [
+        Attention(f"calib/attn/b{b}h{h}/{kv}q{q}kv{n}d{d}", b, h, kv, q, n, d, True)
+        for b, h, kv, q, n, d in shapes
+    ]
+
+
+def calibration_ops(device: str = "cuda") -> list[Op]:
+    """The calibration set for `device`: full sizes on a GPU, tiny ones on the CPU (tests)."""
+    tiny = not device.startswith("cuda")
+    return [*_gemms(tiny), *_streams(tiny), *_rows(tiny), *_attention(tiny)]
+
+
+def measure_calibration_set(
+    gpu: GpuSpec,
+    device: str = "cuda",
+    on_progress: Progress | None = None,
+    budget: Budget = BUDGET,
+) -> list[Sample]:
+    """Measure the calibration set on `device`; one Sample per op measured.
+
+    `gpu` is the base profile (used only to say which ops it predicts: the samples hold measured
+    times). Ops that cannot run here (out of memory, a wrong result) are skipped and reported
+    through on_progress(done, total, message); if none runs, EnvironmentUnavailable.
+    """
+    ops = calibration_ops(device)
+    samples: list[Sample] = []
+    for i, op in enumerate(ops, 1):
+        try:
+            m = measure_op(op, device, budget)
+        except (InputError, EnvironmentUnavailable, WrongResult) as exc:
+            if on_progress:
+                on_progress(i, len(ops), f"skipped {op.name}: {exc}")
+            continue
+        samples.append(Sample(op, m.timing.median_s, SOURCE))
+        if on_progress:
+            t = m.timing.median_s
+            pred = op_time(op, gpu).time
+            on_progress(i, len(ops), f"{op.name:38s} {t * 1e3:9.4f} ms (base predicts "
+                                     f"{pred * 1e3:.4f} ms)")  # fmt: skip
+    if not samples:
+        raise EnvironmentUnavailable(f"no calibration op could be measured on {device}")
+    return samples
+
+
+def constrained_params(ops: Sequence[Op], gpu: GpuSpec, min_change: float = 0.05) -> list[str]:
+    """The OP_PARAMS whose bounds change the predicted time of at least two of `ops` by more than
+    `min_change` (relative): the parameters a fit on these ops can determine."""
+    out = []
+    for name, (lo, hi) in OP_PARAMS.items():
+        at_lo, at_hi = with_params(gpu, **{name: lo}), with_params(gpu, **{name: hi})
+        moved = 0
+        for op in ops:
+            a, b = op_time(op, at_lo).time, op_time(op, at_hi).time
+            if abs(math.log(a / b)) > math.log1p(min_change):
+                moved += 1
+        if moved >= 2:
+            out.append(name)
+    return out
+
+
+def measure_host_dispatch(device: str = "cuda", calls: int = 20, reps: int = 5) -> float:
+    """Seconds of host time per kernel for bare eager PyTorch: a tiny Llama-style decode layer
+    (40 small kernels: linear, SDPA, cat, elementwise) called `calls` times on the host clock,
+    starting from an idle GPU; median over `reps` loops.
+
+    The GPU finishes each tiny kernel before the host issues the next, so the loop measures the
+    host. Hugging Face models cost more per kernel than this bare loop (module hooks, cache and
+    mask logic in Python): 17-43 µs per kernel on an H100 host in the committed e2e runs
+    (benchmarks/results/h100-sxm5-80gb/e2e_hf_run2.json, host_probe) against 7-17 µs for single
+    bare ops (its "launch" block). Calibrate from e2e runs (--from) to model HF's eager code.
+    On the CPU the kernels run inside the call: the number is compute, not dispatch.
+    """
+    import torch
+
+    from gpuperf.measure.eager_layer import aten_kernels, build_layer, layer_shape
+    from gpuperf.workloads.config import ModelConfig
+    from gpuperf.workloads.scenario import Scenario
+
+    cfg = ModelConfig(name="host-probe", hidden_size=256, intermediate_size=512,
+                      num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                      vocab_size=1)  # fmt: skip
+    layer = build_layer(layer_shape(cfg, Scenario(mode="decode", batch=1, ctx=64)), device)
+    cuda = device.startswith("cuda")
+    with torch.no_grad():
+        kernels = len(aten_kernels(layer.run))
+        for _ in range(3):
+            layer.run()
+        per_kernel = []
+        for _ in range(reps):
+            if cuda:
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                layer.run()
+            per_kernel.append((time.perf_counter() - t0) / (calls * kernels))
+        if cuda:
+            torch.cuda.synchronize(device)
+    return statistics.median(per_kernel)
