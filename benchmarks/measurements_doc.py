@@ -389,7 +389,8 @@ def memory_sections(d: Path, gpu: GpuSpec) -> list[str]:
         f"Datasheet HBM: {num(gpu.hbm_bw / 1e9)} GB/s. " + summary(main, "these")
     )
     out = [section("Memory-bound ops by size (GB/s)", path, table(["elements", *cols], body), note)]
-    rest = [r for r in rows if r not in main]
+    shown = {id(r) for r in main}
+    rest = [r for r in rows if id(r) not in shown]
     if rest:
         body = [[r.raw.get("shape", r.op.name), num(r.measured_s * 1e6),
                  num(r.rate(what="bytes") / 1e9), num(r.pred.time * 1e6), pct(r.err) + r.fit]
@@ -414,12 +415,14 @@ def crosscheck_sections(d: Path, gpu: GpuSpec) -> list[str]:
                  num(g["do_bench_ms"] * 1e3), pct(g["ours_ms"] / g["do_bench_ms"] - 1)]
                 for g in runs]  # fmt: skip
         thr = GRAPH_THRESHOLD_S * 1e3
-        big = [abs(g["ours_ms"] / g["do_bench_ms"] - 1) for g in runs if g["ours_ms"] >= thr]
+        big = [g["ours_ms"] / g["do_bench_ms"] - 1 for g in runs if g["ours_ms"] >= thr]
         small = [g["ours_ms"] / g["do_bench_ms"] - 1 for g in runs if g["ours_ms"] < thr]
         note = ["bf16 GEMMs timed by our timer and by `triton.testing.do_bench` (median; run "
                 "before and after ours, averaged)."]  # fmt: skip
         if big:
-            note.append(f"Kernels of {thr * 1e3:.0f} µs or more agree within {pct(max(big))[1:]}.")
+            side = " (ours lower)" if max(big) < 0 else " (ours higher)" if min(big) > 0 else ""
+            worst = pct(max(abs(x) for x in big))[1:]
+            note.append(f"Kernels of {thr * 1e3:.0f} µs or more agree within {worst}{side}.")
         if small:
             note.append(
                 f"Kernels under {thr * 1e3:.0f} µs differ more: ours vs do_bench "
@@ -473,7 +476,8 @@ def e2e_sections(d: Path, gpu: GpuSpec) -> list[str]:
         "step (eager, or replayed from a CUDA graph), and a training step of a 1.1B model. "
         'Predicted with `gpuperf.api.predict` on the same config and scenario; "not '
         'modeled": a run `gpuperf.perfmodel.accuracy.load_e2e` leaves out because gpuperf '
-        "models a different setup (see how it ran)."
+        "models a different setup (see how it ran). `*`: a model whose runs calibrated the "
+        "profile."
     )
     out = [section("Whole-model runs", files, table(head, body), note)]
     probe = [(f, p) for f in files for p in [read_json(f).get("host_probe")] if p]

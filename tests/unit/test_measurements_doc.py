@@ -169,7 +169,7 @@ def test_synthetic_round_trip(synthetic):
     assert column(doc, "GEMM wave-boundary sweep", "N") == ["768", "896", "1024", "1152"]
     assert "| copy 1 GiB (read + write) | 1,675 | 3,350 | 50.0% |" in doc
     assert "| 1×2×3 | 10.0 | 20.0 | -50% |" in doc
-    assert "agree within 1.0%" in doc
+    assert "agree within 1.0% (ours lower)" in doc
     assert "### Whole-model runs" not in doc  # no e2e file, no section
     coll = md.collectives_doc(synthetic)
     part = coll.split("### allreduce, 2 GPUs", 1)[1]
