@@ -20,8 +20,11 @@ On a present GPU (measures a calibration set of kernels first, about a minute):
   gpuperf calibrate -o my-h100.toml
 Then: gpuperf predict llama2-7b --gpu my-h100.toml
 
-Only shapes in the calibration split are used, so benchmarks/accuracy.py can report the error on
-held-out shapes. The profile inherits the base GPU (base = "...") and sets [model] only.""",
+With --from, only shapes in the calibration split are used, so benchmarks/accuracy.py can report
+the error on held-out shapes; a live calibration fits on every op it measures, and sets
+host_dispatch_s from a loop of bare eager PyTorch kernels (Hugging Face code costs more per
+kernel: fit e2e runs with --from for that). The profile inherits the base GPU (base = "...") and
+sets [model] only.""",
 )
 @click.option("--from", "sources", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="Result files or folders (*.json) to fit, instead of measuring.")  # fmt: skip
@@ -31,13 +34,26 @@ held-out shapes. The profile inherits the base GPU (base = "...") and sets [mode
 @click.option(
     "--all-shapes", is_flag=True, help="Fit on every row, not only the calibration split."
 )
-def calibrate(sources: tuple[Path, ...], gpu: str | None, output: Path, all_shapes: bool) -> None:
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+              show_default=True, help="Where a live calibration measures.")  # fmt: skip
+@click.option("--allow-cpu", is_flag=True,
+              help="Write a profile fitted on the CPU (meaningless; tests).")  # fmt: skip
+def calibrate(
+    sources: tuple[Path, ...],
+    gpu: str | None,
+    output: Path,
+    all_shapes: bool,
+    device: str = "auto",
+    allow_cpu: bool = False,
+) -> None:
     from gpuperf.hardware.loader import load_gpu
     from gpuperf.perfmodel import calibrate as cal
     from gpuperf.perfmodel.accuracy import load_e2e, load_samples
 
     if output.suffix != ".toml":
         raise InputError(f"output {output} must end in .toml")
+    fit_names: list[str] | None = None  # live: only what the measured ops constrain
+    host_s: float | None = None  # live: measured per-kernel host dispatch
     if sources:
         files: list[Path] = []
         for s in sources:
@@ -51,23 +67,27 @@ def calibrate(sources: tuple[Path, ...], gpu: str | None, output: Path, all_shap
         folders = sorted({f.parent.name for f in files})
         source = f"fitted to {', '.join(folders)}: {', '.join(sorted(used))}"
     else:
-        from gpuperf.measure.calibration import measure_calibration_set
+        from gpuperf.measure.calibration import live_calibration
 
-        base = load_gpu(gpu or "auto")
-        samples, runs = measure_calibration_set(base), []
-        source = "fitted to a calibration run on this machine"
+        live = live_calibration(gpu, device, allow_cpu, lambda line: click.echo(line, err=True))
+        base, samples, runs, all_shapes = live.base, live.samples, [], True
+        fit_names, host_s = live.fit_names, live.host_dispatch_s
+        source = f"fitted to a calibration run on this machine ({live.device})"
     if not all_shapes:
         samples = [s for s in samples if cal.is_calibration(s.op)]
         runs = [r for r in runs if r.model in cal.E2E_CALIBRATION_MODELS]
     if not samples and not runs:
         raise InputError("no measurements to fit (no result rows in the calibration split)")
     click.echo(f"fitting {len(samples)} op measurements and {len(runs)} whole-model runs", err=True)
-    params = cal.fit(samples, base) if samples else base.params
+    params = cal.fit(samples, base, fit_names) if samples else base.params
     fitted = cal.dataclasses.replace(base, params=params)
     if runs:
         params = cal.fit_host(runs, fitted)
-    fitted_names = [*cal.OP_PARAMS] if samples else []
+    fitted_names = [*(fit_names or cal.OP_PARAMS)] if samples else []
     fitted_names += [*cal.HOST_PARAMS] if runs else []
+    if host_s is not None:
+        params = cal.dataclasses.replace(params, host_dispatch_s=host_s)
+        fitted_names.append("host_dispatch_s")
     output.write_text(cal.params_toml(params, base.name, source, fitted_names))
     click.echo(f"wrote {output}")
     for name, lo_hi in {**cal.OP_PARAMS, **cal.HOST_PARAMS}.items():

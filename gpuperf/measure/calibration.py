@@ -21,19 +21,21 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from gpuperf.errors import EnvironmentUnavailable, InputError
 from gpuperf.hardware.spec import GpuSpec
 from gpuperf.measure.kernels import WrongResult, measure_op
 from gpuperf.measure.timing import Budget
-from gpuperf.perfmodel.calibrate import OP_PARAMS, Sample, with_params
+from gpuperf.perfmodel.calibrate import HOST_PARAMS, OP_PARAMS, Sample, with_params
 from gpuperf.perfmodel.ops import Attention, Copy, Elementwise, Gemm, Norm, Op
 from gpuperf.perfmodel.roofline import op_time
 
 BUDGET = Budget(warmup_ms=5.0, rep_ms=20.0, min_reps=5, max_reps=200)
+CPU_BUDGET = Budget(warmup_ms=1.0, rep_ms=3.0, min_reps=3, max_reps=50)
 SOURCE = "live calibration"
-# Parameters only collectives on several GPUs can constrain.
-MULTI_GPU_PARAMS = frozenset({"comm_bw_eff", "comm_lat_scale"})
+# Parameters only collectives on several GPUs can constrain (the NCCL knobs are named comm_*).
+MULTI_GPU_PARAMS = frozenset(p for p in OP_PARAMS if p.startswith("comm_"))
 MiB = 2**20
 
 Progress = Callable[[int, int, str], None]
@@ -112,7 +114,7 @@ def measure_calibration_set(
     gpu: GpuSpec,
     device: str = "cuda",
     on_progress: Progress | None = None,
-    budget: Budget = BUDGET,
+    budget: Budget | None = None,
 ) -> list[Sample]:
     """Measure the calibration set on `device`; one Sample per op measured.
 
@@ -121,6 +123,7 @@ def measure_calibration_set(
     through on_progress(done, total, message); if none runs, EnvironmentUnavailable.
     """
     ops = calibration_ops(device)
+    budget = budget or (BUDGET if device.startswith("cuda") else CPU_BUDGET)
     samples: list[Sample] = []
     for i, op in enumerate(ops, 1):
         try:
@@ -156,10 +159,11 @@ def constrained_params(ops: Sequence[Op], gpu: GpuSpec, min_change: float = 0.05
     return out
 
 
-def measure_host_dispatch(device: str = "cuda", calls: int = 20, reps: int = 5) -> float:
+def measure_host_dispatch(device: str = "cuda", calls: int | None = None, reps: int = 5) -> float:
     """Seconds of host time per kernel for bare eager PyTorch: a tiny Llama-style decode layer
-    (40 small kernels: linear, SDPA, cat, elementwise) called `calls` times on the host clock,
-    starting from an idle GPU; median over `reps` loops.
+    (40 small kernels: linear, SDPA, cat, elementwise) called `calls` times (20 on a GPU: 800
+    kernels, less than the launch queue holds) on the host clock, starting from an idle GPU;
+    median over `reps` loops.
 
     The GPU finishes each tiny kernel before the host issues the next, so the loop measures the
     host. Hugging Face models cost more per kernel than this bare loop (module hooks, cache and
@@ -179,6 +183,7 @@ def measure_host_dispatch(device: str = "cuda", calls: int = 20, reps: int = 5) 
                       vocab_size=1)  # fmt: skip
     layer = build_layer(layer_shape(cfg, Scenario(mode="decode", batch=1, ctx=64)), device)
     cuda = device.startswith("cuda")
+    calls = calls or (20 if cuda else 2)
     with torch.no_grad():
         kernels = len(aten_kernels(layer.run))
         for _ in range(3):
@@ -194,3 +199,62 @@ def measure_host_dispatch(device: str = "cuda", calls: int = 20, reps: int = 5) 
         if cuda:
             torch.cuda.synchronize(device)
     return statistics.median(per_kernel)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveCalibration:
+    """What `gpuperf calibrate` (no --from) fits: the base profile, the measured samples, the
+    parameters they constrain, and the measured per-kernel host dispatch (seconds)."""
+
+    base: GpuSpec
+    device: str
+    samples: list[Sample]
+    fit_names: list[str]
+    host_dispatch_s: float
+
+
+def live_calibration(
+    gpu: str | None, device: str, allow_cpu: bool, echo: Callable[[str], None]
+) -> LiveCalibration:
+    """Resolve the device and base profile, measure the set and the host, report to `echo`."""
+    from gpuperf.hardware.loader import load_gpu
+
+    try:
+        import torch
+    except ImportError:
+        raise EnvironmentUnavailable(
+            "measuring needs torch: pip install 'gpuperf[measure]'"
+        ) from None
+    if device == "cpu":
+        if not allow_cpu:
+            raise InputError("parameters fitted on a CPU are meaningless for a GPU profile; "
+                             "add --allow-cpu to write one anyway (tests)")  # fmt: skip
+        if gpu is None:
+            raise InputError("--device cpu needs --gpu (the base profile to write over)")
+    elif not torch.cuda.is_available():
+        raise EnvironmentUnavailable(
+            "no CUDA GPU found: calibrate from result files with --from, or measure on the CPU "
+            "with --device cpu --allow-cpu (tests only)"
+        )
+    else:
+        device = "cuda"
+    base = load_gpu(gpu or "auto")
+    n = len(calibration_ops(device))
+    echo(f"measuring {n} calibration ops on {device} (live calibration fits on every op it "
+         "measures; the held-out split applies to --from result files only)")  # fmt: skip
+    samples = measure_calibration_set(base, device, lambda i, n, m: echo(f"  [{i}/{n}] {m}"))
+    names = constrained_params([s.op for s in samples], base)
+    skipped = [p for p in OP_PARAMS if p not in names]
+    if skipped:
+        echo(f"not fitted (the measured ops barely depend on them; kept from {base.name}): "
+             + ", ".join(skipped))  # fmt: skip
+    host = measure_host_dispatch(device)
+    echo(
+        f"host dispatch: {host * 1e6:.3g} µs per kernel of bare eager PyTorch (Hugging Face "
+        "models cost more, 17-43 µs per kernel on an H100 host; fit e2e runs with --from)"
+    )
+    lo, hi = HOST_PARAMS["host_dispatch_s"]
+    if not lo <= host <= hi:
+        echo(f"warning: host dispatch {host * 1e6:.3g} µs is outside the model's bounds "
+             f"({lo * 1e6:g}..{hi * 1e6:g} µs); written as measured")  # fmt: skip
+    return LiveCalibration(base, device, samples, names, host)
