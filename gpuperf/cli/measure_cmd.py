@@ -337,12 +337,24 @@ for _coll in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast"
 @click.command(
     help="Measure every distinct op of one layer (plus embedding, final norm and lm_head) of "
     "MODEL and compare with the prediction of the same ops. Ops with no single PyTorch kernel "
-    "(fused rope, silu_and_mul, ...) are listed as skipped.\n\n"
-    "Example: gpuperf validate llama3-8b --mode decode --batch 16 --ctx 4096"
+    "(fused rope, silu_and_mul, ...) are listed as skipped. With --impl eager, one whole eager "
+    "decoder layer (Hugging Face's LlamaDecoderLayer, reimplemented in plain PyTorch) also runs "
+    "end to end and is compared with the prediction of its ops: GPU time (CUDA graph replay) "
+    "and with host dispatch (eager calls back to back).\n\n"
+    "\b\nExamples:\n"
+    "  gpuperf validate llama3-8b --mode decode --batch 16 --ctx 4096\n"
+    "  gpuperf validate llama2-7b --impl eager --mode decode --ctx 2048 --format json"
 )
 @click.argument("model")
 @click.option(
     "--mode", type=click.Choice(["prefill", "decode"]), default="prefill", show_default=True
+)
+@click.option(
+    "--impl",
+    type=click.Choice(["fused", "eager"]),
+    default="fused",
+    show_default=True,
+    help="Kernels as vLLM (fused) or HF eager PyTorch run them; eager adds a whole-layer run.",
 )
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--seq", type=click.IntRange(min=1), default=2048, show_default=True)
@@ -352,6 +364,7 @@ for _coll in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast"
 def validate(
     model: str,
     mode: str,
+    impl: str,
     batch: int,
     seq: int,
     ctx: int,
@@ -370,8 +383,8 @@ def validate(
     from gpuperf.measure.validate import model_ops, one_layer, validate_ops
     from gpuperf.workloads.scenario import Scenario
 
-    scenario = Scenario(mode=mode, batch=batch, seq=seq, ctx=ctx, dtype=dtype)  # type: ignore[arg-type]
-    _, ops = model_ops(model, scenario)
+    scenario = Scenario(mode=mode, batch=batch, seq=seq, ctx=ctx, dtype=dtype, impl=impl)  # type: ignore[arg-type]
+    cfg, ops = model_ops(model, scenario)
     dev = resolve_device(device)
     warnings: list[str] = []
     spec = gpu_for_prediction(gpu, dev, warnings)
@@ -380,7 +393,14 @@ def validate(
     if saver is not None:
         saver.data.update(
             model=model,
-            scenario={"mode": mode, "batch": batch, "seq": seq, "ctx": ctx, "dtype": dtype},
+            scenario={
+                "mode": mode,
+                "batch": batch,
+                "seq": seq,
+                "ctx": ctx,
+                "dtype": dtype,
+                "impl": impl,
+            },
         )
     targets = one_layer(ops)
     with progress(len(targets), f"{model}") as advance:
@@ -411,4 +431,85 @@ def validate(
     result = MeasureResult(table=table, env=env, gpu=label, model=model, warnings=warnings)
     if prediction is not None:
         result.total_ms = float(table["time_ms"].sum())
+    if impl != "eager":
+        _render(result, fmt)
+        return
+    budget = Budget(warmup_ms=warmup_ms, rep_ms=rep_ms)
+    layer = _whole_layer(cfg, scenario, dev, budget, spec, warnings)
+    if saver is not None and layer is not None:
+        saver.data["layer"] = layer
+        saver.write()
+    _render_with_layer(result, layer, fmt)
+
+
+def _whole_layer(
+    cfg: Any, scenario: Any, dev: str, budget: Any, spec: Any, warnings: list[str]
+) -> dict[str, Any] | None:
+    """Run one eager layer (gpuperf.measure.eager_layer); a layer that cannot run is a warning."""
+    from gpuperf.measure.eager_layer import compare, measure_layer
+    from gpuperf.measure.kernels import WrongResult
+
+    try:
+        run = measure_layer(cfg, scenario, dev, budget)
+    except (InputError, EnvironmentUnavailable, WrongResult) as exc:
+        warnings.append(f"whole layer not run: {exc}")
+        return None
+    compare(run, spec, scenario)
+    if run.kernels_run != len(run.ops):
+        warnings.append(f"whole layer: {run.kernels_run} kernels run, {len(run.ops)} predicted")
+    return run.to_json()
+
+
+_LAYER_COLUMNS = (("what", "whole eager layer"), ("measured_ms", "measured (ms)"),
+                  ("predicted_ms", "predicted (ms)"), ("error_pct", "error (%)"),
+                  ("method", "how"))  # fmt: skip
+
+
+def _render_with_layer(result: Any, layer: dict[str, Any] | None, fmt: str) -> None:
+    """The op table as usual, then the whole-layer rows: a second table, a "layer" key in the
+    JSON object, or (csv: stdout holds the op table only) lines on stderr."""
+    import sys
+
+    if fmt == "json":
+        from gpuperf.measure.results import MeasureResult
+
+        class _WithLayer(MeasureResult):
+            def to_json(self) -> dict[str, Any]:
+                return {**super().to_json(), "layer": layer}
+
+        _render(_WithLayer(**{f: getattr(result, f) for f in result.__dataclass_fields__}), fmt)
+        return
     _render(result, fmt)
+    if layer is None:
+        return
+
+    def cell(v: Any, key: str) -> str:
+        if v is None:
+            return "-"
+        return f"{v:+.1f}" if key == "error_pct" else f"{v:.4g}" if isinstance(v, float) else v
+
+    rows = [[cell(r[k], k) for k, _ in _LAYER_COLUMNS] for r in layer["rows"]]
+    note = (f"{layer['kernels_run']} kernels run ({layer['kernels_predicted']} predicted), "
+            f"check vs fp64 {layer['check_err']:.2%}")  # fmt: skip
+    if fmt == "csv":
+        for r in rows:
+            click.echo(
+                "whole layer: "
+                + ", ".join(f"{h} {v}" for (_, h), v in zip(_LAYER_COLUMNS, r, strict=True)),
+                err=True,
+            )
+        click.echo(f"whole layer: {note}", err=True)
+        return
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"one whole eager layer: {note}", box=box.SIMPLE_HEAD)
+    for key, header in _LAYER_COLUMNS:
+        table.add_column(header, justify="right" if key.endswith(("_ms", "_pct")) else "left")
+    for r in rows:
+        table.add_row(*r)
+    console = Console(file=sys.stdout, highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)
+    console.print(table)

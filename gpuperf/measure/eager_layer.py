@@ -405,10 +405,11 @@ def compare(run: LayerRun, gpu: Any, sc: Scenario) -> list[dict[str, Any]]:
     pred = predict_ops(run.ops, gpu, eager_sc) if gpu is not None else None
     busy = pred.extra["gpu_busy_ms"] * 1e-3 if pred else None
     row("GPU time", run.graph, busy, "CUDA graph replay, L2 flushed; predicted: sum of op times")
-    d = gpu.params.host_dispatch_s * 1e6 if gpu is not None else math.nan
-    row("with host dispatch", run.eager, pred.total_ms * 1e-3 if pred else None,
-        f"eager calls back to back; predicted with the profile's HF-calibrated host costs "
-        f"({d:.3g} µs/kernel)")  # fmt: skip
+    how = "eager calls back to back"
+    if gpu is not None:
+        d = gpu.params.host_dispatch_s * 1e6
+        how += f"; predicted with the profile's HF-calibrated host costs ({d:.3g} µs/kernel)"
+    row("with host dispatch", run.eager, pred.total_ms * 1e-3 if pred else None, how)
     if gpu is not None and run.host_per_kernel_s is not None:
         # The bare layer has no HF per-layer host overhead (host_decode_layer_s): only its own.
         own = with_params(gpu, host_dispatch_s=run.host_per_kernel_s, host_decode_layer_s=0.0)
