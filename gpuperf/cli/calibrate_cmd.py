@@ -79,6 +79,7 @@ def calibrate(
     if not samples and not runs:
         raise InputError("no measurements to fit (no result rows in the calibration split)")
     click.echo(f"fitting {len(samples)} op measurements and {len(runs)} whole-model runs", err=True)
+    base = cal.reset_fitted(base)  # the fit never starts from a previous calibration
     params = cal.fit(samples, base, fit_names) if samples else base.params
     fitted = cal.dataclasses.replace(base, params=params)
     if runs:

@@ -50,11 +50,12 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "softmax_extra_reads": (0.0, 4.0),
     "bw_sm_frac": (0.05, 1.0),
     # NCCL collectives (gpuperf.perfmodel.comm): measured / NCCL-modeled bandwidth and latency.
+    "comm_floor_s": (1e-6, 1e-4),
     "comm_bw_eff": (0.3, 1.5),
     "comm_lat_scale": (0.3, 10.0),
 }
 # Fitted in log space (they span orders of magnitude).
-LOG_PARAMS = {"kernel_floor_s", "bytes_for_half_bw", "comm_lat_scale"}
+LOG_PARAMS = {"kernel_floor_s", "bytes_for_half_bw", "comm_lat_scale", "comm_floor_s"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,17 @@ def with_params(gpu: GpuSpec, **values: float) -> GpuSpec:
     return dataclasses.replace(gpu, params=params)
 
 
+def reset_fitted(gpu: GpuSpec) -> GpuSpec:
+    """`gpu` with every fitted parameter back at its default, so a fit never depends on the
+    previous calibration (fixed facts set in the profile, such as attn_exp_overlap, stay)."""
+    defaults = ModelParams()
+    names = [*OP_PARAMS, *HOST_PARAMS]
+    fields = {n: getattr(defaults, n) for n in names if n in _FIELDS}
+    extra = {k: v for k, v in gpu.params.extra.items() if k not in names}
+    params = dataclasses.replace(gpu.params, **fields, extra=extra)
+    return dataclasses.replace(gpu, params=params)
+
+
 def param_value(params: ModelParams, name: str) -> float:
     return getattr(params, name) if name in _FIELDS else float(params.extra.get(name, math.nan))
 
@@ -132,7 +144,13 @@ def _loss_fn(samples: Sequence[Sample], gpu: GpuSpec) -> Callable[[GpuSpec], flo
     by_class: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
         by_class[op_class(s.op)].append(s)
-    groups = [(cls, rows, 1.0 / len(rows)) for cls, rows in by_class.items()]
+    # Classes with an accuracy target (accuracy.TARGETS) count fully; the rest (tiny kernels,
+    # unusual dtypes) a quarter, so they inform the latency terms without dragging the rest.
+    from gpuperf.perfmodel.accuracy import TARGETS
+
+    groups = [
+        (cls, rows, (1.0 if cls in TARGETS else 0.25) / len(rows)) for cls, rows in by_class.items()
+    ]
 
     def loss(g: GpuSpec) -> float:
         total = 0.0

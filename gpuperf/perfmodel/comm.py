@@ -36,6 +36,9 @@ class CommParams:
 
     bw_eff: float = 1.0  # measured / NCCL-modeled algorithm bandwidth
     lat_scale: float = 1.0  # measured / NCCL-modeled latency
+    # The shortest a collective call takes end to end as measured through torch.distributed
+    # (launch and completion of the NCCL kernel): time = max(floor, latency + bytes / bandwidth).
+    floor_us: float = 0.0
     cpu: Literal["intel", "amd"] = "intel"  # NCCL reads multi-node LL caps and net overhead by CPU
     tables: nccl.NcclTables = field(default_factory=lambda: nccl.NCCL)
     p2p: P2pTables = field(default_factory=P2pTables)
@@ -47,6 +50,7 @@ def comm_params(gpu: GpuSpec) -> CommParams:
     return CommParams(
         bw_eff=float(extra.get("comm_bw_eff", 1.0)),
         lat_scale=float(extra.get("comm_lat_scale", 1.0)),
+        floor_us=float(extra.get("comm_floor_s", 0.0)) * 1e6,
     )
 
 
@@ -121,8 +125,10 @@ def _parse(value: str | None, choices: tuple[str, ...], what: str) -> str | None
     return by_lower[value.lower()]
 
 
-def _optime(coll, nbytes, ranks, lat_us, bw_us, bus_gbps, algo, proto, topo, channels) -> OpTime:
-    t = (lat_us + bw_us) * 1e-6
+def _optime(
+    coll, nbytes, ranks, lat_us, bw_us, bus_gbps, algo, proto, topo, channels, floor_us=0.0
+) -> OpTime:
+    t = max(floor_us, lat_us + bw_us) * 1e-6
     algbw = nbytes / t / 1e9 if t > 0 else 0.0
     detail = {
         "algo": algo,
@@ -187,8 +193,9 @@ def collective_time(
     lat_us = lat * params.lat_scale
     bw_us = op.nbytes / (1e3 * alg * params.bw_eff)
     return _optime(
-        op.coll, op.nbytes, op.ranks, lat_us, bw_us, bus * params.bw_eff, a, p, topo, graph.channels
-    )
+        op.coll, op.nbytes, op.ranks, lat_us, bw_us, bus * params.bw_eff, a, p, topo,
+        graph.channels, params.floor_us,
+    )  # fmt: skip
 
 
 def _p2p_terms(
@@ -230,7 +237,19 @@ def p2p_time(
         topo = topology(2, gpu, system, nodes=1, cpu=params.cpu, tables=params.tables)
         bw, hw = topo.intra_bw, topo.intra_hw
     lat, bw_us, proto = _p2p_terms(op.nbytes, bw, hw, params)
-    return _optime("sendrecv", op.nbytes, 2, lat, bw_us, bw * params.bw_eff, "p2p", proto, topo, 1)
+    return _optime(
+        "sendrecv",
+        op.nbytes,
+        2,
+        lat,
+        bw_us,
+        bw * params.bw_eff,
+        "p2p",
+        proto,
+        topo,
+        1,
+        params.floor_us,
+    )
 
 
 def _alltoall(op: Collective, topo: nccl.Topo, params: CommParams) -> OpTime:
@@ -251,7 +270,9 @@ def _alltoall(op: Collective, topo: nccl.Topo, params: CommParams) -> OpTime:
     lat, bw_us, proto = _p2p_terms(op.nbytes, eff_bw, hw, params, per_peer=op.nbytes / n)
     lat += (n - 1) * params.p2p.alltoall_per_peer_us * params.lat_scale
     bus = bw_bus * params.bw_eff
-    return _optime("alltoall", op.nbytes, n, lat, bw_us, bus, "p2p", proto, topo, 0)
+    return _optime(
+        "alltoall", op.nbytes, n, lat, bw_us, bus, "p2p", proto, topo, 0, params.floor_us
+    )
 
 
 # --- α-β reference formulas (seconds; n bytes, a latency s, b s/byte, c s/byte of reduction) ------
