@@ -1,0 +1,61 @@
+"""The accuracy benchmark's loading and summary on small synthetic result files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import gpuperf
+from gpuperf.hardware.loader import load_gpu
+from gpuperf.perfmodel.accuracy import e2e_table, load_e2e, load_samples, op_table, summarize
+from gpuperf.perfmodel.ops import Gemm
+from gpuperf.perfmodel.ops_io import op_to_dict
+from gpuperf.perfmodel.roofline import op_time
+
+
+def test_op_rows_reload_and_compare(tmp_path):
+    gpu = load_gpu("h100")
+    op = Gemm("gemm/4096", 4096, 4096, 4096)
+    pred_ms = op_time(op, gpu).time * 1e3
+    rows = [{"op": op_to_dict(op), "measured_ms": pred_ms * 1.25}, {"op": op_to_dict(op)}]
+    (tmp_path / "gemm.json").write_text(json.dumps({"env": {}, "rows": rows}))
+    samples = load_samples([tmp_path / "gemm.json"])
+    assert len(samples) == 1  # the row without a measurement is skipped
+    t = op_table(samples, gpu)
+    assert t["ratio"].iloc[0] == pytest.approx(0.8)
+    s = summarize(t)
+    assert s["median_err"].iloc[0] == pytest.approx(0.2)
+    assert s["target"].iloc[0] == pytest.approx(0.05)
+
+
+def test_summary_percentiles_by_hand():
+    t = pd.DataFrame(
+        {"class": ["x"] * 5, "split": ["held-out"] * 5, "ratio": [1.0, 1.1, 0.9, 1.2, 2.0]}
+    )
+    s = summarize(t)
+    assert s["n"].iloc[0] == 5
+    assert s["median_err"].iloc[0] == pytest.approx(0.1)
+    assert s["p90_err"].iloc[0] == pytest.approx(0.2 + 0.6 * 0.8)  # numpy's linear quantile
+
+
+def test_e2e_runs_are_predicted_with_the_api(tmp_path):
+    cfg = json.loads(
+        (Path(gpuperf.__file__).parent / "workloads/presets/llama2-7b.json").read_text()
+    )
+    run = {
+        "model": "llama2-7b",
+        "config": cfg,
+        "scenario": {"mode": "prefill", "impl": "eager", "batch": 1, "seq": 512, "dtype": "bf16"},
+        "measured_ms": 20.0,
+    }
+    skipped = dict(run, note="bf16 params, fused AdamW (bf16 states)")
+    (tmp_path / "e2e.json").write_text(json.dumps({"env": {}, "runs": [run, skipped]}))
+    runs = load_e2e([tmp_path / "e2e.json"])
+    assert len(runs) == 1
+    t = e2e_table(runs, load_gpu("h100"))
+    assert t["class"].iloc[0] == "whole-model prefill"
+    assert t["split"].iloc[0] == "calibration"  # llama2-7b runs calibrate the host parameters
+    assert t["predicted_ms"].iloc[0] > 0

@@ -1,0 +1,87 @@
+"""Calibration: the split, the classes, and that the fitter recovers known parameters."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gpuperf.hardware.loader import load_gpu
+from gpuperf.hardware.spec import ModelParams
+from gpuperf.perfmodel import calibrate as cal
+from gpuperf.perfmodel.ops import Attention, Collective, Copy, Elementwise, Gemm
+from gpuperf.perfmodel.roofline import op_time
+
+H100 = dataclasses.replace(load_gpu("h100"), params=ModelParams())
+
+
+def test_split_is_stable_and_about_a_third():
+    ops = [Gemm(f"g{i}", 128 * i, 4096, 4096) for i in range(1, 301)]
+    first = [cal.is_calibration(o) for o in ops]
+    assert first == [cal.is_calibration(dataclasses.replace(o, name="other")) for o in ops]
+    share = sum(first) / len(first)
+    assert 0.2 < share < 0.4
+
+
+@pytest.mark.parametrize(
+    ("op", "cls"),
+    [
+        (Gemm("x", 4096, 4096, 4096), "gemm bf16/fp16 >=1024"),
+        (Gemm("llama2-7b/t512/L0/attn/qkv", 512, 12288, 4096), "gemm LLM layer shapes"),
+        (Gemm("x", 8, 4096, 4096), "gemm few tokens (M<=32)"),
+        (Gemm("x", 4096, 4096, 4097), "gemm misaligned"),
+        (Gemm("x", 4097, 4096, 4096), "gemm bf16/fp16 >=1024"),  # M is not a leading dim
+        (Attention("a", 1, 32, 8, 1, 4096, 128), "attention decode"),
+        (Attention("a", 1, 32, 8, 4096, 4096, 128), "attention prefill"),
+        (Copy("c", 2**30), "memory-bound >=16MB"),
+        (Elementwise("e", "add", 1024, 2), "memory-bound <16MB"),
+        (Collective("c", "allreduce", 2**20, 4), "collective >=1MiB"),
+    ],
+)
+def test_op_classes(op, cls):
+    assert cal.op_class(op) == cls
+
+
+def _synthetic(truth):
+    ops = [Gemm(f"g{m}", m, 8192, 8192) for m in (1, 16, 64, 256, 1024, 2048, 4096, 8192)]
+    ops += [Gemm(f"m{m}", m, 4096, 4095) for m in (1024, 4096)]
+    ops += [Copy(f"c{n}", 2**n) for n in range(12, 32, 2)]
+    ops += [Elementwise(f"e{n}", "add", 2**n, 2) for n in range(10, 29, 3)]
+    return [cal.Sample(op, op_time(op, truth).time) for op in ops]
+
+
+def test_fit_recovers_known_parameters():
+    truth = cal.with_params(
+        H100, gemm_eff=0.7, mem_eff=0.82, kernel_floor_s=3e-6, gemm_misaligned_eff=0.2
+    )
+    names = ["kernel_floor_s", "mem_eff", "gemm_eff", "gemm_misaligned_eff"]
+    got = cal.fit(_synthetic(truth), H100, names)
+    for name in names:
+        assert getattr(got, name) == pytest.approx(getattr(truth.params, name), rel=0.05), name
+
+
+def test_fit_improves_loss_and_keeps_bounds():
+    truth = cal.with_params(H100, gemm_eff=0.95, mem_eff=0.99)
+    got = cal.fit(_synthetic(truth), H100, ["gemm_eff", "mem_eff"])
+    for name in ("gemm_eff", "mem_eff"):
+        lo, hi = cal.OP_PARAMS[name]
+        assert lo <= getattr(got, name) <= hi
+
+
+def test_reset_fitted_keeps_facts_and_drops_old_fits():
+    g = cal.with_params(H100, attn_exp_overlap=1.0, gemm_eff=0.5, comm_bw_eff=0.7)
+    fresh = cal.reset_fitted(g)
+    assert fresh.params.attn_exp_overlap == 1.0
+    assert fresh.params.gemm_eff == ModelParams().gemm_eff
+    assert "comm_bw_eff" not in fresh.params.extra
+
+
+def test_params_toml_is_a_loadable_profile(tmp_path):
+    params = cal.with_params(H100, gemm_eff=0.77, comm_bw_eff=0.9).params
+    text = cal.params_toml(params, "h100-sxm5-80gb", "a test", ["gemm_eff", "comm_bw_eff"])
+    path = tmp_path / "cal.toml"
+    path.write_text(text)
+    g = load_gpu(str(path))
+    assert g.params.gemm_eff == pytest.approx(0.77)
+    assert g.params.extra["comm_bw_eff"] == pytest.approx(0.9)
+    assert g.sms == 132  # inherited from the base profile
