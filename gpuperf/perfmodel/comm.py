@@ -135,6 +135,7 @@ def _optime(
         "proto": proto,
         "lat_us": lat_us,
         "bw_term_us": bw_us,
+        "floor_us": floor_us,
         "bw_gbps": bus_gbps,
         "algbw_gbps": algbw,
         "busbw_gbps": algbw * busbw_factor(coll, ranks) if ranks > 1 else 0.0,

@@ -60,7 +60,10 @@ def test_copy_with_l2_flush_does_not_beat_hbm():
 
 @pytest.mark.parametrize("backend", ["flash", "efficient", "auto"])
 def test_attention_backends_checked(backend):
-    op = so.attention(batch=1, heads=32, kv_heads=8, seq=128, kv_len=2048, causal=True)
+    # The efficient (mem-efficient) backend has no GQA kernel with a mask on H100 with torch 2.11
+    # ("No available kernel", seen in benchmarks/results/*/attention_backends.json): test it on MHA.
+    kv_heads = 32 if backend == "efficient" else 8
+    op = so.attention(batch=1, heads=32, kv_heads=kv_heads, seq=128, kv_len=2048, causal=True)
     m = measure_op(op, "cuda", B, backend=backend)
     assert m.check_err < 0.02
 
