@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from gpuperf.hardware.loader import load_gpu  # noqa: E402
 from gpuperf.perfmodel.accuracy import (  # noqa: E402
+    TARGETS,
     e2e_table,
     load_e2e,
     load_samples,
@@ -94,6 +95,25 @@ def fmt_runs(t: pd.DataFrame, markdown: bool) -> str:
     )
 
 
+def readme_table(summaries: dict[str, pd.DataFrame]) -> str:
+    """One Markdown table: per class, held-out median (p90) error per GPU column, and the target."""
+    classes = [c for c in TARGETS if any((s["class"] == c).any() for s in summaries.values())]
+    head = ["class", "target", *summaries]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cls in classes:
+        cells = [cls, f"≤ {100 * TARGETS[cls]:.0f}%"]
+        for s in summaries.values():
+            r = s[(s["class"] == cls) & (s["split"] == "held-out")]
+            if r.empty:
+                cells.append("–")
+                continue
+            r = r.iloc[0]
+            mark = "" if r.median_err <= TARGETS[cls] else " ✗"
+            cells.append(f"{100 * r.median_err:.1f}% ({100 * r.p90_err:.0f}%), n={r.n}{mark}")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
@@ -101,30 +121,33 @@ def main() -> int:
         "--markdown", action="store_true", help="print Markdown tables (for the README)"
     )
     ap.add_argument("--detail", default="", help="also list every row of this class")
+    ap.add_argument(
+        "--readme", action="store_true", help="print only the README's summary table (Markdown)"
+    )
     args = ap.parse_args()
     root = Path(args.results)
     gpu_dirs = sorted(p for p in root.iterdir() if p.is_dir())
     if not gpu_dirs:
         print(f"no result folders under {root}")
         return 1
-    tables = {}
+    say = (lambda *a: None) if args.readme else print
+    tables, summaries = {}, {}
     for d in gpu_dirs:
         gpu = load_gpu(d.name)
         ops_files, e2e_files = result_files(d)
         t = op_table(load_samples(ops_files), gpu)
         e = e2e_table(load_e2e(e2e_files), gpu) if e2e_files else pd.DataFrame()
         tables[d.name] = (gpu, t, e)
-        print(f"\n## {gpu.display_name} ({d.name}): {len(t)} op rows, {len(e)} whole-model runs\n")
+        say(f"\n## {gpu.display_name} ({d.name}): {len(t)} op rows, {len(e)} whole-model runs\n")
         both = pd.concat([t, e], ignore_index=True)
-        print(fmt_summary(summarize(both), args.markdown))
+        summaries[gpu.display_name.replace("NVIDIA ", "")] = summary = summarize(both)
+        say(fmt_summary(summary, args.markdown))
         if not e.empty:
-            print()
-            print(fmt_runs(e, args.markdown))
+            say()
+            say(fmt_runs(e, args.markdown))
         if args.detail and not t.empty:
             sel = both[both["class"] == args.detail].sort_values("ratio")
-            print(
-                sel[["name", "shape", "split", "predicted_ms", "measured_ms", "ratio"]].to_string()
-            )
+            say(sel[["name", "shape", "split", "predicted_ms", "measured_ms", "ratio"]].to_string())
     # Cross-GPU: the H100's fitted parameters on the H200's datasheet numbers.
     if "h100-sxm5-80gb" in tables and "h200-sxm-141gb" in tables:
         h100 = tables["h100-sxm5-80gb"][0]
@@ -137,11 +160,14 @@ def main() -> int:
         both = pd.concat([t, e], ignore_index=True).assign(split="held-out")
         # The H100 results hold no NCCL runs, so its profile has no collective parameters to lend.
         both = both[~both["class"].str.startswith(("collective", "p2p"))]
-        print(
+        say(
             "\n## Cross-GPU: H100-calibrated parameters predicting the H200 (every row held out;"
             " collectives left out: no H100 NCCL runs)\n"
         )
-        print(fmt_summary(summarize(both), args.markdown))
+        summaries["H200 with H100 parameters"] = summary = summarize(both)
+        say(fmt_summary(summary, args.markdown))
+    if args.readme:
+        print(readme_table(summaries))
     return 0
 
 
