@@ -123,7 +123,7 @@ def _flops_per_token(ev: Evaluator, seq: int) -> float:
     key = ("flops_per_token", seq)
     f = ev.cache.get(key)
     if f is None:
-        from gpuperf.perfmodel.predict import model_flops_per_token
+        from gpuperf.perfmodel.mfu import model_flops_per_token
 
         f = ev.cache[key] = model_flops_per_token(ev.cfg, Scenario(mode="train", seq=seq))[0]
     return f

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from gpuperf.errors import InputError
+from gpuperf.perfmodel.mfu import model_flops_per_token
 from gpuperf.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -282,25 +283,6 @@ def predict_ops(
 def _intensity(flops: pd.Series, nbytes: pd.Series) -> np.ndarray:
     """FLOP per byte, 0 where nothing moves through memory."""
     return np.where(nbytes > 0, flops / nbytes.where(nbytes > 0, 1.0), 0.0)
-
-
-def model_flops_per_token(cfg: Any, scenario: Scenario) -> tuple[float, str]:
-    """Model FLOPs per token and the convention's name (MFU numerator).
-
-    train: PaLM (Chowdhery et al. 2022, App. B) 6N + 12·L·H·Q·T, N the (active) parameters, T the
-    sequence; attention counted in full (not halved for causal). Inference: 2N (attention excluded).
-    """
-    n = float(cfg.active_param_count())
-    if scenario.mode == "train":
-        layers = cfg.num_hidden_layers
-        q_width = cfg.num_attention_heads * _head_dim(cfg)
-        attn = 12.0 * layers * q_width * scenario.seq
-        return 6 * n + attn, "PaLM: 6N + 12·L·H·Q·T per token, N = active params, full attention"
-    return 2 * n, "2N per token, N = active params incl. embeddings, attention excluded"
-
-
-def _head_dim(cfg: Any) -> int:
-    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 
 def _build_ops(cfg: Any, scenario: Scenario) -> list[Op]:
