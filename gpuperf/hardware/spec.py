@@ -53,6 +53,9 @@ class ModelParams:
     # Fraction of HBM bandwidth a GEMM's operand stream reaches (skinny, weight-bound GEMMs:
     # cuBLAS's tiles stream the weights less efficiently than a plain copy kernel).
     gemm_mem_eff: float = 0.85
+    # Fraction of the fp32 CUDA-core peak that pointwise and row kernels reach on their arithmetic
+    # (bf16 unpack/pack, special functions, index math): GELU on an H200 is bound by it.
+    vector_eff: float = 1.0
     # Whole-model runs keep the GPU busy for many milliseconds and its clock settles below the
     # boost clock that short, isolated kernel timings see: compute-bound time in a scenario
     # (predict_model) is divided by this fraction. 1 = no sustained-load slow-down.

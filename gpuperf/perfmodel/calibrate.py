@@ -46,6 +46,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "gemm_tail_frac": (0.0, 1.0),
     "attn_eff": (0.2, 1.0),
     "attn_fill_blocks": (0.0, 16.0),
+    "vector_eff": (0.02, 1.0),
     "norm_extra_reads": (0.0, 3.0),
     "softmax_extra_reads": (0.0, 4.0),
     "bw_sm_frac": (0.05, 1.0),
@@ -182,6 +183,30 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, iters: int = 24) 
     return (a + b) / 2
 
 
+def _streams(op: Op) -> bool:
+    """A plain streaming kernel big enough that L2 and launch costs do not matter."""
+    return (
+        op.kind in ("copy", "elementwise")
+        and getattr(op, "fn", "") in ("", "add", "mul")
+        and (op.cost().bytes >= 256e6)
+    )
+
+
+# parameter -> the ops that alone define it (fitted first, then held).
+STAGED: dict[str, Callable[[Op], bool]] = {"mem_eff": _streams}
+
+
+def _fit_one(loss: Callable[[GpuSpec], float], gpu: GpuSpec, name: str) -> float:
+    lo, hi = OP_PARAMS[name]
+    log = name in LOG_PARAMS
+
+    def f(x: float) -> float:
+        return loss(with_params(gpu, **{name: math.exp(x) if log else x}))
+
+    x = _golden(f, *((math.log(lo), math.log(hi)) if log else (lo, hi)))
+    return math.exp(x) if log else x
+
+
 def fit(
     samples: Sequence[Sample],
     gpu: GpuSpec,
@@ -192,8 +217,15 @@ def fit(
     names = [n for n in (names or OP_PARAMS) if n in OP_PARAMS]
     if not samples:
         return gpu.params
-    loss = _loss_fn(samples, gpu)
     current = gpu
+    # Staged first: a parameter that one regime defines cleanly is fitted on that regime alone
+    # and then held, so the mixed regimes cannot trade it against the others.
+    for name, select in STAGED.items():
+        chosen = [s for s in samples if select(s.op)]
+        if name in names and len(chosen) >= 3:
+            current = with_params(current, **{name: _fit_one(_loss_fn(chosen, gpu), current, name)})
+            names.remove(name)
+    loss = _loss_fn(samples, gpu)
     best = loss(current)
     for _ in range(rounds):
         improved = False

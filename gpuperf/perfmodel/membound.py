@@ -42,7 +42,7 @@ def stream_time(
         per_sm_bw = bw / (p.bw_sm_frac * gpu.sms)
         t_par = -(-rows // gpu.sms) * row_bytes / per_sm_bw
     t_mem = max(t_stream, t_par)
-    rate = gpu.peak_flops.get(vector) or gpu.peak("fp32")
+    rate = (gpu.peak_flops.get(vector) or gpu.peak("fp32")) * p.vector_eff
     t_math = cost.flops / rate
     detail = {
         "bytes": total,

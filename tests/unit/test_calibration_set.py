@@ -30,7 +30,11 @@ def test_gpu_set_constrains_every_single_gpu_parameter(profile):
     """Each op-level parameter moves at least two predicted op times by > 5% between its bounds;
     only the NCCL ones (several GPUs) are left to result files."""
     names = calib.constrained_params(GPU_OPS, load_gpu(profile))
-    assert set(names) == set(cal.OP_PARAMS) - calib.MULTI_GPU_PARAMS
+    expected = set(cal.OP_PARAMS) - calib.MULTI_GPU_PARAMS
+    if profile == "l40s":
+        # Its GDDR6 bandwidth (864 GB/s) bounds even GELU: vector arithmetic never shows there.
+        expected -= {"vector_eff"}
+    assert set(names) == expected
 
 
 def test_constrained_params_by_hand():
