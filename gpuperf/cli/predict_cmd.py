@@ -9,8 +9,9 @@ from typing import Any
 import click
 
 from gpuperf.cli.common import SIZE, output_options
-from gpuperf.cli.ops_grammar import ModelOrOpGroup, dtype_option, op_commands
+from gpuperf.cli.ops_grammar import ModelOrOpGroup, op_commands
 from gpuperf.cli.plan_opts import PLAN_KEYS, plan_cli_options, run_plan, wants_plan
+from gpuperf.cli.scenario_opts import scenario_options
 from gpuperf.errors import InputError
 
 GPU_HELP = "GPU: profile name or alias (h100, a100-40gb), a profile .toml, or auto (detect)."
@@ -44,12 +45,6 @@ def predict() -> None:
     """
 
 
-def _dtype_or_none(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    from gpuperf.dtypes import parse_dtype
-
-    return None if value is None else parse_dtype(value)
-
-
 def _plan_options(func: Any) -> Any:
     for deco in reversed(plan_cli_options):
         func = deco(func)
@@ -64,32 +59,7 @@ def _plan_options(func: Any) -> Any:
 @_plan_options
 @gpu_option
 @click.option("--system", default=None, help="Node/cluster profile (dgx-h100, or a .toml).")
-@click.option(
-    "--mode",
-    type=click.Choice(["prefill", "decode", "generate", "train"]),
-    default="prefill",
-    show_default=True,
-    help="prefill: batch×seq tokens; decode: 1 token/sequence at --ctx; generate: prefill + "
-    "--new-tokens decode steps; train: fwd+bwd+AdamW.",
-)
-@click.option("--batch", type=SIZE, default="1", show_default=True, help="Sequences.")
-@click.option("--seq", type=SIZE, default="2048", show_default=True, help="Prompt tokens.")
-@click.option("--ctx", type=SIZE, default="2048", show_default=True, help="KV context (decode).")
-@click.option("--new-tokens", type=SIZE, default="128", show_default=True, help="Generated.")
-@dtype_option()
-@click.option(
-    "--kv-dtype", default=None, callback=_dtype_or_none, help="KV cache (default: --dtype)."
-)
-@click.option(
-    "--impl",
-    type=click.Choice(["fused", "eager"]),
-    default="fused",
-    show_default=True,
-    help="fused kernels (flash attention, fused norms) or eager PyTorch (one kernel per op).",
-)
-@click.option(
-    "--cuda-graphs", is_flag=True, help="Replay the step as a CUDA graph (cheap launches)."
-)
+@scenario_options
 @click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs.")
 @click.option("--pp", type=SIZE, default="1", show_default=True, help="Pipeline stages.")
 @click.option("--dp", type=SIZE, default="1", show_default=True, help="Data-parallel replicas.")

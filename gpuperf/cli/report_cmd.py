@@ -7,8 +7,7 @@ from typing import Any
 
 import click
 
-from gpuperf.cli.common import SIZE
-from gpuperf.cli.ops_grammar import dtype_option
+from gpuperf.cli.scenario_opts import scenario_options
 from gpuperf.errors import InputError
 
 EXAMPLES = """
@@ -29,12 +28,6 @@ def _gpus(value: str | None) -> list[str]:
     if not names:
         raise InputError("--gpu: give one GPU or a comma list, e.g. h100,h200")
     return names
-
-
-def _kv_dtype(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    from gpuperf.dtypes import parse_dtype
-
-    return None if value is None else parse_dtype(value)
 
 
 @click.command("report", epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -72,30 +65,7 @@ def _kv_dtype(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     help="Where to write the HTML file.",
 )
 @click.option("--system", default=None, help="Node profile (dgx-h100, or a .toml).")
-@click.option(
-    "--mode",
-    type=click.Choice(["prefill", "decode", "generate", "train"]),
-    default="prefill",
-    show_default=True,
-    help="prefill: batch×seq tokens; decode: 1 token/sequence at --ctx; generate: prefill + "
-    "--new-tokens decode steps; train: fwd+bwd+AdamW.",
-)
-@click.option("--batch", type=SIZE, default="1", show_default=True, help="Sequences.")
-@click.option("--seq", type=SIZE, default="2048", show_default=True, help="Prompt tokens.")
-@click.option("--ctx", type=SIZE, default="2048", show_default=True, help="KV context (decode).")
-@click.option("--new-tokens", type=SIZE, default="128", show_default=True, help="Generated.")
-@dtype_option()
-@click.option("--kv-dtype", default=None, callback=_kv_dtype, help="KV cache (default: --dtype).")
-@click.option(
-    "--impl",
-    type=click.Choice(["fused", "eager"]),
-    default="fused",
-    show_default=True,
-    help="fused kernels (flash attention, fused norms) or eager PyTorch (one kernel per op).",
-)
-@click.option(
-    "--cuda-graphs", is_flag=True, help="Replay the step as a CUDA graph (cheap launches)."
-)
+@scenario_options
 def report(
     model: str | None,
     gpu: str | None,

@@ -1,0 +1,56 @@
+"""The scenario options shared by `gpuperf predict MODEL` and `gpuperf report MODEL`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from gpuperf.cli.common import SIZE
+from gpuperf.cli.ops_grammar import dtype_option
+
+
+def _dtype_or_none(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    from gpuperf.dtypes import parse_dtype
+
+    return None if value is None else parse_dtype(value)
+
+
+SCENARIO_OPTIONS: list[Callable[..., Any]] = [
+    click.option(
+        "--mode",
+        type=click.Choice(["prefill", "decode", "generate", "train"]),
+        default="prefill",
+        show_default=True,
+        help="prefill: batch×seq tokens; decode: 1 token/sequence at --ctx; generate: prefill + "
+        "--new-tokens decode steps; train: fwd+bwd+AdamW.",
+    ),
+    click.option("--batch", type=SIZE, default="1", show_default=True, help="Sequences."),
+    click.option("--seq", type=SIZE, default="2048", show_default=True, help="Prompt tokens."),
+    click.option(
+        "--ctx", type=SIZE, default="2048", show_default=True, help="KV context (decode)."
+    ),
+    click.option("--new-tokens", type=SIZE, default="128", show_default=True, help="Generated."),
+    dtype_option(),
+    click.option(
+        "--kv-dtype", default=None, callback=_dtype_or_none, help="KV cache (default: --dtype)."
+    ),
+    click.option(
+        "--impl",
+        type=click.Choice(["fused", "eager"]),
+        default="fused",
+        show_default=True,
+        help="fused kernels (flash attention, fused norms) or eager PyTorch (one kernel per op).",
+    ),
+    click.option(
+        "--cuda-graphs", is_flag=True, help="Replay the step as a CUDA graph (cheap launches)."
+    ),
+]
+
+
+def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds --mode --batch --seq --ctx --new-tokens --dtype --kv-dtype --impl --cuda-graphs."""
+    for deco in reversed(SCENARIO_OPTIONS):
+        func = deco(func)
+    return func
