@@ -192,7 +192,8 @@ def host_costs(ops: Sequence[Op], scenario: Scenario | None, gpu: GpuSpec) -> np
     kernel of each layer in an eager decode step without CUDA graphs."""
     d = dispatch_cost(scenario, gpu)
     extra = gpu.params.host_decode_layer_s
-    if scenario is None or scenario.cuda_graphs or scenario.mode != "decode" or not extra:
+    eager_decode = scenario is not None and scenario.impl == "eager" and scenario.mode == "decode"
+    if not eager_decode or scenario.cuda_graphs or not extra:  # type: ignore[union-attr]
         return d
     costs = np.full(len(ops), d)
     seen: set[str] = set()

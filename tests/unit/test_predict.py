@@ -292,3 +292,22 @@ def test_group_recomputes_measured_error():
     assert g["count"].iloc[0] == 2 and g["measured_ms"].iloc[0] == pytest.approx(2.0)
     assert g["error_pct"].iloc[0] == pytest.approx(0.0)
     assert g["tflops"].iloc[0] == pytest.approx(2e9 / 2e-3 / 1e12)
+
+
+def test_eager_decode_layer_host_cost_applies_to_eager_decode_only():
+    import dataclasses
+
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.perfmodel.ops import Copy
+    from gpuperf.perfmodel.predict import host_costs
+    from gpuperf.workloads.scenario import Scenario
+
+    gpu = load_gpu("h100")
+    gpu = dataclasses.replace(
+        gpu, params=dataclasses.replace(gpu.params, host_dispatch_s=1e-5, host_decode_layer_s=1e-3)
+    )
+    ops = [Copy(f"L{i}/x{j}", 1024) for i in range(2) for j in range(3)]
+    eager = host_costs(ops, Scenario(mode="decode", impl="eager"), gpu)
+    assert list(eager) == [1e-5 + 1e-3, 1e-5, 1e-5, 1e-5 + 1e-3, 1e-5, 1e-5]
+    assert host_costs(ops, Scenario(mode="decode", impl="fused"), gpu) == 1e-5
+    assert host_costs(ops, Scenario(mode="prefill", impl="eager"), gpu) == 1e-5
