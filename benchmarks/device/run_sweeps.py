@@ -94,6 +94,18 @@ def attention_ops() -> list[Op]:
     return ops
 
 
+def attention_masked_ops() -> list[Op]:
+    """Decode with an explicit mask over a static cache, as Hugging Face runs it under a CUDA
+    graph (K/V already repeated to every query head, so MHA shapes)."""
+    ops: list[Op] = []
+    for batch in (1, 4, 8, 16):
+        for kv_len in (1024, 2048, 4096, 8192):
+            for heads in (32, 64):
+                op = so.attention(batch=batch, heads=heads, seq=1, kv_len=kv_len, causal=True)
+                ops.append(replace(op, name=op.name + "/mask", mask=True))
+    return ops
+
+
 def attention_backend_ops() -> list[tuple[Op, str]]:
     op = so.attention(batch=2, heads=32, kv_heads=8, seq=4096, causal=True)
     dec = so.attention(batch=16, heads=32, kv_heads=8, seq=1, kv_len=8192, causal=True)
@@ -122,6 +134,7 @@ GROUPS = {
     "gemm_models": model_gemm_ops,
     "attention": attention_ops,
     "attention_backends": attention_backend_ops,
+    "attention_masked": attention_masked_ops,
     "memory": memory_ops,
 }
 

@@ -100,10 +100,17 @@ def _attention(tiny: bool) -> list[Op]:
             (16, 32, 8, 1, 4096, 128),
             (64, 32, 32, 1, 2048, 128),
         ]
-    return [
+    ops: list[Op] = [
         Attention(f"calib/attn/b{b}h{h}/{kv}q{q}kv{n}d{d}", b, h, kv, q, n, d, True)
         for b, h, kv, q, n, d in shapes
     ]
+    # Decode with an explicit mask (HF StaticCache): pins attn_masked_eff.
+    masked = [(2, 4, 1, 64, 32)] if tiny else [(8, 32, 1, 4096, 128), (16, 32, 1, 2048, 128)]
+    ops += [
+        Attention(f"calib/attn_mask/b{b}h{h}q{q}kv{n}d{d}", b, h, h, q, n, d, True, mask=True)
+        for b, h, q, n, d in masked
+    ]
+    return ops
 
 
 def calibration_ops(device: str = "cuda") -> list[Op]:

@@ -66,7 +66,15 @@ def build(op: Any, device: str, backend: str | None) -> Kernel:
     gqa = kvh != h
     mask: Any = None
     is_causal = False
-    if op.causal and op.q_len == op.kv_len:
+    if getattr(op, "mask", False):
+        # An explicit boolean mask, as Hugging Face passes with a StaticCache: it keeps SDPA off
+        # the fused flash/cuDNN kernels. Same visibility as the op says (lower-right causal).
+        mask = torch.ones((b, 1, op.q_len, op.kv_len), dtype=torch.bool, device=device)
+        if op.causal:
+            mask = torch.ones(op.q_len, op.kv_len, dtype=torch.bool, device=device).tril(
+                op.kv_len - op.q_len
+            )
+    elif op.causal and op.q_len == op.kv_len:
         is_causal = True
     elif op.causal and op.q_len > 1:
         from torch.nn.attention.bias import causal_lower_right

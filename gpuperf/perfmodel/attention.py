@@ -68,13 +68,14 @@ class _Hw(NamedTuple):
 
 def _hw(op: Attention, gpu: GpuSpec) -> _Hw:
     p = gpu.params
-    eff = p.attn_bwd_eff if op.backward else p.attn_eff
+    eff = p.attn_bwd_eff if op.backward else (p.attn_masked_eff if op.mask else p.attn_eff)
+    overlap = 0.0 if op.mask else p.attn_exp_overlap
     mm_flops = (10.0 if op.backward else 4.0) * op.head_dim
     exp_rate = gpu.sms * gpu.boost_clock_mhz * 1e6 * SFU_PER_CLK_PER_SM
     t_mm, t_exp = mm_flops / matmul_peak(gpu, op.dtype), 1.0 / exp_rate
     # Serial (FA2) pays both; an overlapping kernel (FA3, cuDNN on Hopper) pays the larger.
     t_serial = t_mm + t_exp
-    t_pair = gpu.sms * (t_serial - p.attn_exp_overlap * min(t_mm, t_exp)) / eff
+    t_pair = gpu.sms * (t_serial - overlap * min(t_mm, t_exp)) / eff
     bw = p.mem_eff * gpu.hbm_bw
     return _Hw(gpu.sms, t_pair, bw, p.bytes_for_half_bw, p.attn_fill_blocks, p.kernel_floor_s, eff)
 
@@ -86,7 +87,8 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
     hw = _hw(op, gpu)
     d = op.head_dim
     group = max(1, op.heads // max(1, op.kv_heads))
-    packed = op.q_len < BLOCK_M and not op.backward
+    # The masked (memory-efficient) kernel has no GQA packing: each query head is its own unit.
+    packed = op.q_len < BLOCK_M and not op.backward and not op.mask
     if packed:  # all query heads of one KV head share a tile; all of them see (nearly) all keys
         rows, units, causal = op.q_len * group, op.batch * op.kv_heads, False
     else:

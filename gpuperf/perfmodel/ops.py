@@ -100,6 +100,9 @@ class Attention:
     dtype: DType = "bf16"
     kv_dtype: DType | None = None
     backward: bool = False
+    # An explicit mask tensor is passed (HF's StaticCache decode): SDPA then cannot use its fused
+    # flash/cuDNN kernels and runs the memory-efficient one.
+    mask: bool = False
     kind: ClassVar[OpKind] = "attention"
 
     def attended_pairs(self) -> float:
@@ -129,6 +132,7 @@ class Attention:
         return (
             f"b{self.batch} h{self.heads}{gqa} q{self.q_len} kv{self.kv_len} d{self.head_dim}"
             + (" causal" if self.causal else "")
+            + (" mask" if self.mask else "")
         )
 
 

@@ -207,7 +207,7 @@ def static_cache_attention(d: Dims) -> list[Op]:
         ops.append(Elementwise("attn/repeat_v", "repeat_kv", full, 1, 1, d.kv, None, 0.0))
         kv_heads = d.heads
     ops.append(Attention("attn/core", d.batch, d.heads, kv_heads, d.q_len, d.kv_len, hd, False,
-                         d.act, d.kv))  # fmt: skip
+                         d.act, d.kv, mask=True))  # fmt: skip
     return ops
 
 
