@@ -50,9 +50,6 @@ class ModelParams:
     # 0: the attention kernel runs exp after the matmuls (FlashAttention-2); 1: it overlaps them
     # (FlashAttention-3 / cuDNN on Hopper, ping-pong warpgroups), so a pair costs max, not sum.
     attn_exp_overlap: float = 0.0
-    # Attention given an explicit mask tensor (SDPA's memory-efficient kernel, no exp overlap):
-    # its fraction of dense peak, and the query rows of its tile (a single decode query is padded).
-    attn_masked_eff: float = 0.3
     # Fraction of HBM bandwidth a GEMM's operand stream reaches (skinny, weight-bound GEMMs:
     # cuBLAS's tiles stream the weights less efficiently than a plain copy kernel).
     gemm_mem_eff: float = 0.85

@@ -104,7 +104,7 @@ def _attention(tiny: bool) -> list[Op]:
         Attention(f"calib/attn/b{b}h{h}/{kv}q{q}kv{n}d{d}", b, h, kv, q, n, d, True)
         for b, h, kv, q, n, d in shapes
     ]
-    # Decode with an explicit mask (HF StaticCache): pins attn_masked_eff.
+    # Decode with an explicit mask, as HF's StaticCache runs it.
     masked = [(2, 4, 1, 64, 32)] if tiny else [(8, 32, 1, 4096, 128), (16, 32, 1, 2048, 128)]
     ops += [
         Attention(f"calib/attn_mask/b{b}h{h}q{q}kv{n}d{d}", b, h, h, q, n, d, True, mask=True)

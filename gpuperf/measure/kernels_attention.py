@@ -67,8 +67,8 @@ def build(op: Any, device: str, backend: str | None) -> Kernel:
     mask: Any = None
     is_causal = False
     if getattr(op, "mask", False):
-        # An explicit boolean mask, as Hugging Face passes with a StaticCache: it keeps SDPA off
-        # the fused flash/cuDNN kernels. Same visibility as the op says (lower-right causal).
+        # An explicit boolean mask, as Hugging Face passes with a StaticCache (flash cannot take
+        # one; cuDNN can). Same visibility as the op says (lower-right causal).
         mask = torch.ones((b, 1, op.q_len, op.kv_len), dtype=torch.bool, device=device)
         if op.causal:
             mask = torch.ones(op.q_len, op.kv_len, dtype=torch.bool, device=device).tril(

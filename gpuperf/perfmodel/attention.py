@@ -68,8 +68,8 @@ class _Hw(NamedTuple):
 
 def _hw(op: Attention, gpu: GpuSpec) -> _Hw:
     p = gpu.params
-    eff = p.attn_bwd_eff if op.backward else (p.attn_masked_eff if op.mask else p.attn_eff)
-    overlap = 0.0 if op.mask else p.attn_exp_overlap
+    eff = p.attn_bwd_eff if op.backward else p.attn_eff
+    overlap = p.attn_exp_overlap
     mm_flops = (10.0 if op.backward else 4.0) * op.head_dim
     exp_rate = gpu.sms * gpu.boost_clock_mhz * 1e6 * SFU_PER_CLK_PER_SM
     t_mm, t_exp = mm_flops / matmul_peak(gpu, op.dtype), 1.0 / exp_rate
@@ -87,8 +87,7 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
     hw = _hw(op, gpu)
     d = op.head_dim
     group = max(1, op.heads // max(1, op.kv_heads))
-    # The masked (memory-efficient) kernel has no GQA packing: each query head is its own unit.
-    packed = op.q_len < BLOCK_M and not op.backward and not op.mask
+    packed = op.q_len < BLOCK_M and not op.backward
     if packed:  # all query heads of one KV head share a tile; all of them see (nearly) all keys
         rows, units, causal = op.q_len * group, op.batch * op.kv_heads, False
     else:

@@ -46,7 +46,6 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "gemm_tail_frac": (0.0, 1.0),
     "attn_eff": (0.2, 1.0),
     "attn_fill_blocks": (0.0, 16.0),
-    "attn_masked_eff": (0.02, 1.0),
     "vector_eff": (0.02, 1.0),
     "norm_extra_reads": (0.0, 3.0),
     "softmax_extra_reads": (0.0, 4.0),

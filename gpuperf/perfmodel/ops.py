@@ -100,8 +100,9 @@ class Attention:
     dtype: DType = "bf16"
     kv_dtype: DType | None = None
     backward: bool = False
-    # An explicit mask tensor is passed (HF's StaticCache decode): SDPA then cannot use its fused
-    # flash/cuDNN kernels and runs the memory-efficient one.
+    # An explicit mask tensor is passed (HF's StaticCache decode). Measured on an H100 and an H200
+    # with torch 2.11, SDPA still picks cuDNN then, at the speed of unmasked decode
+    # (benchmarks/results/*/attention_masked.json), so the time model treats it alike.
     mask: bool = False
     kind: ClassVar[OpKind] = "attention"
 
