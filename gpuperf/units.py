@@ -7,12 +7,14 @@ START:STOP:+STEP (arithmetic), both ends included; a comma list (1K,4K,1M) also 
 
 from __future__ import annotations
 
+import math
 import re
 
 from gpuperf.errors import InputError
 
 _BINARY = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _DECIMAL = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+MAX_POINTS = 10_000  # a sweep longer than this is a typo, not a benchmark
 _SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -47,7 +49,10 @@ def parse_sweep(text: str | int, what: str = "size") -> list[int]:
         return [parse_size(text, what)]
     text = str(text).strip()
     if "," in text:
-        return [parse_size(part, what) for part in text.split(",") if part.strip()]
+        out = [parse_size(part, what) for part in text.split(",") if part.strip()]
+        if not out:
+            raise InputError(f"{what}: {text!r} lists no size")
+        return out
     if ":" not in text:
         return [parse_size(text, what)]
     parts = text.split(":")
@@ -59,30 +64,27 @@ def parse_sweep(text: str | int, what: str = "size") -> list[int]:
         raise InputError(f"{what}: sweep {text!r} ends before it starts")
     out: list[int] = []
     if step[:1] in ("x", "*"):
-        factor = float(step[1:]) if step[1:] else 0.0
-        if factor <= 1:
+        try:
+            factor = float(step[1:])
+        except ValueError:
+            raise InputError(f"{what}: sweep factor in {text!r} is not a number") from None
+        if not factor > 1:
             raise InputError(f"{what}: sweep factor in {text!r} must be > 1")
+        points = math.floor(math.log(stop / start) / math.log(factor) + 1e-9) + 1
+        if points > MAX_POINTS:
+            raise InputError(f"{what}: sweep {text!r} has {points} points; at most {MAX_POINTS}")
         v = float(start)
         while v <= stop * (1 + 1e-9):
             out.append(int(round(v)))
             v *= factor
     elif step[:1] == "+":
         inc = parse_size(step[1:], what)
+        if (stop - start) // inc + 1 > MAX_POINTS:
+            raise InputError(f"{what}: sweep {text!r} has more than {MAX_POINTS} points")
         out = list(range(start, stop + 1, inc))
     else:
         raise InputError(f"{what}: sweep step {step!r} must start with x (factor) or + (step)")
-    if len(out) > 10_000:
-        raise InputError(f"{what}: sweep {text!r} has {len(out)} points; at most 10000")
     return out
-
-
-def fmt_time(seconds: float) -> str:
-    """Human time: '12.3 ms', '45.6 µs', '1.23 s'."""
-    if seconds >= 1:
-        return f"{seconds:.3g} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} µs"
 
 
 def fmt_bytes(n: float) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from gpuperf.errors import InputError
+from gpuperf.fileio import write_text
 
 
 @click.command(
@@ -89,7 +90,7 @@ def calibrate(
     if host_s is not None:
         params = cal.dataclasses.replace(params, host_dispatch_s=host_s)
         fitted_names.append("host_dispatch_s")
-    output.write_text(cal.params_toml(params, base.name, source, fitted_names))
+    write_text(output, cal.params_toml(params, base.name, source, fitted_names))
     click.echo(f"wrote {output}")
     for name, lo_hi in {**cal.OP_PARAMS, **cal.HOST_PARAMS}.items():
         value = cal.param_value(params, name)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from gpuperf.errors import GpuperfError
+from gpuperf.fileio import json_safe
 from gpuperf.perfmodel.ops import P2P, Collective
 from gpuperf.perfmodel.ops_io import op_to_dict
 
@@ -84,7 +84,7 @@ def render(
     """Print the sweep as a rich table, one JSON object, or CSV (stdout)."""
     if fmt == "json":
         obj = {"coll": coll, "ranks": ranks, "env": env, "warnings": warnings, "ops": rows}
-        sys.stdout.write(json.dumps(_clean(obj), indent=2, allow_nan=False) + "\n")
+        sys.stdout.write(json.dumps(json_safe(obj), indent=2, allow_nan=False) + "\n")
         return
     if fmt == "csv":
         import csv
@@ -112,13 +112,3 @@ def render(
     console.print(table)
     for w_ in warnings:
         console.print(f"[bold yellow]warning[/]    {w_}")
-
-
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj

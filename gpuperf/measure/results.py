@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuperf.fileio import json_safe, write_text
 from gpuperf.measure.kernels import Measurement
 from gpuperf.perfmodel.ops import Op
 from gpuperf.perfmodel.ops_io import op_to_dict
@@ -53,8 +54,6 @@ class ResultsFile:
     def __init__(self, path: str | os.PathLike[str], env: dict[str, Any], kind: str) -> None:
         self.path = Path(path)
         self.data: dict[str, Any] = {"env": env, "kind": kind, "rows": []}
-        if self.path.parent and not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
         self.write()
 
     @property
@@ -67,19 +66,9 @@ class ResultsFile:
 
     def write(self) -> None:
         """Rewrite the file (atomic rename) with everything added so far."""
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(_clean(self.data), indent=1, allow_nan=False))
-        os.replace(tmp, self.path)
-
-
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
+        write_text(
+            self.path, json.dumps(json_safe(self.data), indent=1, allow_nan=False), atomic=True
+        )
 
 
 def pct_peak(m: Measurement, gpu: Any) -> float | None:
@@ -109,7 +98,7 @@ class MeasureResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return _clean(
+        return json_safe(
             {
                 "gpu": self.gpu,
                 "total_ms": self.total_ms,

@@ -10,7 +10,6 @@ Result files live in benchmarks/results/<gpu profile>/*.json, written by real ru
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gpuperf.errors import InputError
+from gpuperf.fileio import read_json_object
 from gpuperf.hardware.spec import GpuSpec
 from gpuperf.perfmodel.calibrate import E2E_CALIBRATION_MODELS, Sample, is_calibration, op_class
 from gpuperf.perfmodel.ops_io import op_from_dict
@@ -54,10 +54,22 @@ class E2ERun:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: cannot read results ({exc})") from None
+    return read_json_object(path, "results file")
+
+
+def _list(data: dict[str, Any], key: str, path: Path) -> list[dict[str, Any]]:
+    items = data.get(key, [])
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        raise InputError(f"{path}: '{key}' must be a list of objects")
+    return items
+
+
+def _ms(value: Any, path: Path) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"{path}: measured_ms must be a number, got {value!r}")
+    return float(value)
 
 
 def load_samples(files: Iterable[Path]) -> list[Sample]:
@@ -65,8 +77,8 @@ def load_samples(files: Iterable[Path]) -> list[Sample]:
     out: list[Sample] = []
     for path in files:
         data = read_json(path)
-        for row in data.get("rows", []):
-            ms = row.get("measured_ms")
+        for row in _list(data, "rows", path):
+            ms = _ms(row.get("measured_ms"), path)
             if not row.get("op") or not ms or ms <= 0 or row.get("wrong"):
                 continue
             out.append(Sample(op_from_dict(row["op"]), ms / 1e3, path.name))
@@ -77,12 +89,12 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
     out = []
     for path in files:
         data = read_json(path)
-        for run in data.get("runs", []):
+        for run in _list(data, "runs", path):
             # The first runs stepped a fused AdamW; gpuperf's eager training models torch's
             # default foreach AdamW, so those steps are not the modeled scenario.
             if "fused AdamW" in run.get("note", ""):
                 continue
-            if run.get("measured_ms"):
+            if _ms(run.get("measured_ms"), path):
                 out.append(
                     E2ERun(
                         run["model"],

@@ -35,6 +35,7 @@ BLOCK_N = 128  # keys per KV block
 # Instructions" throughput table, 16 for compute capability 5.x through 9.0.
 SFU_PER_CLK_PER_SM = 16
 KV_SPLITS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
+_EXACT_TILES = 4096  # past this many query tiles the causal block count uses its closed form
 PARTIAL_BYTES = 4  # split-KV partial outputs and backward dQ accumulators are fp32
 
 
@@ -47,11 +48,15 @@ def tile_blocks(rows: int, kv_len: int, q_len: int, br: int, causal: bool) -> tu
     if not causal:
         return n_qt, n_qt * n_kv, n_kv
     off = kv_len - q_len  # the queries are the last q_len positions
-    total = 0
-    for j in range(n_qt):
-        last_key = off + min((j + 1) * br, rows)
-        total += -(-last_key // BLOCK_N)
-    return n_qt, total, n_kv
+    last = -(-(off + rows) // BLOCK_N)  # the last tile sees every key
+    m = n_qt - 1  # full tiles before it: tile j sees off + j·br keys
+    if m <= _EXACT_TILES:
+        total = sum(-(-(off + j * br) // BLOCK_N) for j in range(1, m + 1))
+    elif off % BLOCK_N == 0 and br % BLOCK_N == 0:  # every term is whole: exact closed form
+        total = (m * off + br * m * (m + 1) // 2) // BLOCK_N
+    else:  # closed form of the same sum; the ceilings add half a block each on average
+        total = round((m * off + br * m * (m + 1) / 2) / BLOCK_N + m / 2)
+    return n_qt, total + last, n_kv
 
 
 class _Hw(NamedTuple):

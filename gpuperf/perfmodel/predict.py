@@ -9,7 +9,6 @@ PyTorch) the GPU waits on the host, and the step takes ~n·d however few bytes i
 from __future__ import annotations
 
 import functools
-import math
 import re
 from dataclasses import asdict, dataclass, field, replace
 from operator import attrgetter
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from gpuperf.errors import InputError
+from gpuperf.fileio import json_safe
 from gpuperf.perfmodel.mfu import model_flops_per_token
 from gpuperf.units import fmt_bytes
 
@@ -65,7 +65,7 @@ class Prediction:
 
     def to_json(self) -> dict[str, Any]:
         """The `--format json` object (ARCHITECTURE contract): keys get added, never renamed."""
-        return _clean(
+        return json_safe(
             {
                 "gpu": self.gpu,
                 "model": self.model,
@@ -84,19 +84,6 @@ class Prediction:
                 "ops": self.table.to_dict("records"),
             }
         )
-
-
-def _clean(obj: Any) -> Any:
-    """JSON-safe: numpy scalars to Python, NaN/inf to None."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def _op_time(op: Op, gpu: GpuSpec, system: SystemSpec | None) -> OpTime:
@@ -313,6 +300,15 @@ def predict_model(
         _throughput(pred, cfg, gpu, scenario, scenario.tokens, scenario.tokens)
     pred.model = getattr(cfg, "name", "") or "model"
     pred.scenario = asdict(scenario)
+    longest = {"decode": scenario.ctx + 1, "generate": scenario.seq + scenario.new_tokens}.get(
+        scenario.mode, scenario.seq
+    )
+    limit = getattr(cfg, "max_position_embeddings", None)
+    if limit and longest > limit:
+        pred.warnings.append(
+            f"sequences of {longest} tokens exceed the model's {limit} positions "
+            "(max_position_embeddings): the prediction extrapolates"
+        )
     pred.memory = _memory(cfg, scenario)
     pred.memory_capacity = gpu.hbm_bytes
     need = sum(pred.memory.values())
