@@ -85,6 +85,19 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
     return float(b * T * (2 * h + max(attn, mlp)) + 4 * rows * cfg.vocab)
 
 
+def optimizer_bytes_per_param(param_bytes: int, eager: bool) -> int:
+    """AdamW state per parameter, as gpuperf's training op lists step it.
+
+    eager (torch.optim.AdamW on the model's own parameters): m and v in the parameters' dtype.
+    fused (mixed precision, Megatron-style): an fp32 master copy when the parameters are narrower
+    than fp32, and m and v at least in fp32 (fp64 for an fp64 model).
+    """
+    if eager:
+        return 2 * param_bytes
+    master = 4 if param_bytes < 4 else 0
+    return master + 2 * max(4, param_bytes)
+
+
 def memory_breakdown(cfg: ModelConfig, sc: Scenario) -> dict[str, float]:
     """Bytes by kind: weights, kv_cache, activations, gradients, optimizer (0 if not used)."""
     out = dict.fromkeys(KEYS, 0.0)
@@ -94,7 +107,7 @@ def memory_breakdown(cfg: ModelConfig, sc: Scenario) -> dict[str, float]:
         pb = BYTES[act]
         out["weights"] = float(P * pb)
         out["gradients"] = float(P * pb)
-        out["optimizer"] = float(P * (16 - 2 * pb))  # fp32 master + m + v, or m + v for fp32
+        out["optimizer"] = float(P * optimizer_bytes_per_param(pb, sc.impl == "eager"))
         per_layer = train_activation_bytes_per_layer(cfg, sc.batch, sc.seq, act)
         logits = sc.batch * sc.seq * cfg.vocab * (BYTES[act] + (4 if act != "fp32" else 0))
         out["activations"] = float(cfg.layers * per_layer + logits)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuperf.dtypes import BYTES
 from gpuperf.perfmodel.ops import (
     Attention,
     Copy,
@@ -182,11 +183,12 @@ def optimizer_ops(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     """AdamW over all parameters (see the module docstring)."""
     P = cfg.param_count()
     if not eager:
-        return [
-            _ew("optimizer/adamw", "adamw", P, "fp32", 4, flops=12.0, n_out=3),
-            _ew("optimizer/param_cast", "cast", P, "fp32", out=d.act, flops=0.0),
-            _ew("optimizer/zero_grad", "fill", P, d.act, 0, flops=0.0),
-        ]
+        state = "fp64" if d.act == "fp64" else "fp32"
+        ops = [_ew("optimizer/adamw", "adamw", P, state, 4, flops=12.0, n_out=3)]
+        if BYTES[d.act] < 4:  # the fp32 master weights are cast back to the 16-bit parameters
+            ops.append(_ew("optimizer/param_cast", "cast", P, "fp32", out=d.act, flops=0.0))
+        ops.append(_ew("optimizer/zero_grad", "fill", P, d.act, 0, flops=0.0))
+        return ops
     # torch/optim/adamw.py _multi_tensor_adamw, non-capturable: weight decay, lerp m, v*beta2,
     # addcmul g*g, sqrt v, / bias correction, + eps, addcdiv into the params.
     steps = [("decay", "mul", 1), ("m_lerp", "lerp", 2), ("v_scale", "mul", 1),

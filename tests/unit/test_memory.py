@@ -74,3 +74,12 @@ def test_inference_activations_by_hand():
     m = memory_breakdown(cfg, Scenario(mode="prefill", batch=1, seq=1024))
     # residual + norm output (2h) + max(QKV + O = 4h, SwiGLU 3f) per token, + fp32 last-token logits
     assert m["activations"] == 2 * 1024 * (2 * 4096 + 3 * 11008) + 4 * 32000
+
+
+def test_optimizer_bytes_match_the_optimizer_ops():
+    from gpuperf.perfmodel.memory import optimizer_bytes_per_param
+
+    assert optimizer_bytes_per_param(2, eager=False) == 12  # fp32 master + m + v (ZeRO paper)
+    assert optimizer_bytes_per_param(4, eager=False) == 8  # fp32 model: m + v, no master copy
+    assert optimizer_bytes_per_param(8, eager=False) == 16  # fp64 model: fp64 m + v
+    assert optimizer_bytes_per_param(2, eager=True) == 4  # torch AdamW on bf16 params: bf16 m, v
