@@ -72,6 +72,8 @@ def _predict_rows(coll: str, sizes: list[int], dtype: str, **kw: Any) -> dict[st
     from gpuperf.perfmodel.ops import P2P, Collective
 
     gpu, system, ranks, nodes = _resolve(kw["system"], kw["gpu"], kw["nodes"], kw["nproc"])
+    if ranks < 2:
+        raise InputError(f"{coll} needs at least 2 ranks, got --nproc {ranks}")
     rows = []
     for nbytes in sizes:
         if coll == "sendrecv":

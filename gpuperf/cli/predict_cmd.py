@@ -99,8 +99,19 @@ def model_cmd(
     plan_kw = {k: scenario.pop(k) for k in PLAN_KEYS}
     par = {k: scenario[k] for k in ("tp", "pp", "dp", "ep")}
     if wants_plan(**par, nodes=plan_kw["nodes"]):
-        if report_path is not None:
-            raise InputError("--report is not available for parallel plans yet")
+        # Single-GPU options the plan model does not take: refuse them rather than ignore them.
+        unused = {
+            "--gpu (the plan uses --system's GPU)": gpu is not None,
+            "--kv-dtype": scenario["kv_dtype"] is not None,
+            "--impl eager": scenario["impl"] != "fused",
+            "--cuda-graphs": scenario["cuda_graphs"],
+            "--by": by != "op",
+            "--top": top is not None,
+            "--report": report_path is not None,
+        }
+        if scenario["mode"] == "generate" or any(unused.values()):
+            given = [k for k, v in unused.items() if v] or ["--mode generate"]
+            raise InputError(f"parallel plans do not take {', '.join(given)}")
         keep = ("batch", "seq", "ctx", "dtype")
         run_plan(model, system, scenario["mode"], **par, **{k: scenario[k] for k in keep},
                  fmt=fmt, **plan_kw)  # fmt: skip

@@ -144,3 +144,20 @@ def test_demo_command_end_to_end():
     )
     assert res.returncode == 0, res.stderr
     assert "time (ms)" in res.stdout and "tokens/s" in res.stdout and "MFU" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--kv-dtype", "fp8"], ["--impl", "eager"], ["--cuda-graphs"], ["--gpu", "h200"]],
+)
+def test_plan_refuses_single_gpu_options(extra):
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuperf.cli", "predict", "llama2-70b", "--mode", "decode",
+         "--system", "dgx-h100", "--tp", "8", *extra],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "parallel plans do not take" in r.stderr and "Traceback" not in r.stderr
