@@ -3,11 +3,11 @@ gpuperf.api, renders; no math here. Imports stay light: pandas and rich load onl
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import click
 
+from gpuperf.cli.comm_cmds import predict_collective_commands
 from gpuperf.cli.common import SIZE, output_options
 from gpuperf.cli.ops_grammar import ModelOrOpGroup, op_commands
 from gpuperf.cli.plan_opts import PLAN_KEYS, plan_cli_options, run_plan, wants_plan
@@ -118,13 +118,9 @@ def model_cmd(
         return
     prediction = api.predict(model, gpu=gpu, system=system, **scenario)
     if report_path is not None:
-        try:
-            html = importlib.import_module("gpuperf.reports.html")
-        except ModuleNotFoundError as exc:
-            if exc.name != "gpuperf.reports.html":
-                raise
-            raise InputError("--report: HTML reports are not available in this build") from None
-        html.write_report(prediction, report_path)
+        from gpuperf.reports.html import write_report  # plotly loads only when asked for
+
+        write_report(prediction, report_path)
     _render(prediction, fmt, by, top)
     if report_path is not None and fmt == "table":
         click.echo(f"report written to {report_path}")
@@ -143,15 +139,5 @@ for _cmd in op_commands(_run_ops, [gpu_option, output_options], "predict"):
     predict.add_command(_cmd)
 
 
-def _add_collectives() -> None:
-    try:
-        comm = importlib.import_module("gpuperf.cli.comm_cmds")
-    except ModuleNotFoundError as exc:
-        if exc.name != "gpuperf.cli.comm_cmds":
-            raise
-        return
-    for cmd in comm.predict_collective_commands():
-        predict.add_command(cmd)
-
-
-_add_collectives()
+for _cmd in predict_collective_commands():
+    predict.add_command(_cmd)
