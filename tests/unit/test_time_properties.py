@@ -17,6 +17,7 @@ from gpuperf.perfmodel.ops import Attention, Copy, Elementwise, Gemm, Norm
 from gpuperf.perfmodel.roofline import op_time
 
 GPUS = [dataclasses.replace(load_gpu(n), params=ModelParams()) for n in ("h100", "a100-sxm4-80gb")]
+GPUS += [load_gpu("h100"), load_gpu("h200")]  # the calibrated parameters that ship
 EPS = 1e-12  # relative slack for float rounding only
 
 gpus = st.sampled_from(GPUS)
