@@ -1,0 +1,79 @@
+"""Where the GPU time of one Hugging Face StaticCache decode step goes (Llama-3-8B, GQA).
+
+    python3 benchmarks/device/static_probe.py OUT_DIR [--batch 8 --ctx 4096]
+
+Profiles one eager decode step on a StaticCache (the path CUDA-graph decode replays) and one on a
+DynamicCache with torch.profiler, and writes static_probe.json: the GPU kernels grouped by name
+with their count and total GPU time, so the prediction's op list can be compared kernel by kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def profile_step(fn) -> list[dict]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        rows.append({"kernel": e.key[:160], "count": e.count, "gpu_us": t})
+    return sorted(rows, key=lambda r: -r["gpu_us"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--model", default="llama3-8b")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--ctx", type=int, default=4096)
+    a = ap.parse_args()
+    import torch
+    from e2e_hf import build_model, load_config
+    from transformers import DynamicCache, StaticCache
+
+    model = build_model(load_config(a.model)).eval()
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (a.batch, a.ctx), device="cuda")
+    tok = torch.randint(0, vocab, (a.batch, 1), device="cuda")
+    out: dict = {"model": a.model, "batch": a.batch, "ctx": a.ctx}
+    with torch.no_grad():
+        static = StaticCache(config=model.config, max_cache_len=a.ctx + 16)
+        model(input_ids=ids, past_key_values=static, use_cache=True, logits_to_keep=1)
+        pos = torch.tensor([a.ctx], device="cuda")
+        out["static"] = profile_step(
+            lambda: model(input_ids=tok, past_key_values=static, cache_position=pos, use_cache=True)
+        )
+        dynamic = DynamicCache(config=model.config)
+        model(input_ids=ids, past_key_values=dynamic, use_cache=True, logits_to_keep=1)
+        out["dynamic"] = profile_step(
+            lambda: model(input_ids=tok, past_key_values=dynamic, use_cache=True)
+        )
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    (a.out_dir / "static_probe.json").write_text(json.dumps(out, indent=1))
+    for key in ("static", "dynamic"):
+        total = sum(r["gpu_us"] for r in out[key])
+        kernels = sum(r["count"] for r in out[key])
+        print(f"{key}: {kernels} kernels, {total / 1e3:.2f} ms GPU")
+        for r in out[key][:10]:
+            print(f"  {r['gpu_us'] / 1e3:8.3f} ms  x{r['count']:<5d} {r['kernel'][:100]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
