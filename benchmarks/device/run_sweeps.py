@@ -129,12 +129,21 @@ def memory_ops() -> list[Op]:
     return ops
 
 
+def strided_ops() -> list[Op]:
+    """HF's repeat_kv (a copy out of a broadcast view), 1 MiB .. 4 GiB of output."""
+    return [
+        Elementwise(f"repeat_kv/{b // 2}", "repeat_kv", b // 2, 1, 1, "bf16", None, 0.0)
+        for b in (2**20 * 4**i for i in range(7))
+    ]
+
+
 GROUPS = {
     "gemm": gemm_ops,
     "gemm_models": model_gemm_ops,
     "attention": attention_ops,
     "attention_backends": attention_backend_ops,
     "attention_masked": attention_masked_ops,
+    "strided": strided_ops,
     "memory": memory_ops,
 }
 

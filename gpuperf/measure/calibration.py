@@ -70,6 +70,8 @@ def _streams(tiny: bool) -> list[Op]:
         n = b // 2  # bf16 elements
         ops.append(Elementwise(f"calib/add/{n}", "add", n, 2, 1, "bf16"))
         ops.append(Elementwise(f"calib/silu/{n}", "silu", n, 1, 1, "bf16", None, 4.0))
+        if b >= MiB:  # HF's repeat_kv copy out of a broadcast view: pins strided_copy_eff
+            ops.append(Elementwise(f"calib/repeat_kv/{n}", "repeat_kv", n, 1, 1, "bf16", None, 0.0))
         # GELU does the most arithmetic per byte of the pointwise ops: it pins vector_eff.
         ops.append(Elementwise(f"calib/gelu/{n}", "gelu", n, 1, 1, "bf16", None, 8.0))
     return ops

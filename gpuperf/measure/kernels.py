@@ -105,10 +105,37 @@ def _gemm(op: Any, device: str) -> Kernel:
 CHECK_ELEMS = 1 << 20  # elements of a big pointwise output compared with the fp64 reference
 
 
+REPEAT_GROUP, REPEAT_ROW = 4, 128  # repeat_kv kernels: GQA group size and head_dim
+
+
+def _repeat_kv(op: Any, device: str) -> Kernel:
+    """HF's repeat_kv: K/V [rows, D] expanded to [rows, group, D] and reshaped, a copy from a
+    broadcast (stride-0) view; `numel` counts the output elements."""
+
+    unit = REPEAT_GROUP * REPEAT_ROW
+    if op.numel % unit:
+        raise InputError(f"{op.name}: repeat_kv needs numel divisible by {unit}, got {op.numel}")
+    rows = op.numel // unit
+    x = randn((rows, 1, REPEAT_ROW), op.dtype, device)
+
+    def run() -> Any:
+        return x.expand(rows, REPEAT_GROUP, REPEAT_ROW).reshape(rows * REPEAT_GROUP, REPEAT_ROW)
+
+    def check() -> float:
+        out = run()
+        r = min(rows, CHECK_ELEMS // unit + 1)
+        ref = x[:r].double().expand(r, REPEAT_GROUP, REPEAT_ROW).reshape(-1, REPEAT_ROW)
+        return rel_err(out[: r * REPEAT_GROUP], ref)
+
+    return Kernel(run, check, TOLERANCE[op.dtype], {"kernel": "expand+reshape (repeat_kv)"})
+
+
 def _elementwise(op: Any, device: str) -> Kernel:
     import torch
     import torch.nn.functional as F
 
+    if op.fn == "repeat_kv":
+        return _repeat_kv(op, device)
     n, dt, fn = op.numel, op.dtype, op.fn
     s = min(n, CHECK_ELEMS)
     a = randn((n,), dt, device)

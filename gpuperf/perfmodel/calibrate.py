@@ -47,6 +47,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "attn_eff": (0.2, 1.0),
     "attn_fill_blocks": (0.0, 16.0),
     "vector_eff": (0.02, 1.0),
+    "strided_copy_eff": (0.1, 1.0),
     "norm_extra_reads": (0.0, 3.0),
     "softmax_extra_reads": (0.0, 4.0),
     "bw_sm_frac": (0.05, 1.0),

@@ -24,7 +24,13 @@ INDEX_BYTES = 8  # embedding lookups read one int64 index per token
 
 
 def stream_time(
-    cost: Cost, gpu: GpuSpec, *, rows: int = 0, row_bytes: float = 0.0, vector: str = "fp32"
+    cost: Cost,
+    gpu: GpuSpec,
+    *,
+    rows: int = 0,
+    row_bytes: float = 0.0,
+    vector: str = "fp32",
+    bw_eff: float | None = None,
 ) -> OpTime:
     """Time of a kernel that streams `cost.bytes` once and does `cost.flops` on CUDA cores.
 
@@ -34,7 +40,7 @@ def stream_time(
     total = cost.bytes
     if total <= 0 and cost.flops <= 0:
         return finish(0.0, 0.0, 0.0, {"empty": 1.0})  # PyTorch launches nothing for empty tensors
-    bw = p.mem_eff * gpu.hbm_bw
+    bw = (p.mem_eff if bw_eff is None else bw_eff) * gpu.hbm_bw
     resident = min(total, p.l2_usable_frac * gpu.l2_bytes)
     t_stream = (total - resident + resident / p.l2_bw_factor + p.bytes_for_half_bw) / bw
     t_par = 0.0
@@ -58,9 +64,14 @@ def _vector(dtype: str) -> str:
     return "fp64" if dtype == "fp64" else "fp32"
 
 
+# Copies out of a broadcast view: PyTorch's unvectorized elementwise kernel (strided_copy_eff).
+STRIDED_FNS = frozenset({"repeat_kv"})
+
+
 def elementwise_time(op: Elementwise, gpu: GpuSpec) -> OpTime:
     """A pointwise kernel (add, mul, silu, gelu, rope, cast, adamw...): pure streaming."""
-    return stream_time(op.cost(), gpu, vector=_vector(op.dtype))
+    bw_eff = gpu.params.strided_copy_eff if op.fn in STRIDED_FNS else None
+    return stream_time(op.cost(), gpu, vector=_vector(op.dtype), bw_eff=bw_eff)
 
 
 def reduce_time(op: Reduce, gpu: GpuSpec) -> OpTime:
