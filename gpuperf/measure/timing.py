@@ -38,6 +38,8 @@ class Budget:
     max_reps: int = 1000
     flush_l2: bool = True
     graphs: bool = True  # allow CUDA-graph batching of short kernels
+    # "read" leaves L2 clean; "write" (as triton's do_bench) leaves it dirty: for comparisons.
+    flush_by: str = "read"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +166,10 @@ def _time_cuda(
         # zero_()) would leave the L2 full of dirty lines that the timed kernel must write back
         # first, adding ~10-20 us to every mid-size kernel on an H100 (seen in our first sweep).
         if flush is not None:
-            flush.sum(dtype=torch.int64)
+            if budget.flush_by == "write":
+                flush.zero_()
+            else:
+                flush.sum(dtype=torch.int64)
 
     fn()
     torch.cuda.synchronize(device)
