@@ -101,6 +101,7 @@ def test_memo_shares_shapes_not_names_and_follows_the_spec():
 
 def test_collectives_go_to_comm():
     from gpuperf.perfmodel import comm
+
     system = load_system("dgx-h100")
     op = Collective("ar", "allreduce", 1 << 26, 8)
     assert op_time(op, system.gpu, system).time == pytest.approx(
