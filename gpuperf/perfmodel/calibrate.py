@@ -197,15 +197,27 @@ def _streams(op: Op) -> bool:
 STAGED: dict[str, Callable[[Op], bool]] = {"mem_eff": _streams}
 
 
-def _fit_one(loss: Callable[[GpuSpec], float], gpu: GpuSpec, name: str) -> float:
-    lo, hi = OP_PARAMS[name]
-    log = name in LOG_PARAMS
+def _fit_one(
+    loss: Callable[[GpuSpec], float],
+    gpu: GpuSpec,
+    name: str,
+    bounds: tuple[float, float],
+    log: bool,
+    iters: int = 24,
+) -> float:
+    """The value of parameter `name` within `bounds` that minimizes loss(gpu with it); golden
+    section, in log space for parameters that span orders of magnitude."""
+    lo, hi = bounds
 
     def f(x: float) -> float:
         return loss(with_params(gpu, **{name: math.exp(x) if log else x}))
 
-    x = _golden(f, *((math.log(lo), math.log(hi)) if log else (lo, hi)))
+    x = _golden(f, *((math.log(lo), math.log(hi)) if log else (lo, hi)), iters=iters)
     return math.exp(x) if log else x
+
+
+def _bounds(name: str) -> tuple[tuple[float, float], bool]:
+    return OP_PARAMS[name], name in LOG_PARAMS
 
 
 def fit(
@@ -224,22 +236,15 @@ def fit(
     for name, select in STAGED.items():
         chosen = [s for s in samples if select(s.op)]
         if name in names and len(chosen) >= 3:
-            current = with_params(current, **{name: _fit_one(_loss_fn(chosen, gpu), current, name)})
+            value = _fit_one(_loss_fn(chosen, gpu), current, name, *_bounds(name))
+            current = with_params(current, **{name: value})
             names.remove(name)
     loss = _loss_fn(samples, gpu)
     best = loss(current)
     for _ in range(rounds):
         improved = False
         for name in names:
-            lo, hi = OP_PARAMS[name]
-            log = name in LOG_PARAMS
-
-            def f(x: float, name: str = name, log: bool = log, base: GpuSpec = current) -> float:
-                return loss(with_params(base, **{name: math.exp(x) if log else x}))
-
-            a, b = (math.log(lo), math.log(hi)) if log else (lo, hi)
-            x = _golden(f, a, b)
-            value = math.exp(x) if log else x
+            value = _fit_one(loss, current, name, *_bounds(name))
             trial = with_params(current, **{name: value})
             trial_loss = loss(trial)
             if trial_loss < best - 1e-12:
@@ -290,15 +295,9 @@ def fit_host(runs: Sequence, gpu: GpuSpec, rounds: int = 2) -> ModelParams:
 
     best = loss(current)
     for _ in range(rounds):
-        for name, (lo, hi) in HOST_PARAMS.items():
-            log = name in LOG_HOST
-
-            def f(x: float, name: str = name, log: bool = log, base: GpuSpec = current) -> float:
-                return loss(with_params(base, **{name: math.exp(x) if log else x}))
-
-            a, b = (math.log(lo), math.log(hi)) if log else (lo, hi)
-            x = _golden(f, a, b, iters=20)
-            trial = with_params(current, **{name: math.exp(x) if log else x})
+        for name, bounds in HOST_PARAMS.items():
+            value = _fit_one(loss, current, name, bounds, name in LOG_HOST, iters=20)
+            trial = with_params(current, **{name: value})
             trial_loss = loss(trial)
             if trial_loss < best:
                 current, best = trial, trial_loss
