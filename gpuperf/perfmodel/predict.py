@@ -38,8 +38,8 @@ COLUMNS = (
 )
 # fmt: on
 # Columns that add up when rows are grouped (measured_ms comes from `gpuperf measure`).
-_SUMMED = ("flops", "bytes", "time_ms", "t_math_ms", "t_mem_ms", "t_overhead_ms", "t_comm_ms")
-_ADDITIVE = (*_SUMMED, "share", "measured_ms")
+SUMMED = ("flops", "bytes", "time_ms", "t_math_ms", "t_mem_ms", "t_overhead_ms", "t_comm_ms")
+ADDITIVE = (*SUMMED, "share", "measured_ms")
 HOST_BOUND_WARN = 0.3  # warn when the GPU waits on the host this fraction of the time
 DECODE_POINTS = 5  # KV-context points at which generate evaluates a decode step
 
@@ -361,10 +361,10 @@ def _predict_generate(
     mid = steps[len(steps) // 2].table
     dec = mid.copy()
     if all(len(s.table) == len(mid) for s in steps):
-        for col in _SUMMED:
+        for col in SUMMED:
             dec[col] = sum(wk * s.table[col].to_numpy() for wk, s in zip(w, steps, strict=True))
     else:  # the op list changes with the context: scale the middle step
-        for col in _SUMMED:
+        for col in SUMMED:
             dec[col] = mid[col] * sc.new_tokens
     dec["intensity"] = _intensity(dec["flops"], dec["bytes"])
     dec["shape"] = dec["shape"] + f" ×{sc.new_tokens} steps"
@@ -429,7 +429,7 @@ def group(table: pd.DataFrame, by: GroupBy = "op") -> pd.DataFrame:
         raise ValueError(f"group by {by!r}: expected op, layer or kind")
     work = table.assign(_key=keys.to_numpy(), _label=label.to_numpy())
     grouped = work.groupby("_key", sort=False)
-    add = [c for c in _ADDITIVE if c in table.columns]
+    add = [c for c in ADDITIVE if c in table.columns]
     out = grouped[add].sum()
     out["count"] = grouped.size()
     slowest = table.loc[grouped["time_ms"].idxmax().to_numpy()].set_index(out.index)

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from gpuperf.errors import EnvironmentUnavailable, InputError
+from gpuperf.perfmodel.predict import ADDITIVE
 
 _LAYER_PART = re.compile(r"^L\d+$")
 
@@ -108,21 +109,7 @@ def fold_ops(table: pd.DataFrame) -> pd.DataFrame:
         key = key + "\x00" + table["dtype"].astype(str)
     work = table.assign(_key=key.to_numpy(), _pos=table["name"].map(strip_layer).to_numpy())
     grouped = work.groupby("_key", sort=False)
-    summed = [
-        c
-        for c in (
-            "flops",
-            "bytes",
-            "time_ms",
-            "t_math_ms",
-            "t_mem_ms",
-            "t_overhead_ms",
-            "t_comm_ms",
-            "share",
-            "measured_ms",
-        )
-        if c in table.columns
-    ]
+    summed = [c for c in ADDITIVE if c in table.columns]
     out = grouped[summed].sum(min_count=1)
     out["count"] = grouped.size()
     out["name"] = grouped["_pos"].first()

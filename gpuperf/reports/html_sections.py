@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuperf.perfmodel.predict import SUMMED
 from gpuperf.reports.html_data import ReportItem, achieved_tflops, fold_ops
 from gpuperf.reports.html_figures import kind_color
 from gpuperf.reports.tables import num
@@ -157,16 +158,7 @@ _COLS: dict[str, tuple[str, bool, Any]] = {
     "tflops": ("TFLOP/s", True, num),
     "gbps": ("GB/s", True, num),
 }
-_SUMMED = (
-    "flops",
-    "bytes",
-    "time_ms",
-    "t_math_ms",
-    "t_mem_ms",
-    "t_overhead_ms",
-    "t_comm_ms",
-    "measured_ms",
-)
+_SUMMED = (*SUMMED, "measured_ms")
 
 
 def _cell(col: str, value: Any) -> str:
