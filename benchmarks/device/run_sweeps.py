@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gpuperf.errors import GpuperfError  # noqa: E402
-from gpuperf.perfmodel.ops import Copy, Elementwise, Gemm, Norm, Op  # noqa: E402
+from gpuperf.perfmodel.ops import Copy, Elementwise, Gemm, Op  # noqa: E402
 from gpuperf.workloads import single_op as so  # noqa: E402
 
 MODELS = ("llama2-7b", "llama3-8b", "llama2-70b", "mixtral-8x7b")
@@ -119,7 +119,6 @@ def memory_ops() -> list[Op]:
         ops += [so.elementwise(fn, n) for fn in ("add", "mul", "relu", "silu", "gelu")]
         rows = max(1, n // 4096)
         ops += [so.norm(fn, rows, 4096) for fn in ("rmsnorm", "layernorm", "softmax")]
-        ops.append(Norm(f"addnorm/{rows}x4096", "rmsnorm", rows, 4096, residual=True))
         ops.append(so.copy(nbytes))
         if nbytes <= 2**30:
             ops.append(Elementwise(f"cast/{n}", "cast", n, dtype="fp32", out_dtype="bf16"))

@@ -29,7 +29,6 @@ OPS = [
     *[so.elementwise(fn, 4096) for fn in so.ELEMENTWISE_FNS],
     ops.Elementwise("cast", "cast", 4096, dtype="fp32", out_dtype="bf16"),
     *[so.norm(fn, 16, 256) for fn in so.NORM_FNS],
-    ops.Norm("addnorm", "rmsnorm", 16, 256, residual=True),
     *[ops.Reduce(fn, fn, 16, 256) for fn in ("sum", "mean", "max", "argmax")],
     ops.Reduce("topk", "topk", 16, 256, out_cols=4),
     ops.Embedding("embed", 32, 128),
@@ -108,3 +107,8 @@ def test_pointwise_kernels_run_one_aten_op(fn):
     names = [e.name for e in prof.events()]
     assert "aten::copy_" not in names, names
     assert len(set(names)) == 1, names
+
+
+def test_fused_residual_norm_is_refused_not_timed_as_two_kernels():
+    with pytest.raises(InputError, match="no fused residual-add"):
+        measure_op(ops.Norm("addnorm", "rmsnorm", 16, 256, residual=True), "cpu", FAST)
