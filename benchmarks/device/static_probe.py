@@ -36,12 +36,30 @@ def profile_step(fn) -> list[dict]:
     return sorted(rows, key=lambda r: -r["gpu_us"])
 
 
+def wall_ms(fn, reps: int = 5) -> float:
+    """Median wall time of one eager step, host and GPU together (synchronized), in ms."""
+    import statistics
+    import time
+
+    import torch
+
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--model", default="llama3-8b")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--out-name", default="static_probe.json", help="file name in OUT_DIR")
     a = ap.parse_args()
     import torch
     from e2e_hf import build_model, load_config
@@ -56,20 +74,26 @@ def main() -> int:
         static = StaticCache(config=model.config, max_cache_len=a.ctx + 16)
         model(input_ids=ids, past_key_values=static, use_cache=True, logits_to_keep=1)
         pos = torch.tensor([a.ctx], device="cuda")
-        out["static"] = profile_step(
-            lambda: model(input_ids=tok, past_key_values=static, cache_position=pos, use_cache=True)
+        step = lambda: model(  # noqa: E731
+            input_ids=tok, past_key_values=static, cache_position=pos, use_cache=True
         )
+        out["static"] = profile_step(step)
+        out["static_eager_wall_ms"] = wall_ms(step)
         dynamic = DynamicCache(config=model.config)
         model(input_ids=ids, past_key_values=dynamic, use_cache=True, logits_to_keep=1)
         out["dynamic"] = profile_step(
             lambda: model(input_ids=tok, past_key_values=dynamic, use_cache=True)
         )
+        out["dynamic_eager_wall_ms"] = wall_ms(
+            lambda: model(input_ids=tok, past_key_values=dynamic, use_cache=True)
+        )
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    (a.out_dir / "static_probe.json").write_text(json.dumps(out, indent=1))
+    (a.out_dir / a.out_name).write_text(json.dumps(out, indent=1))
     for key in ("static", "dynamic"):
         total = sum(r["gpu_us"] for r in out[key])
         kernels = sum(r["count"] for r in out[key])
-        print(f"{key}: {kernels} kernels, {total / 1e3:.2f} ms GPU")
+        wall = out[f"{key}_eager_wall_ms"]
+        print(f"{key}: {kernels} kernels, {total / 1e3:.2f} ms GPU, eager step {wall:.2f} ms wall")
         for r in out[key][:10]:
             print(f"  {r['gpu_us'] / 1e3:8.3f} ms  x{r['count']:<5d} {r['kernel'][:100]}")
     return 0

@@ -59,6 +59,12 @@ class ModelParams:
     # Fraction of the fp32 CUDA-core peak that pointwise and row kernels reach on their arithmetic
     # (bf16 unpack/pack, special functions, index math): GELU on an H200 is bound by it.
     vector_eff: float = 1.0
+    # Critical path of a row kernel (norm, softmax, reduction) beyond the shortest kernel's floor:
+    # its CTAs load a row, reduce it across threads and only then normalize and store.
+    row_latency_s: float = 2e-6
+    # Setup and drain of a Tensor Core kernel (GEMM, attention) beyond the shortest kernel's
+    # floor: barriers, TMA descriptors, the pipeline's prologue and epilogue.
+    mma_latency_s: float = 1e-6
     # Whole-model runs keep the GPU busy for many milliseconds and its clock settles below the
     # boost clock that short, isolated kernel timings see: compute-bound time in a scenario
     # (predict_model) is divided by this fraction. 1 = no sustained-load slow-down.

@@ -6,9 +6,10 @@ The set is chosen so that every op-level parameter moves the prediction of sever
 (`constrained_params` checks it): square and LLM-shaped bf16 GEMMs with M from 1 to 8192 (gemm_eff,
 gemm_fill_ksteps, gemm_mem_eff for the skinny, weight-bound ones), misaligned GEMMs
 (gemm_misaligned_eff), copies and elementwise ops from 4 KiB to 1 GiB (kernel_floor_s, mem_eff,
-bytes_for_half_bw, l2_bw_factor below half the L2), RMSNorm and softmax over few and many rows
-(norm/softmax_extra_reads, bw_sm_frac), and attention prefill and decode (attn_eff,
-attn_fill_blocks). NCCL parameters (comm_*) need several GPUs: this set leaves them alone.
+bytes_for_half_bw, l2_bw_factor below half the L2; issue_gelu, issue_silu), RMSNorm, LayerNorm and
+softmax over few and many rows (row_latency_s, issue_<fn>, norm/softmax_extra_reads, bw_sm_frac),
+and attention prefill and decode (attn_eff, attn_fill_blocks, mma_latency_s). NCCL parameters
+(comm_*) need several GPUs: this set leaves them alone.
 
 Shapes are fixed, so two runs measure the same ops. Live calibration fits on every op it measures:
 the calibration/held-out split (calibrate.is_calibration) only applies to result files.
@@ -72,7 +73,7 @@ def _streams(tiny: bool) -> list[Op]:
         ops.append(Elementwise(f"calib/silu/{n}", "silu", n, 1, 1, "bf16", None, 4.0))
         if b >= MiB:  # HF's repeat_kv copy out of a broadcast view: pins strided_copy_eff
             ops.append(Elementwise(f"calib/repeat_kv/{n}", "repeat_kv", n, 1, 1, "bf16", None, 0.0))
-        # GELU does the most arithmetic per byte of the pointwise ops: it pins vector_eff.
+        # GELU and SiLU do the most arithmetic per byte: they pin issue_gelu and issue_silu.
         ops.append(Elementwise(f"calib/gelu/{n}", "gelu", n, 1, 1, "bf16", None, 8.0))
     return ops
 
@@ -83,7 +84,9 @@ def _rows(tiny: bool) -> list[Op]:
     else:
         norms = [(1, 4096), (16, 4096), (128, 8192), (1024, 4096), (8192, 4096), (32768, 8192)]
         softmax = [(32, 4096), (1024, 1024), (4096, 4096), (16384, 2048), (2048, 32768)]
-    ops: list[Op] = [Norm(f"calib/rmsnorm/{r}x{c}", "rmsnorm", r, c) for r, c in norms]
+    ops: list[Op] = [
+        Norm(f"calib/{fn}/{r}x{c}", fn, r, c) for fn in ("rmsnorm", "layernorm") for r, c in norms
+    ]
     ops += [Norm(f"calib/softmax/{r}x{c}", "softmax", r, c) for r, c in softmax]
     return ops
 

@@ -13,7 +13,7 @@ with 4·d matmul FLOPs (QKᵀ and PV) forward, 10·d backward (2.5×), one exp p
 exp rate from the SFU throughput (16 per clock per SM) and eff = attn_eff or attn_bwd_eff.
   t_math = (max(longest CTA, waves · mean CTA) + waves · attn_fill_blocks) · BLOCK_M·BLOCK_N·t_pair
   t_mem  = (Cost.bytes + partials + bytes_for_half_bw) / (mem_eff · HBM bw)
-  time   = max(t_math, t_mem) + kernel_floor_s
+  time   = max(t_math, t_mem) + kernel_floor_s + mma_latency_s
 Decode (one query against a long cache) is memory-bound on reading K and V.
 """
 
@@ -82,7 +82,15 @@ def _hw(op: Attention, gpu: GpuSpec) -> _Hw:
     t_serial = t_mm + t_exp
     t_pair = gpu.sms * (t_serial - overlap * min(t_mm, t_exp)) / eff
     bw = p.mem_eff * gpu.hbm_bw
-    return _Hw(gpu.sms, t_pair, bw, p.bytes_for_half_bw, p.attn_fill_blocks, p.kernel_floor_s, eff)
+    return _Hw(
+        gpu.sms,
+        t_pair,
+        bw,
+        p.bytes_for_half_bw,
+        p.attn_fill_blocks,
+        p.kernel_floor_s + p.mma_latency_s,
+        eff,
+    )
 
 
 def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:

@@ -28,6 +28,8 @@ from gpuperf.perfmodel.roofline import op_time
 
 # GEMMs taken from a model's layers are named "<model>/t<tokens>/<op>" (benchmarks/device sweeps).
 _LLM_NAME = re.compile(r"/t\d+/")
+# Kernels whose instruction cost per element is fitted (issue_<fn>, gpuperf.perfmodel.membound).
+ISSUE_FNS = ("gelu", "silu", "rmsnorm", "layernorm", "softmax")
 # Fraction of shapes used for calibration; the rest are held out.
 CALIBRATION_SHARE = 0.3
 MB16 = 16e6
@@ -46,8 +48,12 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "gemm_tail_frac": (0.0, 1.0),
     "attn_eff": (0.2, 1.0),
     "attn_fill_blocks": (0.0, 16.0),
-    "vector_eff": (0.02, 1.0),
+    "mma_latency_s": (0.0, 20e-6),
     "strided_copy_eff": (0.1, 1.0),
+    "row_latency_s": (0.0, 20e-6),
+    # Thread instructions per element of the kernels that can be issue-bound (membound.ISSUE_*):
+    # before the extra-read counts, which could otherwise mimic them on one GPU.
+    **{f"issue_{fn}": (1.0, 400.0) for fn in ISSUE_FNS},
     "norm_extra_reads": (0.0, 3.0),
     "softmax_extra_reads": (0.0, 4.0),
     "bw_sm_frac": (0.05, 1.0),
@@ -57,7 +63,13 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "comm_lat_scale": (0.3, 10.0),
 }
 # Fitted in log space (they span orders of magnitude).
-LOG_PARAMS = {"kernel_floor_s", "bytes_for_half_bw", "comm_lat_scale", "comm_floor_s"}
+LOG_PARAMS = {
+    "kernel_floor_s",
+    "bytes_for_half_bw",
+    "comm_lat_scale",
+    "comm_floor_s",
+    *(f"issue_{fn}" for fn in ISSUE_FNS),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +179,9 @@ def _loss_fn(samples: Sequence[Sample], gpu: GpuSpec) -> Callable[[GpuSpec], flo
     return loss
 
 
+GRID = 9  # coarse grid points over a parameter's bounds before golden section
+
+
 def _golden(f: Callable[[float], float], lo: float, hi: float, iters: int = 24) -> float:
     inv = (math.sqrt(5) - 1) / 2
     a, b = lo, hi
@@ -184,17 +199,27 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, iters: int = 24) 
     return (a + b) / 2
 
 
-def _streams(op: Op) -> bool:
+_PLAIN = ("", "add", "mul", "cast")
+
+
+def _plain(op: Op) -> bool:
+    """A copy-like kernel: it moves bytes and does next to no arithmetic."""
+    return op.kind in ("copy", "elementwise") and getattr(op, "fn", "") in _PLAIN
+
+
+def _big_stream(op: Op) -> bool:
     """A plain streaming kernel big enough that L2 and launch costs do not matter."""
-    return (
-        op.kind in ("copy", "elementwise")
-        and getattr(op, "fn", "") in ("", "add", "mul")
-        and (op.cost().bytes >= 256e6)
-    )
+    return _plain(op) and op.cost().bytes >= 256e6
 
 
-# parameter -> the ops that alone define it (fitted first, then held).
-STAGED: dict[str, Callable[[Op], bool]] = {"mem_eff": _streams}
+# Staged parameters, in order: each stage fits its parameters on the ops that alone define them,
+# then holds them, so the mixed regimes cannot trade them against the rest. Full bandwidth from
+# large plain streams; then the launch floor, the ramp and the L2 speed-up from the plain kernels
+# of every size (a tiny copy or add is the shortest kernel there is).
+STAGED: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
+    (("mem_eff",), _big_stream),
+    (("kernel_floor_s", "bytes_for_half_bw", "l2_bw_factor"), _plain),
+)
 
 
 def _fit_one(
@@ -203,16 +228,21 @@ def _fit_one(
     name: str,
     bounds: tuple[float, float],
     log: bool,
-    iters: int = 24,
+    iters: int = 16,
 ) -> float:
-    """The value of parameter `name` within `bounds` that minimizes loss(gpu with it); golden
-    section, in log space for parameters that span orders of magnitude."""
-    lo, hi = bounds
+    """The value of parameter `name` within `bounds` that minimizes loss(gpu with it), in log
+    space for parameters that span orders of magnitude: a coarse grid finds the basin, golden
+    section refines it between the grid points beside the best. (Golden section alone is lost
+    where the loss is flat, as it is over the values at which a latency or issue term never binds:
+    ties send it to one end.)"""
+    lo, hi = (math.log(bounds[0]), math.log(bounds[1])) if log else bounds
 
     def f(x: float) -> float:
         return loss(with_params(gpu, **{name: math.exp(x) if log else x}))
 
-    x = _golden(f, *((math.log(lo), math.log(hi)) if log else (lo, hi)), iters=iters)
+    grid = [lo + (hi - lo) * i / (GRID - 1) for i in range(GRID)]
+    best = min(range(GRID), key=lambda i: f(grid[i]))
+    x = _golden(f, grid[max(best - 1, 0)], grid[min(best + 1, GRID - 1)], iters=iters)
     return math.exp(x) if log else x
 
 
@@ -231,16 +261,20 @@ def fit(
     if not samples:
         return gpu.params
     current = gpu
-    # Staged first: a parameter that one regime defines cleanly is fitted on that regime alone
-    # and then held, so the mixed regimes cannot trade it against the others.
-    for name, select in STAGED.items():
+    for stage, select in STAGED:
         chosen = [s for s in samples if select(s.op)]
-        if name in names and len(chosen) >= 3:
-            value = _fit_one(_loss_fn(chosen, gpu), current, name, *_bounds(name))
-            current = with_params(current, **{name: value})
-            names.remove(name)
-    loss = _loss_fn(samples, gpu)
-    best = loss(current)
+        fitted = [n for n in stage if n in names]
+        if fitted and len(chosen) >= 3:
+            current = _descend(_loss_fn(chosen, gpu), current, fitted, rounds)
+            names = [n for n in names if n not in fitted]
+    return _descend(_loss_fn(samples, gpu), current, names, rounds).params
+
+
+def _descend(
+    loss: Callable[[GpuSpec], float], gpu: GpuSpec, names: Sequence[str], rounds: int
+) -> GpuSpec:
+    """Coordinate descent: each of `names` in turn to its best value until a round gains nothing."""
+    current, best = gpu, loss(gpu)
     for _ in range(rounds):
         improved = False
         for name in names:
@@ -251,7 +285,7 @@ def fit(
                 current, best, improved = trial, trial_loss, True
         if not improved:
             break
-    return current.params
+    return current
 
 
 def params_toml(params: ModelParams, base: str, source: str, names: Iterable[str]) -> str:
@@ -296,7 +330,7 @@ def fit_host(runs: Sequence, gpu: GpuSpec, rounds: int = 2) -> ModelParams:
     best = loss(current)
     for _ in range(rounds):
         for name, bounds in HOST_PARAMS.items():
-            value = _fit_one(loss, current, name, bounds, name in LOG_HOST, iters=20)
+            value = _fit_one(loss, current, name, bounds, name in LOG_HOST, iters=14)
             trial = with_params(current, **{name: value})
             trial_loss = loss(trial)
             if trial_loss < best:

@@ -12,7 +12,8 @@ For one candidate (tile Tm×Tn, split-K s), with k-steps of 128 bytes of K (64 b
                of `slots` CTAs covers an r0×c0 block of tiles (grouped raster); everything is
                read once when A+B+C fit in L2
   t_mem      = (traffic + bytes_for_half_bw) / (gemm_mem_eff·HBM bandwidth)
-  time       = max(t_math, t_mem) + kernel_floor_s
+  time       = max(t_math, t_mem) + kernel_floor_s + mma_latency_s
+               (+ kernel_floor_s when split-K: the partials are summed by a second kernel)
 Skinny GEMMs (decode, M ≤ 64) come out memory-bound on the weights: a thin tile (16×128 after
 cuBLAS's operand swap) and split-K leave the math below the weight-streaming time.
 """
@@ -69,6 +70,7 @@ class _Hw(NamedTuple):
     fill: float
     edge_full: float
     tail: float
+    reduce_floor: float  # the second kernel of a split-K GEMM (cuBLAS's splitKreduce)
 
 
 class Candidate(NamedTuple):
@@ -108,11 +110,12 @@ def _hw(op: Gemm, gpu: GpuSpec) -> _Hw:
         bw=p.gemm_mem_eff * gpu.hbm_bw,
         l2_fit=p.l2_usable_frac * gpu.l2_bytes,
         smem=gpu.smem_per_sm_bytes,
-        floor=p.kernel_floor_s,
+        floor=p.kernel_floor_s + p.mma_latency_s,
         half_bytes=p.bytes_for_half_bw,
         fill=p.gemm_fill_ksteps,
         edge_full=p.gemm_tile_edge_full,
         tail=p.gemm_tail_frac,
+        reduce_floor=p.kernel_floor_s,
     )
 
 
@@ -150,8 +153,10 @@ def candidate(
 
     slots = hw.sms * per_sm
     waves = -(-ctas // slots)
+    # Split-K sums its fp32 partials in a second kernel (cuBLAS's splitKreduce): one more launch.
+    floor = hw.floor + (hw.reduce_floor if s > 1 else 0.0)
     return Candidate(
-        time=max(t_math, t_mem) + hw.floor,
+        time=max(t_math, t_mem) + floor,
         t_math=t_math,
         t_mem=t_mem,
         tm=tm,
@@ -212,4 +217,4 @@ def gemm_time(
         "aligned": 1.0 if is_aligned(op) else 0.0,
         "traffic_bytes": c.traffic,
     }
-    return finish(c.t_math, c.t_mem, hw.floor, detail)
+    return finish(c.t_math, c.t_mem, c.time - max(c.t_math, c.t_mem), detail)

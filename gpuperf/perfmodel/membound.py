@@ -8,11 +8,23 @@ Each streams its bytes once (Cost.bytes_read + bytes_written):
            kernel reaches half its streaming bandwidth after moving that many bytes.
   t_par  = ceil(rows / SMs) · row_bytes / (mem_eff · HBM bw / (bw_sm_frac · SMs))  (row kernels
            only: norms and softmax give one CTA per row; few rows cannot load the memory system)
-  t_math = FLOPs / fp32 CUDA-core peak (never Tensor Cores)
-  time   = max(t_math, max(t_mem, t_par)) + kernel_floor_s
+  t_math = elements · issue_<fn> / (SMs · 128 · boost clock) for kernels whose instruction cost
+           per element is calibrated (issue_<fn> in [model.extra]: gelu, silu, rmsnorm, layernorm,
+           softmax), else FLOPs / (vector_eff · fp32 CUDA-core peak) (never Tensor Cores)
+  time   = ‖t_math, max(t_mem, t_par)‖₈ + kernel_floor_s (+ row_latency_s for row kernels)
+           where ‖a, b‖₈ = (a⁸ + b⁸)^(1/8): the larger term, plus a little where the two are close
+           (warps stall on memory and on issue slots at once; see OVERLAP_NORM)
+
+The issue term: every element costs the SM a number of thread instructions (load, unpack to fp32,
+the math, pack, store, index arithmetic), and an SM issues at most 128 of them per clock (4
+schedulers × 32 lanes). Few bytes per element and much math make a kernel issue-bound: on an
+H100 and an H200 softmax over 32768×4096 takes 0.42 ms in bf16 and in fp32 alike, whatever the
+bandwidth (benchmarks/results/*/dtype_probe.json). The cost is the kernel's, not the GPU's.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from gpuperf.dtypes import BYTES
 from gpuperf.hardware.spec import GpuSpec
@@ -21,6 +33,21 @@ from gpuperf.perfmodel.optime import OpTime
 from gpuperf.perfmodel.roofline import finish
 
 INDEX_BYTES = 8  # embedding lookups read one int64 index per token
+ISSUE_WIDTH = 128  # thread instructions an SM issues per clock: 4 schedulers × 32 lanes (sm_70+)
+# How memory and issue time combine: (a^k + b^k)^(1/k). bf16 GELU over 2**27 elements took
+# 0.174 ms on an H200, where it is issue-bound, and 0.189 ms on an H100, 7% over its copy time
+# (dtype_probe.json on each): one issue time explains both for k between 8 and 10. max() (k = ∞)
+# would leave the H100's 7% unexplained and the H100 blind to the issue cost.
+OVERLAP_NORM = 8.0
+
+
+def issue_time(fn: str, elements: float, gpu: GpuSpec) -> float | None:
+    """Seconds to issue `elements` × the calibrated instruction cost of `fn` (issue_<fn> in the
+    profile's [model.extra]); None when the profile has no cost for it."""
+    cost = gpu.params.extra.get(f"issue_{fn}")
+    if not cost:
+        return None
+    return elements * cost / (gpu.sms * ISSUE_WIDTH * gpu.boost_clock_mhz * 1e6)
 
 
 def stream_time(
@@ -31,10 +58,14 @@ def stream_time(
     row_bytes: float = 0.0,
     vector: str = "fp32",
     bw_eff: float | None = None,
+    t_issue: float | None = None,
+    extra_floor: float = 0.0,
 ) -> OpTime:
     """Time of a kernel that streams `cost.bytes` once and does `cost.flops` on CUDA cores.
 
     `rows`/`row_bytes`: the kernel runs one CTA per row (its parallelism is the row count).
+    `t_issue`: the kernel's instruction-issue time, when known (replaces the FLOP-rate term).
+    `extra_floor`: latency on top of kernel_floor_s (row kernels: row_latency_s).
     """
     p = gpu.params
     total = cost.bytes
@@ -48,8 +79,11 @@ def stream_time(
         per_sm_bw = bw / (p.bw_sm_frac * gpu.sms)
         t_par = -(-rows // gpu.sms) * row_bytes / per_sm_bw
     t_mem = max(t_stream, t_par)
-    rate = (gpu.peak_flops.get(vector) or gpu.peak("fp32")) * p.vector_eff
-    t_math = cost.flops / rate
+    if t_issue is None:
+        rate = (gpu.peak_flops.get(vector) or gpu.peak("fp32")) * p.vector_eff
+        t_math = cost.flops / rate
+    else:
+        t_math = t_issue
     detail = {
         "bytes": total,
         "l2_resident_bytes": resident,
@@ -57,7 +91,13 @@ def stream_time(
     }
     if rows:
         detail["rows_per_sm"] = float(-(-rows // gpu.sms))
-    return finish(t_math, t_mem, p.kernel_floor_s, detail)
+    out = finish(t_math, t_mem, p.kernel_floor_s + extra_floor, detail)
+    k = OVERLAP_NORM
+    big = max(t_math, t_mem)
+    if big > 0:
+        both = big * ((t_math / big) ** k + (t_mem / big) ** k) ** (1 / k)
+        out = dataclasses.replace(out, time=both + out.t_overhead)
+    return out
 
 
 def _vector(dtype: str) -> str:
@@ -71,13 +111,16 @@ STRIDED_FNS = frozenset({"repeat_kv"})
 def elementwise_time(op: Elementwise, gpu: GpuSpec) -> OpTime:
     """A pointwise kernel (add, mul, silu, gelu, rope, cast, adamw...): pure streaming."""
     bw_eff = gpu.params.strided_copy_eff if op.fn in STRIDED_FNS else None
-    return stream_time(op.cost(), gpu, vector=_vector(op.dtype), bw_eff=bw_eff)
+    t_issue = issue_time(op.fn, op.numel, gpu)
+    return stream_time(op.cost(), gpu, vector=_vector(op.dtype), bw_eff=bw_eff, t_issue=t_issue)
 
 
 def reduce_time(op: Reduce, gpu: GpuSpec) -> OpTime:
     """A row reduction; PyTorch splits the reduced dimension over CTAs when rows are few, so it
     streams at full bandwidth whatever the row count."""
-    return stream_time(op.cost(), gpu, vector=_vector(op.dtype))
+    return stream_time(
+        op.cost(), gpu, vector=_vector(op.dtype), extra_floor=gpu.params.row_latency_s
+    )
 
 
 def norm_time(op: Norm, gpu: GpuSpec) -> OpTime:
@@ -90,7 +133,13 @@ def norm_time(op: Norm, gpu: GpuSpec) -> OpTime:
         row_in = float(BYTES[op.dtype] * op.rows * op.cols)
         cost = cost + Cost(bytes_read=extra * row_in)
     return stream_time(
-        cost, gpu, rows=op.rows, row_bytes=cost.bytes / max(op.rows, 1), vector=_vector(op.dtype)
+        cost,
+        gpu,
+        rows=op.rows,
+        row_bytes=cost.bytes / max(op.rows, 1),
+        vector=_vector(op.dtype),
+        t_issue=issue_time(op.fn, op.rows * op.cols * (2 if op.backward else 1), gpu),
+        extra_floor=p.row_latency_s,
     )
 
 

@@ -32,7 +32,7 @@ def test_long_noncausal_prefill_hand_number():
     # Per pair on one SM: 132 · (4·128 / 989.4e12 + 1 / (132 · 1.98e9 · 16)) / 0.55.
     t_pair = 132 * (4 * 128 / 989.4e12 + 1 / (132 * 1.98e9 * 16)) / 0.55
     # 4·32 heads × 32 query tiles = 4096 CTAs → 32 waves on 132 SMs, 32 KV blocks each + 2 fill.
-    expected = (32 * 32 + 32 * 2) * 128 * 128 * t_pair + P.kernel_floor_s
+    expected = (32 * 32 + 32 * 2) * 128 * 128 * t_pair + P.kernel_floor_s + P.mma_latency_s
     t = op_time(attn(causal=False), H100)
     assert t.bound == "compute"
     assert t.time == pytest.approx(expected, rel=1e-9)
@@ -60,7 +60,9 @@ def test_decode_reads_the_kv_cache_at_hbm_bandwidth():
     t = op_time(op, H100)
     kv_bytes = 2 * 8 * 8 * 4096 * 128 * 2  # 128 MiB
     assert t.bound == "memory"
-    assert t.time == pytest.approx(kv_bytes / (0.9 * 3.35e12) + P.kernel_floor_s, rel=0.05)
+    assert t.time == pytest.approx(
+        kv_bytes / (0.9 * 3.35e12) + P.kernel_floor_s + P.mma_latency_s, rel=0.05
+    )
     assert t.detail["gqa_packed"] == 1.0
 
 

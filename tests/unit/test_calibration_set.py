@@ -32,9 +32,6 @@ def test_gpu_set_constrains_every_single_gpu_parameter(profile):
     # From the uncalibrated parameters: what a fresh calibration starts from.
     names = calib.constrained_params(GPU_OPS, cal.reset_fitted(load_gpu(profile)))
     expected = set(cal.OP_PARAMS) - calib.MULTI_GPU_PARAMS
-    if profile == "l40s":
-        # Its GDDR6 bandwidth (864 GB/s) bounds even GELU: vector arithmetic never shows there.
-        expected -= {"vector_eff"}
     assert set(names) == expected
 
 
