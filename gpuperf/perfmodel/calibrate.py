@@ -29,7 +29,7 @@ from gpuperf.perfmodel.roofline import op_time
 # GEMMs taken from a model's layers are named "<model>/t<tokens>/<op>" (benchmarks/device sweeps).
 _LLM_NAME = re.compile(r"/t\d+/")
 # Kernels whose instruction cost per element is fitted (issue_<fn>, gpuperf.perfmodel.membound).
-ISSUE_FNS = ("gelu", "silu", "rmsnorm", "layernorm", "softmax")
+ISSUE_FNS = ("gelu", "silu", "layernorm", "softmax")
 # Fraction of shapes used for calibration; the rest are held out.
 CALIBRATION_SHARE = 0.3
 MB16 = 16e6

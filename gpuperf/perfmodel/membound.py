@@ -9,7 +9,7 @@ Each streams its bytes once (Cost.bytes_read + bytes_written):
   t_par  = ceil(rows / SMs) · row_bytes / (mem_eff · HBM bw / (bw_sm_frac · SMs))  (row kernels
            only: norms and softmax give one CTA per row; few rows cannot load the memory system)
   t_math = elements · issue_<fn> / (SMs · 128 · boost clock) for kernels whose instruction cost
-           per element is calibrated (issue_<fn> in [model.extra]: gelu, silu, rmsnorm, layernorm,
+           per element is calibrated (issue_<fn> in [model.extra]: gelu, silu, layernorm,
            softmax), else FLOPs / (vector_eff · fp32 CUDA-core peak) (never Tensor Cores)
   time   = ‖t_math, max(t_mem, t_par)‖₈ + kernel_floor_s (+ row_latency_s for row kernels)
            where ‖a, b‖₈ = (a⁸ + b⁸)^(1/8): the larger term, plus a little where the two are close
