@@ -51,7 +51,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "mma_latency_s": (0.0, 20e-6),
     "strided_copy_eff": (0.1, 1.0),
     "row_latency_s": (0.0, 20e-6),
-    # Thread instructions per element of the kernels that can be issue-bound (membound.ISSUE_*):
+    # Thread instructions per element of the kernels that can be issue-bound (membound.issue_time):
     # before the extra-read counts, which could otherwise mimic them on one GPU.
     **{f"issue_{fn}": (1.0, 400.0) for fn in ISSUE_FNS},
     "norm_extra_reads": (0.0, 3.0),

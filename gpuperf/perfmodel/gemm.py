@@ -79,6 +79,7 @@ class Candidate(NamedTuple):
     time: float
     t_math: float
     t_mem: float
+    floor: float  # launch floors: the GEMM's, plus the reduce kernel's when split-K
     tm: int
     tn: int
     split: int
@@ -159,6 +160,7 @@ def candidate(
         time=max(t_math, t_mem) + floor,
         t_math=t_math,
         t_mem=t_mem,
+        floor=floor,
         tm=tm,
         tn=tn,
         split=s,
@@ -217,4 +219,4 @@ def gemm_time(
         "aligned": 1.0 if is_aligned(op) else 0.0,
         "traffic_bytes": c.traffic,
     }
-    return finish(c.t_math, c.t_mem, c.time - max(c.t_math, c.t_mem), detail)
+    return finish(c.t_math, c.t_mem, c.floor, detail)

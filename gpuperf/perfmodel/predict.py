@@ -247,7 +247,7 @@ def predict_ops(
     # A scenario is a whole run back to back: the GPU's sustained clock applies.
     cols = _op_rows(ops, sustained(gpu) if scenario is not None else gpu, system)
     host = host_costs(ops, scenario, gpu)
-    d = float(np.mean(host)) if np.ndim(host) else host or dispatch_cost(scenario, gpu)
+    d = float(np.mean(host)) if np.ndim(host) else dispatch_cost(scenario, gpu)
     times_s = np.asarray(cols["time_ms"]) * 1e-3
     total_s = float(simulate_dispatch(times_s + graph_gap(scenario, gpu), host)[-1])
     busy_s = float(times_s.sum())
