@@ -61,6 +61,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "comm_floor_s": (1e-6, 1e-4),
     "comm_bw_eff": (0.3, 1.5),
     "comm_lat_scale": (0.3, 10.0),
+    "comm_channel_copy_bw": (2e9, 400e9),  # B/s one NCCL channel copies (comm.ring_copy_tail_us)
 }
 # Fitted in log space (they span orders of magnitude).
 LOG_PARAMS = {
@@ -68,6 +69,7 @@ LOG_PARAMS = {
     "bytes_for_half_bw",
     "comm_lat_scale",
     "comm_floor_s",
+    "comm_channel_copy_bw",
     *(f"issue_{fn}" for fn in ISSUE_FNS),
 }
 
@@ -212,13 +214,20 @@ def _big_stream(op: Op) -> bool:
     return _plain(op) and op.cost().bytes >= 256e6
 
 
+def _link_only(op: Op) -> bool:
+    """A large broadcast: its time is the link transfer alone (no ring copy tail, no latency)."""
+    return isinstance(op, Collective) and op.coll == "broadcast" and op.nbytes >= 16 * 2**20
+
+
 # Staged parameters, in order: each stage fits its parameters on the ops that alone define them,
 # then holds them, so the mixed regimes cannot trade them against the rest. Full bandwidth from
 # large plain streams; then the launch floor, the ramp and the L2 speed-up from the plain kernels
-# of every size (a tiny copy or add is the shortest kernel there is).
+# of every size (a tiny copy or add is the shortest kernel there is); the NCCL link efficiency
+# from large broadcasts, before the ring copy tail that the other collectives add to it.
 STAGED: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
     (("mem_eff",), _big_stream),
     (("kernel_floor_s", "bytes_for_half_bw", "l2_bw_factor"), _plain),
+    (("comm_bw_eff",), _link_only),
 )
 
 

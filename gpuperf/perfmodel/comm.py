@@ -3,8 +3,21 @@ the plain α-β formulas (modeling-facts §5) for reference.
 
 `collective_time` answers what NCCL would pick (algorithm, protocol) and how long it takes, with
 sizes in nccl-tests' convention (Collective.nbytes = the "size" column), so algbw/busbw compare
-directly with nccl-tests output. Two calibratable knobs (`CommParams`): an efficiency on bandwidth
-and a scale on latency; a GPU profile can set them as `[model.extra] comm_bw_eff`, `comm_lat_scale`.
+directly with nccl-tests output. Calibratable knobs (`CommParams`): an efficiency on bandwidth,
+a scale on latency, a floor per call, and the rate at which one channel copies out of its receive
+buffer (the ring copy tail below); a GPU profile sets them in `[model.extra]` as `comm_bw_eff`,
+`comm_lat_scale`, `comm_floor_s` and `comm_channel_copy_bw`.
+
+The ring copy tail. NCCL runs a ring collective as a loop; in each pass a channel's thread block
+does its steps one after another: sends (and receive-reduce-sends) that move a chunk over the link,
+then, for all-gather, reduce-scatter and all-reduce, a last step that only copies the chunk that
+arrived from its receive buffer into the user's output (`recv`, or `recvReduceCopy` for
+reduce-scatter). No link transfer of that channel overlaps that copy. Per rank the last steps copy
+nbytes / ranks, at `channels × comm_channel_copy_bw`. It weighs most on 2 ranks, where every other
+step is one: an all-gather's chunk crosses the link once and is copied once. Broadcast has no such
+step on the ranks that send (only the last rank copies, while the others keep sending).
+NCCL's own model has no such term: on 2 H200s it predicts all-gather at all-reduce's bus bandwidth,
+and the measured one is 15% lower.
 """
 
 from __future__ import annotations
@@ -39,19 +52,38 @@ class CommParams:
     # The shortest a collective call takes end to end as measured through torch.distributed
     # (launch and completion of the NCCL kernel): time = max(floor, latency + bytes / bandwidth).
     floor_us: float = 0.0
+    # GB/s at which one channel copies a received chunk into the output (the ring copy tail; see
+    # the module docstring). 0: no tail, NCCL's own model.
+    channel_copy_gbps: float = 0.0
     cpu: Literal["intel", "amd"] = "intel"  # NCCL reads multi-node LL caps and net overhead by CPU
     tables: nccl.NcclTables = field(default_factory=lambda: nccl.NCCL)
     p2p: P2pTables = field(default_factory=P2pTables)
 
 
 def comm_params(gpu: GpuSpec) -> CommParams:
-    """CommParams from the GPU profile's `[model.extra]` (comm_bw_eff, comm_lat_scale)."""
+    """CommParams from the GPU profile's `[model.extra]` (comm_bw_eff, comm_lat_scale,
+    comm_floor_s, comm_channel_copy_bw)."""
     extra = gpu.params.extra
     return CommParams(
         bw_eff=float(extra.get("comm_bw_eff", 1.0)),
         lat_scale=float(extra.get("comm_lat_scale", 1.0)),
         floor_us=float(extra.get("comm_floor_s", 0.0)) * 1e6,
+        channel_copy_gbps=float(extra.get("comm_channel_copy_bw", 0.0)) / 1e9,
     )
+
+
+# Collectives whose ring pass ends with a copy-only step on every rank (the ring copy tail).
+_RING_COPY_TAIL = ("allgather", "reducescatter", "allreduce")
+
+
+def ring_copy_tail_us(
+    coll: str, algo: str, nbytes: float, ranks: int, channels: int, params: CommParams
+) -> float:
+    """µs of the ring copy tail (module docstring): nbytes / ranks copied per rank, not overlapped
+    with the channel's link transfers. 0 for other algorithms or collectives, or with no rate."""
+    if algo != "ring" or coll not in _RING_COPY_TAIL or params.channel_copy_gbps <= 0:
+        return 0.0
+    return nbytes / ranks / (1e3 * channels * params.channel_copy_gbps)
 
 
 # --- topology -------------------------------------------------------------------------------------
@@ -126,15 +158,27 @@ def _parse(value: str | None, choices: tuple[str, ...], what: str) -> str | None
 
 
 def _optime(
-    coll, nbytes, ranks, lat_us, bw_us, bus_gbps, algo, proto, topo, channels, floor_us=0.0
+    coll,
+    nbytes,
+    ranks,
+    lat_us,
+    bw_us,
+    bus_gbps,
+    algo,
+    proto,
+    topo,
+    channels,
+    floor_us=0.0,
+    copy_us=0.0,
 ) -> OpTime:
-    t = max(floor_us, lat_us + bw_us) * 1e-6
+    t = max(floor_us, lat_us + bw_us + copy_us) * 1e-6
     algbw = nbytes / t / 1e9 if t > 0 else 0.0
     detail = {
         "algo": algo,
         "proto": proto,
         "lat_us": lat_us,
         "bw_term_us": bw_us,
+        "copy_tail_us": copy_us,
         "floor_us": floor_us,
         "bw_gbps": bus_gbps,
         "algbw_gbps": algbw,
@@ -193,9 +237,11 @@ def collective_time(
     _, a, p, lat, bus, alg = best
     lat_us = lat * params.lat_scale
     bw_us = op.nbytes / (1e3 * alg * params.bw_eff)
+    channels = nccl.runtime_channels(graph, params.tables)
+    copy_us = ring_copy_tail_us(op.coll, a, op.nbytes, op.ranks, channels, params)
     return _optime(
         op.coll, op.nbytes, op.ranks, lat_us, bw_us, bus * params.bw_eff, a, p, topo,
-        graph.channels, params.floor_us,
+        channels, params.floor_us, copy_us,
     )  # fmt: skip
 
 

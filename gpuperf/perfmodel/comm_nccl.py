@@ -198,6 +198,14 @@ def search_graph(topo: Topo, t: NcclTables = NCCL) -> Graph:
     return Graph(channels, speed, speed, same_channels=not multi)
 
 
+def runtime_channels(g: Graph, t: NcclTables = NCCL) -> int:
+    """Channels a ring collective runs on: connect.cc (ncclTopoPostset) doubles the searched rings,
+    up to MAXCHANNELS. The tuner's bandwidth uses the searched count (g.channels) × its speed;
+    NCCL_DEBUG reports this one (24 on 2 or 4 H200s: 6 × 60 GB/s searched, duplicated to 12 × 30,
+    doubled)."""
+    return min(2 * t.max_channels, 2 * g.channels)
+
+
 def _nodes_index(nodes: int) -> int:
     return 0 if nodes == 1 else (1 if nodes == 2 else 2)
 

@@ -1,0 +1,126 @@
+"""Does a ring all-gather or reduce-scatter lose time to a copy-only last step? A probe of the
+ring copy tail (gpuperf.perfmodel.comm), run under torchrun on 2, 3 or 4 GPUs:
+
+    NCCL_NVLS_ENABLE=0 torchrun --nproc_per_node 2 benchmarks/device/nccl_tail_probe.py OUT.json
+
+Times all-gather and reduce-scatter of 256 MiB and 1 GiB (the full buffer, nccl-tests' size) in
+three forms: out of place (what run_collectives measures), in place (the rank's own chunk is a
+view of the full buffer, so NCCL skips the copy of the local chunk), and out of place captured
+in a CUDA graph. Broadcast and all-reduce are timed beside them as references. Under the tail
+model, in place is as slow as out of place (the tail is the copy out of the receive buffer, not
+the copy of the local chunk). Each time is the slowest rank's median of 20 CUDA-event-timed
+calls after 5 warm-up calls. Rank 0 writes OUT.json with the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+SIZES = (256 * 2**20, 2**30)
+REPS, WARM = 20, 5
+
+
+def timed(fn) -> float:
+    """The slowest rank's median seconds of one call."""
+    for _ in range(WARM):
+        fn()
+    torch.cuda.synchronize()
+    dist.barrier()
+    times = []
+    for _ in range(REPS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    t = torch.tensor([statistics.median(times)], dtype=torch.float64, device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def graphed(fn):
+    """fn captured in a CUDA graph; the replay is the timed call."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+def calls(size: int, n: int, rank: int) -> dict[str, tuple]:
+    elems = size // 2
+    full = torch.ones(elems, dtype=torch.bfloat16, device="cuda")
+    part = torch.ones(elems // n, dtype=torch.bfloat16, device="cuda")
+    mine = full.view(n, -1)[rank]  # this rank's chunk of the full buffer
+    f = (n - 1) / n
+    return {
+        "allgather out-of-place": (lambda: dist.all_gather_into_tensor(full, part), f),
+        "allgather in-place": (lambda: dist.all_gather_into_tensor(full, mine), f),
+        "reducescatter out-of-place": (lambda: dist.reduce_scatter_tensor(part, full), f),
+        "reducescatter in-place": (lambda: dist.reduce_scatter_tensor(mine, full), f),
+        "allreduce": (lambda: dist.all_reduce(full), 2 * f),
+        "broadcast": (lambda: dist.broadcast(full, 0), 1.0),
+        "allgather out-of-place, CUDA graph": (
+            lambda: graphed(lambda: dist.all_gather_into_tensor(full, part)),
+            f,
+        ),
+    }
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    rank, n = dist.get_rank(), dist.get_world_size()
+    rows = []
+    for size in SIZES:
+        for name, (fn, factor) in calls(size, n, rank).items():
+            try:
+                if name.endswith("CUDA graph"):
+                    fn = fn()  # capture once, time the replays
+                t = timed(fn)
+            except Exception as exc:  # a capture NCCL refuses: say so, keep the rest
+                rows.append({"call": name, "bytes": size, "ranks": n, "error": str(exc)[:300]})
+                continue
+            rows.append(
+                {
+                    "call": name,
+                    "bytes": size,
+                    "ranks": n,
+                    "measured_ms": t * 1e3,
+                    "busbw_gbps": size * factor / t / 1e9,
+                }
+            )
+            if rank == 0:
+                print(f"{name:38s} n={n} {size >> 20:5d} MiB {t * 1e3:8.3f} ms "
+                      f"busbw {rows[-1]['busbw_gbps']:6.1f} GB/s", flush=True)  # fmt: skip
+        torch.cuda.empty_cache()
+    if rank == 0:
+        from gpuperf.measure.env import environment
+
+        env = {**environment("cuda"), "world_size": n, "nccl_env": {
+            k: v for k, v in os.environ.items() if k.startswith("NCCL_")}}  # fmt: skip
+        env["method"] = f"cuda events, slowest rank's median of {REPS} after {WARM} warm-up calls"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"env": env, "kind": "nccl_tail_probe", "rows": rows}, indent=1))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
