@@ -88,29 +88,7 @@ def main() -> None:
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     rank, n = dist.get_rank(), dist.get_world_size()
-    rows = []
-    for size in SIZES:
-        for name, (fn, factor) in calls(size, n, rank).items():
-            try:
-                if name.endswith("CUDA graph"):
-                    fn = fn()  # capture once, time the replays
-                t = timed(fn)
-            except Exception as exc:  # a capture NCCL refuses: say so, keep the rest
-                rows.append({"call": name, "bytes": size, "ranks": n, "error": str(exc)[:300]})
-                continue
-            rows.append(
-                {
-                    "call": name,
-                    "bytes": size,
-                    "ranks": n,
-                    "measured_ms": t * 1e3,
-                    "busbw_gbps": size * factor / t / 1e9,
-                }
-            )
-            if rank == 0:
-                print(f"{name:38s} n={n} {size >> 20:5d} MiB {t * 1e3:8.3f} ms "
-                      f"busbw {rows[-1]['busbw_gbps']:6.1f} GB/s", flush=True)  # fmt: skip
-        torch.cuda.empty_cache()
+    env = None
     if rank == 0:
         from gpuperf.measure.env import environment
 
@@ -118,7 +96,25 @@ def main() -> None:
             k: v for k, v in os.environ.items() if k.startswith("NCCL_")}}  # fmt: skip
         env["method"] = f"cuda events, slowest rank's median of {REPS} after {WARM} warm-up calls"
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"env": env, "kind": "nccl_tail_probe", "rows": rows}, indent=1))
+    rows: list[dict] = []
+    # The CUDA-graph captures go last: a capture NCCL refuses must not cost the other rows.
+    for graph in (False, True):
+        for size in SIZES:
+            for name, (fn, factor) in calls(size, n, rank).items():
+                if name.endswith("CUDA graph") != graph:
+                    continue
+                row = {"call": name, "bytes": size, "ranks": n}
+                try:
+                    t = timed(fn() if graph else fn)  # graphs: capture once, time the replays
+                    row |= {"measured_ms": t * 1e3, "busbw_gbps": size * factor / t / 1e9}
+                except Exception as exc:
+                    row["error"] = str(exc)[:300]
+                rows.append(row)
+                if rank == 0:
+                    print(json.dumps(row), flush=True)
+                    out.write_text(json.dumps({"env": env, "kind": "nccl_tail_probe",
+                                               "rows": rows}, indent=1))  # fmt: skip
+            torch.cuda.empty_cache()
     dist.destroy_process_group()
 
 
