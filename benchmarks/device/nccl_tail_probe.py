@@ -63,7 +63,7 @@ def graphed(fn):
 
 
 def calls(size: int, n: int, rank: int) -> dict[str, tuple]:
-    elems = size // 2
+    elems = size // 2 // (8 * n) * (8 * n)  # each rank's chunk a multiple of 16 bytes
     full = torch.ones(elems, dtype=torch.bfloat16, device="cuda")
     part = torch.ones(elems // n, dtype=torch.bfloat16, device="cuda")
     mine = full.view(n, -1)[rank]  # this rank's chunk of the full buffer
@@ -103,10 +103,10 @@ def main() -> None:
             for name, (fn, factor) in calls(size, n, rank).items():
                 if name.endswith("CUDA graph") != graph:
                     continue
-                row = {"call": name, "bytes": size, "ranks": n}
+                row = {"call": name, "bytes": size // 2 // (8 * n) * (8 * n) * 2, "ranks": n}
                 try:
                     t = timed(fn() if graph else fn)  # graphs: capture once, time the replays
-                    row |= {"measured_ms": t * 1e3, "busbw_gbps": size * factor / t / 1e9}
+                    row |= {"measured_ms": t * 1e3, "busbw_gbps": row["bytes"] * factor / t / 1e9}
                 except Exception as exc:
                     row["error"] = str(exc)[:300]
                 rows.append(row)

@@ -21,8 +21,12 @@ def test_bus_factors_are_nccl_tests():  # NVIDIA/nccl-tests doc/PERFORMANCE.md
 def test_sizes_follow_nccl_tests_conventions():
     # allgather: the size is the total output; each of 4 ranks sends a quarter.
     assert cw.element_counts("allgather", 1024, 2, 4) == (128, 1024)
-    # reducescatter: total input, rounded down to whole chunks (500 elements -> 498 over 3 ranks).
-    assert cw.element_counts("reducescatter", 1000, 2, 3) == (498, 996)
+    # reducescatter: total input, each rank's chunk rounded down to 16 bytes, as nccl-tests does
+    # (500 elements over 3 ranks: 166 each -> 160).
+    assert cw.element_counts("reducescatter", 1000, 2, 3) == (480, 960)
+    assert cw.element_counts("allgather", 3 * 2**20, 2, 3) == (2**20 // 2, 3 * 2**20)
+    count, _ = cw.element_counts("alltoall", 2**30, 4, 3)  # fp32: 4 elements to 16 bytes
+    assert count % 3 == 0 and (count // 3 * 4) % 16 == 0
     assert cw.element_counts("allreduce", 1000, 4, 8) == (250, 1000)
     assert cw.element_counts("alltoall", 2, 2, 4) == (4, 8)  # at least one element per rank
 
