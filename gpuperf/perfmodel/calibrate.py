@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from gpuperf.dtypes import BYTES
 from gpuperf.hardware.spec import GpuSpec, ModelParams
+from gpuperf.perfmodel.comm import chunk_misaligned
 from gpuperf.perfmodel.ops import Attention, Collective, Gemm, Op
 from gpuperf.perfmodel.ops_io import op_to_dict
 from gpuperf.perfmodel.roofline import op_time
@@ -33,6 +34,9 @@ ISSUE_FNS = ("gelu", "silu", "layernorm", "softmax")
 # Fraction of shapes used for calibration; the rest are held out.
 CALIBRATION_SHARE = 0.3
 MB16 = 16e6
+# Classes the model knowingly does not predict: they are reported, never fitted (fitting NCCL's
+# slow path for misaligned chunks would bend the ring copy tail that aligned calls show).
+UNMODELED = frozenset({"collective misaligned"})
 
 # Parameters fitted from op-level measurements, with physical bounds (lo, hi). Order matters a
 # little: latency floors first (they dominate tiny kernels), then bandwidth, then compute.
@@ -116,6 +120,8 @@ def op_class(op: Op) -> str:
     if isinstance(op, Attention):
         return "attention decode" if op.q_len <= 16 else "attention prefill"
     if isinstance(op, Collective):
+        if chunk_misaligned(op.coll, op.nbytes, op.ranks):
+            return "collective misaligned"
         return "collective >=1MiB" if op.nbytes >= 2**20 else "collective <1MiB"
     if op.kind in ("elementwise", "norm", "softmax", "copy", "reduce", "embedding"):
         return "memory-bound >=16MB" if cost.bytes >= MB16 else "memory-bound <16MB"
@@ -267,6 +273,7 @@ def fit(
 ) -> ModelParams:
     """ModelParams for `gpu` that best explain `samples` (coordinate descent, bounded)."""
     names = [n for n in (names or OP_PARAMS) if n in OP_PARAMS]
+    samples = [s for s in samples if op_class(s.op) not in UNMODELED]
     if not samples:
         return gpu.params
     current = gpu

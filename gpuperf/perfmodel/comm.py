@@ -76,6 +76,13 @@ def comm_params(gpu: GpuSpec) -> CommParams:
 _RING_COPY_TAIL = ("allgather", "reducescatter", "allreduce")
 
 
+def chunk_misaligned(coll: str, nbytes: float, ranks: int) -> bool:
+    """Whether each rank's chunk (size / ranks, nccl-tests' convention) of an all-gather,
+    reduce-scatter or all-to-all misses 16-byte alignment. NCCL then runs 0.4-0.9x as fast as
+    aligned (3 H200s, benchmarks/results/h200-sxm-141gb/*_unaligned.json); not modeled."""
+    return coll in ("allgather", "reducescatter", "alltoall") and (nbytes / ranks) % 16 != 0
+
+
 def ring_copy_tail_us(
     coll: str, algo: str, nbytes: float, ranks: int, channels: int, params: CommParams
 ) -> float:
@@ -186,6 +193,7 @@ def _optime(
         "nodes": topo.nodes if topo else 1,
         "ranks": ranks,
         "channels": channels,
+        "misaligned": ranks > 1 and chunk_misaligned(coll, nbytes, ranks),
     }
     return OpTime(time=t, bound="comm", t_comm=t, detail=detail)
 

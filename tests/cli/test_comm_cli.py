@@ -32,8 +32,11 @@ def test_allreduce_sweep_json():
     times = [r["time_us"] for r in rows]
     assert times == sorted(times)
     for r in rows:
-        # time = max(call floor, latency + bytes / bandwidth)
-        assert r["time_us"] == pytest.approx(max(r["floor_us"], r["lat_us"] + r["bw_term_us"]))
+        # time = max(call floor, latency + bytes / bandwidth + ring copy tail)
+        work = r["lat_us"] + r["bw_term_us"] + r["copy_tail_us"]
+        assert r["time_us"] == pytest.approx(max(r["floor_us"], work))
+        # the tail copies size / ranks per rank, on ring only
+        assert (r["copy_tail_us"] > 0) == (r["algo"] == "ring")
         # busbw = algbw × 2(n-1)/n with n = 4
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 1.5)
 

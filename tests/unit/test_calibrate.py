@@ -36,10 +36,19 @@ def test_split_is_stable_and_about_a_third():
         (Copy("c", 2**30), "memory-bound >=16MB"),
         (Elementwise("e", "add", 1024, 2), "memory-bound <16MB"),
         (Collective("c", "allreduce", 2**20, 4), "collective >=1MiB"),
+        (Collective("c", "allgather", 3 * 2**28, 3), "collective >=1MiB"),  # 256 MiB per rank
+        (Collective("c", "allgather", 2**30, 3), "collective misaligned"),
     ],
 )
 def test_op_classes(op, cls):
     assert cal.op_class(op) == cls
+
+
+def test_link_efficiency_is_fitted_on_large_broadcasts_only():
+    stage = dict((names, select) for names, select in cal.STAGED)[("comm_bw_eff",)]
+    assert stage(Collective("b", "broadcast", 2**30, 4))
+    assert not stage(Collective("b", "broadcast", 2**20, 4))  # latency still counts
+    assert not stage(Collective("a", "allgather", 2**30, 4))  # has the ring copy tail
 
 
 def _synthetic(truth):

@@ -272,3 +272,59 @@ def test_p2p_inter_node_slower_than_nvlink():
     # Simple over one 48 GB/s NIC: 8.4 + 14 µs latency, 64 MiB / 48 GB/s.
     assert inter.time * 1e6 == pytest.approx(22.4 + (64 << 20) / 48e3)
     assert math.isclose(inter.detail["busbw_gbps"], inter.detail["algbw_gbps"])
+
+
+def _coll(coll: str, nbytes: int, ranks: int) -> Collective:
+    return Collective(f"{coll}/{nbytes}", coll, nbytes, ranks, "bf16")  # type: ignore[arg-type]
+
+
+def test_runtime_channels_double_the_searched_rings():
+    # Hopper, 18 NVLinks: 6 × 60 GB/s searched, duplicated to 12 × 30, doubled at connect: 24,
+    # the count NCCL_DEBUG printed on 2 and 4 H200s (benchmarks/results/.../nccl_debug).
+    g = comm_nccl.search_graph(comm.topology(4, H100))
+    assert comm_nccl.runtime_channels(g) == 24
+    wide = comm_nccl.Graph(channels=20, bw_intra=10.0, bw_inter=10.0, same_channels=True)
+    assert comm_nccl.runtime_channels(wide) == 32  # MAXCHANNELS
+
+
+def test_ring_copy_tail_by_hand():
+    p = CommParams(channel_copy_gbps=50.0)
+    # 1 GiB all-gather on 2 ranks: each rank copies 512 MiB out of its receive buffers,
+    # 24 channels × 50 GB/s = 1.2 TB/s -> 447.4 µs.
+    ag = collective_time(_coll("allgather", 1 << 30, 2), H100, params=p)
+    assert ag.detail["algo"] == "ring"
+    assert ag.detail["copy_tail_us"] == pytest.approx((1 << 29) / 1.2e6)
+    assert ag.time * 1e6 == pytest.approx(
+        ag.detail["lat_us"] + ag.detail["bw_term_us"] + ag.detail["copy_tail_us"]
+    )
+    # The same copy on 4 ranks is a quarter of the buffer; the link term grows to 3/4 of it.
+    ag4 = collective_time(_coll("allgather", 1 << 30, 4), H100, params=p)
+    assert ag4.detail["copy_tail_us"] == pytest.approx((1 << 28) / 1.2e6)
+    # Broadcast's senders never stop to copy; no rate, or another algorithm: no tail.
+    assert collective_time(_coll("broadcast", 1 << 30, 2), H100, params=p).detail[
+        "copy_tail_us"
+    ] == (0.0)
+    assert collective_time(_coll("allgather", 1 << 30, 2), H100).detail["copy_tail_us"] == 0.0
+    assert comm.ring_copy_tail_us("allreduce", "tree", 1 << 30, 8, 24, p) == 0.0
+
+
+def test_ring_copy_tail_slows_two_ranks_most():
+    """The mechanism's signature in the measurements: on 2 ranks all-gather's bus bandwidth is
+    below all-reduce's, which is below broadcast's; the all-gather gap closes with more ranks."""
+    p = CommParams(channel_copy_gbps=45.0)
+
+    def busbw(coll: str, n: int) -> float:
+        return collective_time(_coll(coll, 4 << 30, n), H100, params=p).detail["busbw_gbps"]
+
+    assert busbw("allgather", 2) < busbw("allreduce", 2) < busbw("broadcast", 2)
+    assert busbw("allgather", 2) < busbw("allgather", 3) < busbw("allgather", 4)
+    assert busbw("broadcast", 2) == pytest.approx(busbw("broadcast", 4))
+
+
+def test_misaligned_chunks_are_flagged():
+    assert comm.chunk_misaligned("allgather", 1 << 30, 3)  # 357913941.33 B per rank
+    assert comm.chunk_misaligned("alltoall", 3 * 1000 + 3, 3)  # 1001 B per peer
+    assert not comm.chunk_misaligned("allgather", 1 << 30, 4)
+    assert not comm.chunk_misaligned("reducescatter", 3 * 4096, 3)
+    assert not comm.chunk_misaligned("allreduce", 1 << 30, 3)  # NCCL splits it itself
+    assert collective_time(_coll("allgather", 1 << 30, 3), H100).detail["misaligned"]
