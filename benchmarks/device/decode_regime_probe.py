@@ -100,12 +100,16 @@ def main() -> int:
     import os
 
     out["env"]["PYTORCH_CUDA_ALLOC_CONF"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    variants = {
-        "as e2e_hf": lambda: run(model, a.batch, a.ctx, a.steps),
-        "gc disabled": lambda: _no_gc(lambda: run(model, a.batch, a.ctx, a.steps)),
-        "after empty_cache": lambda: (torch.cuda.empty_cache(), run(model, a.batch, a.ctx, a.steps))[1],
-        "as e2e_hf, again": lambda: run(model, a.batch, a.ctx, a.steps),
-    }  # fmt: skip
+
+    def go():
+        return run(model, a.batch, a.ctx, a.steps)
+
+    def emptied():
+        torch.cuda.empty_cache()
+        return go()
+
+    variants = {"as e2e_hf": go, "gc disabled": lambda: _no_gc(go),
+                "after empty_cache": emptied, "as e2e_hf, again": go}  # fmt: skip
     for name, fn in variants.items():
         key = f"{a.tag}{name}"
         out["variants"][key] = fn()
