@@ -75,6 +75,11 @@ class ModelParams:
     # Extra host time per layer of an eager decode step on a growing KV cache (Hugging Face's
     # DynamicCache and mask bookkeeping in Python), on top of host_dispatch_s per kernel.
     host_decode_layer_s: float = 0.0
+    # Host time the attention backend spends on a shape it has not met before (cuDNN's SDPA builds
+    # an execution plan: 23 ms on an H200 host, sdpa_shape_probe.json; flash and efficient 0.05
+    # ms). An eager decode step on a growing cache meets a new kv length every step, once for all
+    # its layers. 0 where the default backend has no such cost.
+    host_attn_plan_s: float = 0.0
     extra: Mapping[str, float] = field(default_factory=dict)  # model-specific extras by name
 
     def __hash__(self) -> int:

@@ -94,6 +94,9 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
             # default foreach AdamW, so those steps are not the modeled scenario.
             if "fused AdamW" in run.get("note", ""):
                 continue
+            # A run whose file says why it is not the modeled scenario (kept for the record).
+            if run.get("excluded"):
+                continue
             if _ms(run.get("measured_ms"), path):
                 out.append(
                     E2ERun(

@@ -175,23 +175,29 @@ def dispatch_cost(scenario: Scenario | None, gpu: GpuSpec) -> float:
 
 
 def host_costs(ops: Sequence[Op], scenario: Scenario | None, gpu: GpuSpec) -> np.ndarray | float:
-    """Host time before each kernel: the per-kernel cost, plus host_decode_layer_s at the first
-    kernel of each layer in an eager decode step without CUDA graphs. A replayed CUDA graph is one
-    launch: its per-kernel cost is a gap on the GPU (graph_gap), not host time."""
+    """Host time before each kernel: the per-kernel cost; in an eager decode step without CUDA
+    graphs also host_decode_layer_s at the first kernel of each layer, and host_attn_plan_s at the
+    first attention kernel (the step's new kv length: the backend plans that shape once, for all
+    layers). A replayed CUDA graph is one launch: its per-kernel cost is a gap on the GPU
+    (graph_gap), not host time."""
     if scenario is not None and scenario.cuda_graphs:
         return 0.0
     d = dispatch_cost(scenario, gpu)
-    extra = gpu.params.host_decode_layer_s
+    p = gpu.params
     eager_decode = scenario is not None and scenario.impl == "eager" and scenario.mode == "decode"
-    if not eager_decode or scenario.cuda_graphs or not extra:  # type: ignore[union-attr]
+    if not eager_decode or not (p.host_decode_layer_s or p.host_attn_plan_s):
         return d
     costs = np.full(len(ops), d)
     seen: set[str] = set()
+    planned = False
     for i, op in enumerate(ops):
         layer = _layer_of(op.name)
         if layer and layer not in seen:
             seen.add(layer)
-            costs[i] += extra
+            costs[i] += p.host_decode_layer_s
+        if not planned and op.kind == "attention":
+            planned = True
+            costs[i] += p.host_attn_plan_s
     return costs
 
 
