@@ -148,11 +148,14 @@ def main() -> int:
         if args.detail and not t.empty:
             sel = both[both["class"] == args.detail].sort_values("ratio")
             say(sel[["name", "shape", "split", "predicted_ms", "measured_ms", "ratio"]].to_string())
-    # Cross-GPU: the H100's fitted parameters on the H200's datasheet numbers.
+    # Cross-GPU: the H100's fitted parameters on the H200's datasheet numbers. One host
+    # constant comes from the H200 machine's own probe, not from any whole-model run: the SDPA
+    # plan time (sdpa_shape_probe.json) belongs to the host CPU, not to the GPU.
     if "h100-sxm5-80gb" in tables and "h200-sxm-141gb" in tables:
         h100 = tables["h100-sxm5-80gb"][0]
         h200, _, _ = tables["h200-sxm-141gb"]
-        cross = dataclasses.replace(h200, params=h100.params)
+        lent = dataclasses.replace(h100.params, host_attn_plan_s=h200.params.host_attn_plan_s)
+        cross = dataclasses.replace(h200, params=lent)
         d = root / "h200-sxm-141gb"
         ops_files, e2e_files = result_files(d)
         t = op_table(load_samples(ops_files), cross)
@@ -162,7 +165,8 @@ def main() -> int:
         both = both[~both["class"].str.startswith(("collective", "p2p"))]
         say(
             "\n## Cross-GPU: H100-calibrated parameters predicting the H200 (every row held out;"
-            " collectives left out: no H100 NCCL runs)\n"
+            " collectives left out: no H100 NCCL runs; host_attn_plan_s from the H200 host's"
+            " probe)\n"
         )
         summaries["H200 with H100 parameters"] = summary = summarize(both)
         say(fmt_summary(summary, args.markdown))

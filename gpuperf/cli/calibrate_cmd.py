@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from gpuperf.errors import InputError
-from gpuperf.fileio import write_text
+from gpuperf.fileio import read_json_object, write_text
 
 
 @click.command(
@@ -24,8 +24,9 @@ Then: gpuperf predict llama2-7b --gpu my-h100.toml
 With --from, only shapes in the calibration split are used, so benchmarks/accuracy.py can report
 the error on held-out shapes; a live calibration fits on every op it measures, and sets
 host_dispatch_s from a loop of bare eager PyTorch kernels (Hugging Face code costs more per
-kernel: fit e2e runs with --from for that). The profile inherits the base GPU (base = "...") and
-sets [model] only.""",
+kernel: fit e2e runs with --from for that). host_attn_plan_s, the host time SDPA's default backend
+spends on a shape it has not met, is measured live, or read from sdpa_shape_probe.json.
+The profile inherits the base GPU (base = "...") and sets [model] only.""",
 )
 @click.option("--from", "sources", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="Result files or folders (*.json) to fit, instead of measuring.")  # fmt: skip
@@ -55,6 +56,7 @@ def calibrate(
         raise InputError(f"output {output} must end in .toml")
     fit_names: list[str] | None = None  # live: only what the measured ops constrain
     host_s: float | None = None  # live: measured per-kernel host dispatch
+    plan_s: float | None = None  # attention plan per new shape (probe file, or measured live)
     if sources:
         files: list[Path] = []
         for s in sources:
@@ -65,6 +67,10 @@ def calibrate(
         samples = load_samples(f for f in files if not f.name.startswith("e2e"))
         runs = load_e2e(f for f in files if f.name.startswith("e2e"))
         used = {s.source for s in samples} | {r.source for r in runs}
+        for f in files:
+            if f.name == "sdpa_shape_probe.json":
+                plan_s = cal.attn_plan_s(read_json_object(f, "results file").get("rows", []))
+                used.add(f.name)
         folders = sorted({f.parent.name for f in files})
         source = f"fitted to {', '.join(folders)}: {', '.join(sorted(used))}"
     else:
@@ -72,7 +78,7 @@ def calibrate(
 
         live = live_calibration(gpu, device, allow_cpu, lambda line: click.echo(line, err=True))
         base, samples, runs, all_shapes = live.base, live.samples, [], True
-        fit_names, host_s = live.fit_names, live.host_dispatch_s
+        fit_names, host_s, plan_s = live.fit_names, live.host_dispatch_s, live.host_attn_plan_s
         source = f"fitted to a calibration run on this machine ({live.device})"
     if not all_shapes:
         samples = [s for s in samples if cal.is_calibration(s.op)]
@@ -82,6 +88,8 @@ def calibrate(
     click.echo(f"fitting {len(samples)} op measurements and {len(runs)} whole-model runs", err=True)
     base = cal.reset_fitted(base)  # the fit never starts from a previous calibration
     params = cal.fit(samples, base, fit_names) if samples else base.params
+    if plan_s is not None:  # measured, not fitted: set before the host fit that depends on it
+        params = cal.dataclasses.replace(params, host_attn_plan_s=plan_s)
     fitted = cal.dataclasses.replace(base, params=params)
     if runs:
         params = cal.fit_host(runs, fitted)
@@ -90,6 +98,8 @@ def calibrate(
     if host_s is not None:
         params = cal.dataclasses.replace(params, host_dispatch_s=host_s)
         fitted_names.append("host_dispatch_s")
+    if plan_s is not None:
+        fitted_names.append("host_attn_plan_s")
     write_text(output, cal.params_toml(params, base.name, source, fitted_names))
     click.echo(f"wrote {output}")
     for name, lo_hi in {**cal.OP_PARAMS, **cal.HOST_PARAMS}.items():

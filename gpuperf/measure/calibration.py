@@ -28,7 +28,7 @@ from gpuperf.errors import EnvironmentUnavailable, InputError
 from gpuperf.hardware.spec import GpuSpec
 from gpuperf.measure.kernels import WrongResult, measure_op
 from gpuperf.measure.timing import Budget
-from gpuperf.perfmodel.calibrate import HOST_PARAMS, OP_PARAMS, Sample, with_params
+from gpuperf.perfmodel.calibrate import HOST_PARAMS, OP_PARAMS, Sample, attn_plan_s, with_params
 from gpuperf.perfmodel.ops import Attention, Copy, Elementwise, Gemm, Norm, Op
 from gpuperf.perfmodel.roofline import op_time
 
@@ -215,6 +215,31 @@ def measure_host_dispatch(device: str = "cuda", calls: int | None = None, reps: 
     return statistics.median(per_kernel)
 
 
+def measure_attn_plan(device: str = "cuda", lengths: int = 8) -> float:
+    """host_attn_plan_s: host seconds SDPA's default backend spends on a decode-shaped call
+    (batch 1, 32 heads, q_len 1, head dim 128) with a kv length it has not met, beyond a call on
+    a length it has (calibrate.attn_plan_s). cuDNN plans every new shape: 23 ms on an H200 host,
+    32 ms on an H100 one (sdpa_shape_probe.json); flash and efficient cost nothing extra."""
+    import torch
+    import torch.nn.functional as F
+
+    dt = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    rows = []
+    for seen in (False, True):
+        for kv in range(7001, 7001 + lengths):  # lengths no other calibration op uses
+            q = torch.randn(1, 32, 1, 128, device=device, dtype=dt)
+            k, v = (torch.randn(1, 32, kv, 128, device=device, dtype=dt) for _ in range(2))
+            if device.startswith("cuda"):
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            F.scaled_dot_product_attention(q, k, v)
+            host = (time.perf_counter() - t0) * 1e3
+            rows.append({"backend": "default", "seen_before": seen, "host_ms": host})
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+    return attn_plan_s(rows) or 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class LiveCalibration:
     """What `gpuperf calibrate` (no --from) fits: the base profile, the measured samples, the
@@ -225,6 +250,7 @@ class LiveCalibration:
     samples: list[Sample]
     fit_names: list[str]
     host_dispatch_s: float
+    host_attn_plan_s: float
 
 
 def live_calibration(
@@ -271,4 +297,7 @@ def live_calibration(
     if not lo <= host <= hi:
         echo(f"warning: host dispatch {host * 1e6:.3g} µs is outside the model's bounds "
              f"({lo * 1e6:g}..{hi * 1e6:g} µs); written as measured")  # fmt: skip
-    return LiveCalibration(base, device, samples, names, host)
+    plan = measure_attn_plan(device)
+    echo(f"attention plan: {plan * 1e3:.3g} ms of host time for SDPA on a shape it has not met "
+         "(paid once per eager decode step on a growing cache)")  # fmt: skip
+    return LiveCalibration(base, device, samples, names, host, plan)

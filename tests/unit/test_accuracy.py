@@ -59,3 +59,14 @@ def test_e2e_runs_are_predicted_with_the_api(tmp_path):
     assert t["class"].iloc[0] == "whole-model prefill"
     assert t["split"].iloc[0] == "calibration"  # llama2-7b runs calibrate the host parameters
     assert t["predicted_ms"].iloc[0] > 0
+
+
+def test_runs_marked_excluded_are_kept_out(tmp_path):
+    cfg = json.loads(
+        (Path(gpuperf.__file__).parent / "workloads/presets/llama2-7b.json").read_text()
+    )
+    sc = {"mode": "decode", "impl": "eager", "batch": 1, "ctx": 2048, "dtype": "bf16"}
+    run = {"model": "llama2-7b", "config": cfg, "scenario": sc, "measured_ms": 40.0}
+    seen = dict(run, measured_ms=15.0, excluded="kv lengths seen before")
+    (tmp_path / "e2e.json").write_text(json.dumps({"env": {}, "runs": [run, seen]}))
+    assert [r.measured_s for r in load_e2e([tmp_path / "e2e.json"])] == [0.04]

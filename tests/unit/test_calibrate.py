@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +96,31 @@ def test_params_toml_is_a_loadable_profile(tmp_path):
     assert g.params.gemm_eff == pytest.approx(0.77)
     assert g.params.extra["comm_bw_eff"] == pytest.approx(0.9)
     assert g.sms == 132  # inherited from the base profile
+
+
+def test_attention_plan_from_probe_rows():
+    rows = [{"backend": "default", "seen_before": False, "host_ms": 500.0}]  # start-up: left out
+    rows += [{"backend": "default", "seen_before": False, "host_ms": m} for m in (23, 24, 22)]
+    rows += [{"backend": "default", "seen_before": True, "host_ms": m} for m in (0.03, 0.05)]
+    rows += [{"backend": "flash", "seen_before": False, "host_ms": 9.0}]  # other backends: no
+    assert cal.attn_plan_s(rows) == pytest.approx((23 - 0.04) / 1e3)
+    assert cal.attn_plan_s([r for r in rows if not r["seen_before"]]) is None
+
+
+def test_calibrate_from_reads_the_sdpa_probe(tmp_path, capsys):
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    from gpuperf.cli import main
+
+    src = Path(__file__).parents[2] / "benchmarks/results/h200-sxm-141gb"
+    for name in ("sdpa_shape_probe.json", "e2e_eager_host.json"):
+        (tmp_path / name).write_text((src / name).read_text())
+    out = tmp_path / "p.toml"
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--from", str(tmp_path), "--gpu", "h200", "-o", str(out)])
+    assert exc.value.code == 0, capsys.readouterr().err
+    model = tomllib.loads(out.read_text())["model"]
+    assert model["host_attn_plan_s"] == pytest.approx(0.0236, rel=0.02)  # 23.6 ms, H200 host

@@ -312,3 +312,26 @@ def test_eager_decode_layer_host_cost_applies_to_eager_decode_only():
     assert list(eager) == [1e-5 + 1e-3, 1e-5, 1e-5, 1e-5 + 1e-3, 1e-5, 1e-5]
     assert host_costs(ops, Scenario(mode="decode", impl="fused"), gpu) == 1e-5
     assert host_costs(ops, Scenario(mode="prefill", impl="eager"), gpu) == 1e-5
+
+
+def test_attention_plan_is_paid_once_per_eager_decode_step():
+    """cuDNN plans each new kv length once, for all layers: one host_attn_plan_s before the first
+    attention kernel of an eager decode step, none with graphs or in prefill."""
+    import dataclasses
+
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.perfmodel.ops import Attention, Copy
+    from gpuperf.perfmodel.predict import host_costs
+    from gpuperf.workloads.scenario import Scenario
+
+    gpu = load_gpu("h100")
+    p = dataclasses.replace(gpu.params, host_dispatch_s=1e-5, host_decode_layer_s=0.0,
+                            host_attn_plan_s=0.02)  # fmt: skip
+    gpu = dataclasses.replace(gpu, params=p)
+    ops = []
+    for i in range(3):
+        ops += [Copy(f"L{i}/x", 1024), Attention(f"L{i}/attn", 1, 32, 32, 1, 2048, 128)]
+    eager = host_costs(ops, Scenario(mode="decode", impl="eager"), gpu)
+    assert list(eager) == pytest.approx([1e-5, 1e-5 + 0.02, 1e-5, 1e-5, 1e-5, 1e-5])
+    assert host_costs(ops, Scenario(mode="decode", impl="eager", cuda_graphs=True), gpu) == 0.0
+    assert host_costs(ops, Scenario(mode="prefill", impl="eager"), gpu) == 1e-5
