@@ -17,7 +17,8 @@ from gpuperf.fileio import read_json_object, write_text
 \b
 From committed or saved result files (no GPU needed):
   gpuperf calibrate --from benchmarks/results/h100-sxm5-80gb --gpu h100 -o my-h100.toml
-On a present GPU (measures a calibration set of kernels first, about a minute):
+On a present GPU (measures a calibration set of kernels first, about a minute; with several GPUs
+also NCCL collectives, about two more):
   gpuperf calibrate -o my-h100.toml
 Then: gpuperf predict llama2-7b --gpu my-h100.toml
 
@@ -38,6 +39,8 @@ The profile inherits the base GPU (base = "...") and sets [model] only.""",
 )
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
               show_default=True, help="Where a live calibration measures.")  # fmt: skip
+@click.option("--no-collectives", is_flag=True,
+              help="Live, several GPUs: skip the NCCL collectives (~2 min).")  # fmt: skip
 @click.option("--allow-cpu", is_flag=True,
               help="Write a profile fitted on the CPU (meaningless; tests).")  # fmt: skip
 def calibrate(
@@ -47,6 +50,7 @@ def calibrate(
     all_shapes: bool,
     device: str = "auto",
     allow_cpu: bool = False,
+    no_collectives: bool = False,
 ) -> None:
     from gpuperf.hardware.loader import load_gpu
     from gpuperf.perfmodel import calibrate as cal
@@ -76,7 +80,8 @@ def calibrate(
     else:
         from gpuperf.measure.calibration import live_calibration
 
-        live = live_calibration(gpu, device, allow_cpu, lambda line: click.echo(line, err=True))
+        live = live_calibration(gpu, device, allow_cpu, lambda line: click.echo(line, err=True),
+                                collectives=not no_collectives)  # fmt: skip
         base, samples, runs, all_shapes = live.base, live.samples, [], True
         fit_names, host_s, plan_s = live.fit_names, live.host_dispatch_s, live.host_attn_plan_s
         source = f"fitted to a calibration run on this machine ({live.device})"

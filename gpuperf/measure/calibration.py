@@ -8,8 +8,10 @@ gemm_fill_ksteps, gemm_mem_eff for the skinny, weight-bound ones), misaligned GE
 (gemm_misaligned_eff), copies and elementwise ops from 4 KiB to 1 GiB (kernel_floor_s, mem_eff,
 bytes_for_half_bw, l2_bw_factor below half the L2; issue_gelu, issue_silu), RMSNorm, LayerNorm and
 softmax over few and many rows (row_latency_s, issue_<fn>, norm/softmax_extra_reads, bw_sm_frac),
-and attention prefill and decode (attn_eff, attn_fill_blocks, mma_latency_s). NCCL parameters
-(comm_*) need several GPUs: this set leaves them alone.
+and attention prefill and decode (attn_eff, attn_fill_blocks, mma_latency_s). With several GPUs
+present, NCCL all-reduce, all-gather, reduce-scatter and broadcast from 64 KiB to 1 GiB on all of
+them and on 2 (`measure_collective_set`) constrain the comm_* parameters (link efficiency, latency
+scale, call floor, ring copy tail); on one GPU they are left as the base profile has them.
 
 Shapes are fixed, so two runs measure the same ops. Live calibration fits on every op it measures:
 the calibration/held-out split (calibrate.is_calibration) only applies to result files.
@@ -157,6 +159,55 @@ def measure_calibration_set(
     return samples
 
 
+COLL_SET = ("allreduce", "allgather", "reducescatter", "broadcast")
+COLL_SIZES = (64 * 1024, MiB, 16 * MiB, 256 * MiB, 1024 * MiB)
+
+
+def collective_ranks(device: str) -> list[int]:
+    """Rank counts the collective set runs on: every GPU, and 2 when there are more (the ring copy
+    tail weighs most on 2 ranks, so the two counts separate it from the link rate). None on one
+    GPU or off CUDA."""
+    if not device.startswith("cuda"):
+        return []
+    import torch
+
+    n = torch.cuda.device_count()
+    return [] if n < 2 else sorted({2, n})
+
+
+def measure_collective_set(
+    ranks: Sequence[int],
+    device: str = "cuda",
+    on_progress: Progress | None = None,
+    sizes: Sequence[int] = COLL_SIZES,
+    colls: Sequence[str] = COLL_SET,
+    timeout_s: float = 180.0,
+) -> list[Sample]:
+    """NCCL (gloo on the CPU) collectives through torchrun, one launch per collective and rank
+    count; a Sample per size. A launch that fails or times out is reported and skipped."""
+    from gpuperf.errors import GpuperfError
+    from gpuperf.measure.coll_report import op_of
+    from gpuperf.measure.collectives import Launch, run_collective
+
+    samples: list[Sample] = []
+    todo = [(c, n) for n in ranks for c in colls]
+    for i, (coll, n) in enumerate(todo, 1):
+        try:
+            _, rows = run_collective(coll, list(sizes), Launch(nproc=n, device=device),
+                                     rep_ms=20.0, timeout_s=timeout_s)  # fmt: skip
+        except GpuperfError as exc:
+            if on_progress:
+                on_progress(i, len(todo), f"skipped {coll} on {n} ranks: {exc}")
+            continue
+        good = [r for r in rows if r.get("measured_ms") and not r.get("wrong")]
+        samples += [Sample(op_of(r), r["measured_ms"] / 1e3, SOURCE) for r in good]
+        if on_progress:
+            bus = max((r.get("busbw_gbps", 0.0) for r in good), default=0.0)
+            on_progress(i, len(todo), f"{coll} on {n} ranks: {len(good)} sizes, busbw up to "
+                                      f"{bus:.0f} GB/s")  # fmt: skip
+    return samples
+
+
 def constrained_params(ops: Sequence[Op], gpu: GpuSpec, min_change: float = 0.05) -> list[str]:
     """The OP_PARAMS whose bounds change the predicted time of at least two of `ops` by more than
     `min_change` (relative): the parameters a fit on these ops can determine."""
@@ -254,7 +305,11 @@ class LiveCalibration:
 
 
 def live_calibration(
-    gpu: str | None, device: str, allow_cpu: bool, echo: Callable[[str], None]
+    gpu: str | None,
+    device: str,
+    allow_cpu: bool,
+    echo: Callable[[str], None],
+    collectives: bool = True,
 ) -> LiveCalibration:
     """Resolve the device and base profile, measure the set and the host, report to `echo`."""
     from gpuperf.hardware.loader import load_gpu
@@ -283,6 +338,11 @@ def live_calibration(
     echo(f"measuring {n} calibration ops on {device} (live calibration fits on every op it "
          "measures; the held-out split applies to --from result files only)")  # fmt: skip
     samples = measure_calibration_set(base, device, lambda i, n, m: echo(f"  [{i}/{n}] {m}"))
+    ranks = collective_ranks(device) if collectives else []
+    if ranks:
+        echo(f"measuring NCCL collectives on {' and '.join(map(str, ranks))} GPUs "
+             "(one torchrun launch each, ~10 s apiece)")  # fmt: skip
+        samples += measure_collective_set(ranks, device, lambda i, n, m: echo(f"  [{i}/{n}] {m}"))
     names = constrained_params([s.op for s in samples], base)
     skipped = [p for p in OP_PARAMS if p not in names]
     if skipped:

@@ -129,3 +129,20 @@ def test_calibrate_cli_on_cpu_writes_a_profile(capsys, tmp_path):
     measured = {"host_dispatch_s", "host_attn_plan_s"}
     assert set(model) - measured <= set(cal.OP_PARAMS) - calib.MULTI_GPU_PARAMS
     assert "wrote" in stdout
+
+
+def test_collective_set_runs_through_torchrun_on_gloo():
+    """The multi-GPU part of a live calibration, on 2 CPU ranks (gloo): a Sample per size, with
+    the Collective op a fit can predict."""
+    from gpuperf.perfmodel.ops import Collective
+
+    seen = []
+    samples = calib.measure_collective_set(
+        [2], "cpu", lambda i, n, m: seen.append(m), sizes=(4096, 65536), colls=("allreduce",)
+    )
+    assert [s.op.nbytes for s in samples] == [4096, 65536]
+    assert all(isinstance(s.op, Collective) and s.op.ranks == 2 for s in samples)
+    assert all(s.measured_s > 0 for s in samples)
+    assert seen and "allreduce on 2 ranks: 2 sizes" in seen[0]
+    # One GPU, or the CPU: no collective set in a live calibration.
+    assert calib.collective_ranks("cpu") == []
