@@ -99,6 +99,8 @@ def _attention(tiny: bool) -> list[Op]:
     else:
         shapes = [
             (1, 32, 32, 512, 512, 128),
+            (16, 32, 32, 512, 512, 128),  # short prefill in a batch: many CTAs, fill-dominated
+            (8, 32, 8, 1024, 1024, 128),
             (1, 32, 32, 2048, 2048, 128),
             (1, 32, 8, 8192, 8192, 128),
             (4, 32, 8, 2048, 2048, 128),
