@@ -97,6 +97,12 @@ def calibrate(
         params = cal.dataclasses.replace(params, host_attn_plan_s=plan_s)
     fitted = cal.dataclasses.replace(base, params=params)
     if runs:
+        eager_decode = any(r.scenario.get("mode") == "decode" and r.scenario.get("impl") == "eager"
+                           and not r.scenario.get("cuda_graphs") for r in runs)  # fmt: skip
+        if plan_s is None and eager_decode:
+            click.echo("warning: no sdpa_shape_probe.json among the sources, so "
+                       "host_attn_plan_s is 0 and the eager-decode host fit absorbs the "
+                       "attention plan into host_decode_layer_s", err=True)  # fmt: skip
         params = cal.fit_host(runs, fitted)
     fitted_names = [*(fit_names or cal.OP_PARAMS)] if samples else []
     fitted_names += [*cal.HOST_PARAMS] if runs else []

@@ -157,7 +157,8 @@ def _render(result: dict[str, Any], fmt: str) -> None:
         table.add_row(*[_fmt(r[k]) for k in COLUMNS])
     console = Console()
     console.print(table)
-    odd = [_fmt(r["bytes"]) for r in rows if r["misaligned"]]
+    # Measured slow-downs start at a few MiB (3 H200s); below that the call floor hides them.
+    odd = [_fmt(r["bytes"]) for r in rows if r["misaligned"] and r["bytes"] >= 4 * 2**20]
     if odd:
         console.print(
             f"note: at {', '.join(odd)} each rank's chunk (size / ranks) is not a multiple of 16 "

@@ -253,7 +253,8 @@ def predict_ops(
     # A scenario is a whole run back to back: the GPU's sustained clock applies.
     cols = _op_rows(ops, sustained(gpu) if scenario is not None else gpu, system)
     host = host_costs(ops, scenario, gpu)
-    d = float(np.mean(host)) if np.ndim(host) else dispatch_cost(scenario, gpu)
+    d = dispatch_cost(scenario, gpu)
+    host_s = float(np.sum(host)) if np.ndim(host) else d * len(ops)
     times_s = np.asarray(cols["time_ms"]) * 1e-3
     total_s = float(simulate_dispatch(times_s + graph_gap(scenario, gpu), host)[-1])
     busy_s = float(times_s.sum())
@@ -274,13 +275,16 @@ def predict_ops(
             "gpu_busy_ms": busy_s * 1e3,
             "host_bound": host_bound,
             "dispatch_us": d * 1e6,
+            "host_ms": host_s * 1e3,
         },
     )
     if scenario is not None and host_bound > HOST_BOUND_WARN:
         hint = "" if scenario.cuda_graphs else "; CUDA graphs (--cuda-graphs) remove most of it"
+        more = host_s - d * len(ops)  # per-layer and attention-plan host costs
+        extra = f", plus {more * 1e3:.3g} ms of other host work" if more > 1e-6 else ""
         pred.warnings.append(
-            f"host-bound: the GPU waits {host_bound:.0%} of the time for kernel launches "
-            f"({len(ops)} kernels × {d * 1e6:.3g} µs){hint}"
+            f"host-bound: the GPU waits {host_bound:.0%} of the time for the host "
+            f"({len(ops)} kernels × {d * 1e6:.3g} µs of launches{extra}){hint}"
         )
     return pred
 
@@ -372,12 +376,13 @@ def _predict_generate(
     cfg: Any, gpu: GpuSpec, sc: Scenario, system: SystemSpec | None
 ) -> Prediction:
     """Prefill of `seq`, then `new_tokens` decode steps with the KV context growing from `seq`."""
-    pre = predict_ops(_build_ops(cfg, replace(sc, mode="prefill")), gpu, sc, system)
+    pre_sc = replace(sc, mode="prefill")
+    pre = predict_ops(_build_ops(cfg, pre_sc), gpu, pre_sc, system)
     pts, w = decode_weights(sc.seq, sc.new_tokens)
-    steps = [
-        predict_ops(_build_ops(cfg, replace(sc, mode="decode", ctx=int(c))), gpu, sc, system)
-        for c in pts
-    ]
+    steps = []
+    for c in pts:  # each step a decode step: its host costs (e.g. the attention plan) apply
+        step_sc = replace(sc, mode="decode", ctx=int(c))
+        steps.append(predict_ops(_build_ops(cfg, step_sc), gpu, step_sc, system))
     mid = steps[len(steps) // 2].table
     dec = mid.copy()
     if all(len(s.table) == len(mid) for s in steps):

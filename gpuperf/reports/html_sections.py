@@ -120,7 +120,12 @@ def headline_cards(items: list[ReportItem]) -> str:
             cards.append(_card("compute-bound", f"{100 * share:.0f}", "%", "of kernel time"))
         if "host_bound" in extra and extra["host_bound"] > 0.005:
             cards.append(
-                _card("waiting on host", f"{100 * extra['host_bound']:.0f}", "%", "kernel launches")
+                _card(
+                    "waiting on host",
+                    f"{100 * extra['host_bound']:.0f}",
+                    "%",
+                    "launches, host work",
+                )
             )
     return f'<div class="cards">{"".join(cards)}</div>'
 

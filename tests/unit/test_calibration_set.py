@@ -125,7 +125,8 @@ def test_calibrate_cli_on_cpu_writes_a_profile(capsys, tmp_path):
     model = data["model"]
     assert model["host_dispatch_s"] > 0
     assert "comm_bw_eff" not in model  # not constrained by one device's kernels
-    assert model["host_attn_plan_s"] >= 0  # measured on the host, like host_dispatch_s
+    # Measured on the host like host_dispatch_s; the CPU's SDPA builds no plan per shape.
+    assert model["host_attn_plan_s"] < 5e-3
     measured = {"host_dispatch_s", "host_attn_plan_s"}
     assert set(model) - measured <= set(cal.OP_PARAMS) - calib.MULTI_GPU_PARAMS
     assert "wrote" in stdout

@@ -335,3 +335,16 @@ def test_attention_plan_is_paid_once_per_eager_decode_step():
     assert list(eager) == pytest.approx([1e-5, 1e-5 + 0.02, 1e-5, 1e-5, 1e-5, 1e-5])
     assert host_costs(ops, Scenario(mode="decode", impl="eager", cuda_graphs=True), gpu) == 0.0
     assert host_costs(ops, Scenario(mode="prefill", impl="eager"), gpu) == 1e-5
+
+
+def test_generate_charges_each_decode_step_its_host_costs():
+    """A generation loop is eager decode steps on a growing cache: per token it costs what one
+    decode step at the middle context costs, attention plan included."""
+    from gpuperf.api import predict
+
+    gen = predict("llama2-7b", "h200", mode="generate", seq=2048, new_tokens=16, impl="eager")
+    pre = predict("llama2-7b", "h200", mode="prefill", seq=2048, impl="eager")
+    step = predict("llama2-7b", "h200", mode="decode", ctx=2056, impl="eager")
+    per_token = (gen.total_ms - pre.total_ms) / 16
+    assert per_token == pytest.approx(step.total_ms, rel=0.02)
+    assert step.total_ms > 1e3 * 0.02  # the H200 host's 23.6 ms plan is in it
