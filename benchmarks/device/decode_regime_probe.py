@@ -34,14 +34,9 @@ def collections() -> int:
 
 def run(model, batch: int, ctx: int, steps: int) -> list[dict]:
     import torch
-    from transformers import DynamicCache
+    from e2e_hf import decode_step
 
-    vocab = model.config.vocab_size
-    with torch.no_grad():
-        cache = DynamicCache(config=model.config)
-        ids = torch.randint(0, vocab, (batch, ctx), device="cuda")
-        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    tok = torch.randint(0, vocab, (batch, 1), device="cuda")
+    step, cache = decode_step(model, batch, ctx)
     torch.cuda.synchronize()
     rows = []
     for i in range(steps):
@@ -50,8 +45,7 @@ def run(model, batch: int, ctx: int, steps: int) -> list[dict]:
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0, c0 = time.perf_counter(), time.thread_time()
         a.record()
-        with torch.no_grad():
-            model(input_ids=tok, past_key_values=cache, use_cache=True)
+        step()
         b.record()
         t1, c1 = time.perf_counter(), time.thread_time()
         b.synchronize()

@@ -67,19 +67,14 @@ def timed_steps(step, steps: int, warmup: int = 3) -> list[dict]:
 
 def make_step(model, mode: str, batch: int, seq: int, ctx: int):
     """A fresh step function: prefill of seq tokens, or a decode step on a new DynamicCache of
-    ctx tokens that grows by one per call."""
+    ctx tokens that grows by one per call (e2e_hf.decode_step)."""
     import torch
-    from transformers import DynamicCache
+    from e2e_hf import decode_step
 
-    vocab = model.config.vocab_size
     if mode == "prefill":
-        ids = torch.randint(0, vocab, (batch, seq), device="cuda")
+        ids = torch.randint(0, model.config.vocab_size, (batch, seq), device="cuda")
         return lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1)
-    cache = DynamicCache(config=model.config)
-    ids = torch.randint(0, vocab, (batch, ctx), device="cuda")
-    model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    tok = torch.randint(0, vocab, (batch, 1), device="cuda")
-    return lambda: model(input_ids=tok, past_key_values=cache, use_cache=True)
+    return decode_step(model, batch, ctx)[0]
 
 
 def main() -> int:

@@ -130,8 +130,9 @@ def run_prefill(model, batch: int, seq: int, iters: int) -> list[float]:
     return time_iters(step, iters)
 
 
-def run_decode_eager(model, batch: int, ctx: int, iters: int) -> list[float]:
-    """One-token steps on a DynamicCache holding ctx tokens (grows by one per step)."""
+def decode_step(model, batch: int, ctx: int):
+    """(step, cache): a one-token eager decode step on a new DynamicCache prefilled with ctx
+    tokens; each call grows the cache by one token."""
     import torch
     from transformers import DynamicCache
 
@@ -146,7 +147,12 @@ def run_decode_eager(model, batch: int, ctx: int, iters: int) -> list[float]:
     def step():
         model(input_ids=tok, past_key_values=cache, use_cache=True)
 
-    return time_iters(step, iters)
+    return step, cache
+
+
+def run_decode_eager(model, batch: int, ctx: int, iters: int) -> list[float]:
+    """One-token steps on a DynamicCache holding ctx tokens (grows by one per step)."""
+    return time_iters(decode_step(model, batch, ctx)[0], iters)
 
 
 def run_decode_graph(model, batch: int, ctx: int, iters: int) -> list[float]:
@@ -254,24 +260,15 @@ def host_probe(model, batch: int, seq: int, ctx: int) -> dict:
     """
     import torch
     from torch.profiler import ProfilerActivity, profile
-    from transformers import DynamicCache
 
-    vocab = model.config.vocab_size
     out: dict = {}
-    ids = torch.randint(0, vocab, (batch, seq), device="cuda")
-    tok = torch.randint(0, vocab, (batch, 1), device="cuda")
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device="cuda")
     model.eval()
 
     def prefill():
         model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
-    with torch.no_grad():
-        cache = DynamicCache(config=model.config)
-        model(input_ids=torch.randint(0, vocab, (batch, ctx), device="cuda"),
-              past_key_values=cache, use_cache=True, logits_to_keep=1)  # fmt: skip
-
-    def decode():
-        model(input_ids=tok, past_key_values=cache, use_cache=True)
+    decode, _ = decode_step(model, batch, ctx)
 
     for name, fn in (("prefill", prefill), ("decode", decode)):
         with torch.no_grad():

@@ -62,8 +62,8 @@ def main() -> int:
     ap.add_argument("--out-name", default="static_probe.json", help="file name in OUT_DIR")
     a = ap.parse_args()
     import torch
-    from e2e_hf import build_model, load_config
-    from transformers import DynamicCache, StaticCache
+    from e2e_hf import build_model, decode_step, load_config
+    from transformers import StaticCache
 
     model = build_model(load_config(a.model)).eval()
     vocab = model.config.vocab_size
@@ -79,11 +79,7 @@ def main() -> int:
         )
         out["static"] = profile_step(step)
         out["static_eager_wall_ms"] = wall_ms(step)
-        dynamic = DynamicCache(config=model.config)
-        model(input_ids=ids, past_key_values=dynamic, use_cache=True, logits_to_keep=1)
-        dynamic_step = lambda: model(  # noqa: E731
-            input_ids=tok, past_key_values=dynamic, use_cache=True
-        )
+        dynamic_step, _ = decode_step(model, a.batch, a.ctx)
         out["dynamic"] = profile_step(dynamic_step)
         out["dynamic_eager_wall_ms"] = wall_ms(dynamic_step)
     a.out_dir.mkdir(parents=True, exist_ok=True)
