@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from gpuperf.dtypes import parse_dtype
 from gpuperf.errors import InputError
+from gpuperf.workloads.scenario import PARALLEL_FIELDS
 
 if TYPE_CHECKING:
     from gpuperf.hardware.spec import GpuSpec, SystemSpec
-    from gpuperf.perfmodel.predict import Prediction
+    from gpuperf.step.result import Prediction
     from gpuperf.workloads.config import ModelConfig
 
     GpuLike = str | os.PathLike[str] | GpuSpec
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
     ModelLike = str | os.PathLike[str] | ModelConfig
 
 DEFAULT_GPU = "h100"
-PARALLEL = ("tp", "pp", "dp", "ep")
+# Parallel options, as Scenario names them (the CLI's --tp ... --nvls).
+PARALLEL = PARALLEL_FIELDS
 
 
 def resolve_gpu(gpu: GpuLike | None, system: SystemSpec | None = None) -> GpuSpec:
@@ -77,22 +79,30 @@ def predict(
     kv_dtype: str | None = None,
     impl: str = "fused",
     cuda_graphs: bool = False,
+    attn: str = "flash",
     system: SystemLike | None = None,
-    **parallel: int,
+    nodes: int | None = None,
+    **parallel: Any,
 ) -> Prediction:
-    """Predict one step of `model` on `gpu` (per GPU when parallel).
+    """Predict one step of `model` on `gpu`, or on every GPU of a parallel plan (per GPU).
 
     mode: prefill (batch × seq tokens), decode (one token per sequence against a KV cache of ctx),
     generate (prefill of seq, then new_tokens decode steps; extra has ttft_ms and tpot_ms), or
     train (forward + backward + AdamW over batch × seq). impl "eager" issues one kernel per
-    PyTorch op (unfused); cuda_graphs replays the step as a graph (cheap launches).
-    parallel: tp, pp, dp, ep (each 1 by default). gpu=None means h100, or the GPU of `system`.
+    PyTorch op (unfused); cuda_graphs replays the step as a graph (cheap launches); attn "math"
+    materializes the attention scores. parallel: the Scenario's tp, pp, dp, cp, ep, micro_batch,
+    global_batch, zero, recompute, sequence_parallel, tp_impl, tp_overlap, schedule,
+    virtual_stages, nvls (see gpuperf.workloads.scenario). gpu=None means h100, or the GPU of
+    `system`; nodes counts nodes of `system`. One GPU is the plan whose degrees are all 1.
 
     Example:
         >>> p = predict("llama2-7b", gpu="h100", mode="decode", batch=1, ctx=4096)
         >>> round(p.total_ms, 1), p.extra["host_bound"]     # doctest: +SKIP
+        >>> predict("llama3-70b", mode="train", system="dgx-h100", nodes=4, tp=8, pp=4,
+        ...         global_batch=64, micro_batch=1).extra["breakdown_ms"]  # doctest: +SKIP
     """
-    from gpuperf.perfmodel.predict import predict_model
+    from gpuperf.step.plan import place
+    from gpuperf.step.run import predict as run_predict
     from gpuperf.workloads.scenario import Scenario
 
     unknown = sorted(set(parallel) - set(PARALLEL))
@@ -101,8 +111,11 @@ def predict(
         close = difflib.get_close_matches(unknown[0], names, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         raise InputError(f"unknown argument {unknown[0]!r}{hint}")
+    if nodes is not None and (not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1):
+        raise InputError(f"nodes must be a positive integer, got {nodes!r}")
     sys_spec = resolve_system(system)
     gpu_spec = resolve_gpu(gpu, sys_spec)
+    _check_gpu_in_system(gpu_spec, sys_spec)
     cfg = resolve_model(model)
     scenario = Scenario(
         mode=mode,  # type: ignore[arg-type]
@@ -110,13 +123,34 @@ def predict(
         seq=seq,
         ctx=ctx,
         new_tokens=new_tokens,
-        dtype=parse_dtype(dtype),
+        dtype=_dtype_required(dtype),
         kv_dtype=_dtype(kv_dtype),
         impl=impl,  # type: ignore[arg-type]
         cuda_graphs=cuda_graphs,
+        attn=attn,  # type: ignore[arg-type]
         **parallel,
     )
-    return predict_model(cfg, gpu_spec, scenario, sys_spec)
+    return run_predict(cfg, scenario, place(cfg, scenario, gpu_spec, sys_spec, nodes))
+
+
+def _dtype_required(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise InputError(f"dtype must be a name such as bf16, got {value!r}")
+    return parse_dtype(value)
+
+
+def _check_gpu_in_system(gpu: GpuSpec, system: SystemSpec | None) -> None:
+    """A system's GPUs are its own: another GPU is refused, a calibrated profile of the same
+    chip (same architecture, SMs and memory) is allowed."""
+    if system is None or gpu is system.gpu:
+        return
+    own = system.gpu
+    same = (gpu.arch, gpu.sms, gpu.hbm_bytes) == (own.arch, own.sms, own.hbm_bytes)
+    if not same:
+        raise InputError(
+            f"{system.name} is built of {own.name}; --gpu {gpu.name} is another GPU "
+            "(drop --gpu, or describe a system of those GPUs in a .toml)"
+        )
 
 
 OP_KINDS = ("gemm", "attention", "elementwise", "norm", "copy")
@@ -139,7 +173,7 @@ def predict_op(
         >>> p.table.loc[0, ["time_ms", "bound"]]            # doctest: +SKIP
         >>> predict_op("allreduce", system="dgx-h100", nbytes=1 << 30, ranks=8)  # doctest: +SKIP
     """
-    from gpuperf.perfmodel.predict import predict_ops
+    from gpuperf.step.run import predict_ops
     from gpuperf.workloads import single_op
 
     builders = {k: getattr(single_op, k) for k in OP_KINDS}

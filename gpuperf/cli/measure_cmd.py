@@ -63,7 +63,7 @@ def _predict(ops: list[Any], spec: Any, warnings: list[str]) -> Any:
     if spec is None:
         return None
     try:
-        from gpuperf.perfmodel.predict import predict_ops
+        from gpuperf.step.run import predict_ops
 
         return predict_ops(ops, spec)
     except (ImportError, KeyError, NotImplementedError, GpuperfError) as exc:

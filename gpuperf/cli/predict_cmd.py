@@ -10,9 +10,8 @@ import click
 from gpuperf.cli.comm_cmds import predict_collective_commands
 from gpuperf.cli.common import SIZE, output_options
 from gpuperf.cli.ops_grammar import ModelOrOpGroup, op_commands
-from gpuperf.cli.plan_opts import PLAN_KEYS, plan_cli_options, run_plan, wants_plan
+from gpuperf.cli.plan_opts import plan_options
 from gpuperf.cli.scenario_opts import scenario_options
-from gpuperf.errors import InputError
 
 GPU_HELP = "GPU: profile name or alias (h100, a100-40gb), a profile .toml, or auto (detect)."
 
@@ -20,8 +19,8 @@ gpu_option = click.option("--gpu", default=None, metavar="GPU", help=GPU_HELP + 
 
 
 def _render(prediction: Any, fmt: str, by: str = "op", top: int | None = None) -> None:
-    from gpuperf.perfmodel.predict import group
     from gpuperf.reports.tables import render
+    from gpuperf.step.result import group
 
     view = group(prediction.table, by)  # type: ignore[arg-type]
     if top is not None:
@@ -40,15 +39,12 @@ def predict() -> None:
     Examples:
       gpuperf predict llama2-7b --gpu h100 --seq 2048
       gpuperf predict llama2-70b --mode decode --batch 8 --ctx 4096 --tp 4 --system dgx-h100
+      gpuperf predict llama3-70b --mode train --system dgx-h100 --nodes 4 --tp 8 --pp 4 \\
+          --global-batch 64 --micro-batch 1
+      gpuperf predict llama3-8b --mode train --impl eager --dp 8 --zero 3 --system dgx-h100
       gpuperf predict llama3-8b --mode generate --seq 1024 --new-tokens 256 --by kind
       gpuperf predict gemm 8192 4096 11008 --gpu a100
     """
-
-
-def _plan_options(func: Any) -> Any:
-    for deco in reversed(plan_cli_options):
-        func = deco(func)
-    return func
 
 
 @predict.command(
@@ -56,14 +52,10 @@ def _plan_options(func: Any) -> Any:
     epilog="Example: gpuperf predict llama2-7b --gpu h100 --seq 2048 --by layer --top 10",
 )
 @click.argument("model", metavar="MODEL")
-@_plan_options
 @gpu_option
 @click.option("--system", default=None, help="Node/cluster profile (dgx-h100, or a .toml).")
 @scenario_options
-@click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs.")
-@click.option("--pp", type=SIZE, default="1", show_default=True, help="Pipeline stages.")
-@click.option("--dp", type=SIZE, default="1", show_default=True, help="Data-parallel replicas.")
-@click.option("--ep", type=SIZE, default="1", show_default=True, help="Expert-parallel GPUs.")
+@plan_options
 @click.option(
     "--by",
     type=click.Choice(["op", "layer", "kind"]),
@@ -96,26 +88,6 @@ def model_cmd(
     """
     from gpuperf import api
 
-    plan_kw = {k: scenario.pop(k) for k in PLAN_KEYS}
-    par = {k: scenario[k] for k in ("tp", "pp", "dp", "ep")}
-    if wants_plan(**par, nodes=plan_kw["nodes"]):
-        # Single-GPU options the plan model does not take: refuse them rather than ignore them.
-        unused = {
-            "--gpu (the plan uses --system's GPU)": gpu is not None,
-            "--kv-dtype": scenario["kv_dtype"] is not None,
-            "--impl eager": scenario["impl"] != "fused",
-            "--cuda-graphs": scenario["cuda_graphs"],
-            "--by": by != "op",
-            "--top": top is not None,
-            "--report": report_path is not None,
-        }
-        if scenario["mode"] == "generate" or any(unused.values()):
-            given = [k for k, v in unused.items() if v] or ["--mode generate"]
-            raise InputError(f"parallel plans do not take {', '.join(given)}")
-        keep = ("batch", "seq", "ctx", "dtype")
-        run_plan(model, system, scenario["mode"], **par, **{k: scenario[k] for k in keep},
-                 fmt=fmt, **plan_kw)  # fmt: skip
-        return
     prediction = api.predict(model, gpu=gpu, system=system, **scenario)
     if report_path is not None:
         from gpuperf.reports.html import write_report  # plotly loads only when asked for
@@ -129,8 +101,8 @@ def model_cmd(
 def _run_ops(ops: list, gpu: str | None, fmt: str) -> None:
     """Each op on its own (a sweep's sizes are independent kernels, as a benchmark times them)."""
     from gpuperf import api
-    from gpuperf.perfmodel.predict import predict_ops
     from gpuperf.reports.tables import render
+    from gpuperf.step.run import predict_ops
 
     render(predict_ops(ops, api.resolve_gpu(gpu)), fmt)
 

@@ -46,11 +46,19 @@ SCENARIO_OPTIONS: list[Callable[..., Any]] = [
     click.option(
         "--cuda-graphs", is_flag=True, help="Replay the step as a CUDA graph (cheap launches)."
     ),
+    click.option(
+        "--attn",
+        type=click.Choice(["flash", "math"]),
+        default="flash",
+        show_default=True,
+        help="flash: one fused attention kernel; math: scores materialized, softmax, then P·V.",
+    ),
 ]
 
 
 def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Adds --mode --batch --seq --ctx --new-tokens --dtype --kv-dtype --impl --cuda-graphs."""
+    """Adds --mode --batch --seq --ctx --new-tokens --dtype --kv-dtype --impl --cuda-graphs
+    --attn."""
     for deco in reversed(SCENARIO_OPTIONS):
         func = deco(func)
     return func

@@ -25,7 +25,7 @@ def _row(r: Any) -> dict[str, Any]:
     b = r.breakdown
     comm = sum(v for k, v in b.items() if k.endswith("_comm"))
     return {
-        "label": r.plan.label(),
+        "label": r.label(),
         "step_time_s": r.step_time,
         "tokens_per_s": r.tokens_per_s,
         "tflops_per_gpu": r.tflops_per_gpu,
@@ -53,26 +53,29 @@ def _cell(key: str, value: Any) -> str:
 @click.option(
     "--mode", type=click.Choice(["train", "prefill", "decode"]), default="train", show_default=True
 )
+@click.option("--impl", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
+              help="fused (Megatron / vLLM kernels) or eager PyTorch.")  # fmt: skip
 @click.option("--global-batch", type=SIZE, default="1024", show_default=True, help="Train: seqs.")
 @click.option("--seq", type=SIZE, default="4096", show_default=True, help="Sequence length.")
 @click.option("--batch", type=SIZE, default="1", show_default=True, help="Inference: sequences.")
 @click.option("--ctx", type=SIZE, default="4096", show_default=True, help="Decode: KV context.")
 @click.option("--top", type=SIZE, default="10", show_default=True, help="Plans to show.")
 @output_options
-def search(model: str, system: str, gpus: int, mode: str, global_batch: int, seq: int,
+def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batch: int, seq: int,
            batch: int, ctx: int, top: int, fmt: str) -> None:  # fmt: skip
     """Enumerate tp, pp, dp, ep, micro-batch, ZeRO stage and recomputation for MODEL on --gpus
     GPUs of --system; drop plans that do not fit; rank by step time; say why the best wins.
+    Each plan is costed by the same engine as `gpuperf predict` (its time there is its time here).
 
     Example: gpuperf search llama2-70b --system dgx-h100 --gpus 64 --global-batch 1024 --seq 4096
     """
     from gpuperf.hardware.loader import load_system
-    from gpuperf.perfmodel.search import search as run_search
+    from gpuperf.step.search import search as run_search
     from gpuperf.workloads.config import load_model
 
     cfg, sys_spec = load_model(model), load_system(system)
     res = run_search(cfg, sys_spec, gpus, mode=mode, global_batch=global_batch, seq=seq,
-                     batch=batch, ctx=ctx, top=top)  # fmt: skip
+                     batch=batch, ctx=ctx, top=top, impl=impl)  # fmt: skip
     rows = [_row(r) for r in res.ranked]
     if fmt == "json":
         out = {
@@ -100,7 +103,7 @@ def search(model: str, system: str, gpus: int, mode: str, global_batch: int, seq
     from rich.table import Table
 
     table = Table(
-        caption="comm %: exposed TP/EP/PP/DP communication",
+        caption="comm %: exposed TP/CP/EP/PP/DP communication",
         title=f"{cfg.name} on {gpus} GPUs of {sys_spec.name}, {mode}: best plans",
     )
     for key, header in COLUMNS.items():

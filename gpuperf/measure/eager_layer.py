@@ -387,7 +387,7 @@ def compare(run: LayerRun, gpu: Any, sc: Scenario) -> list[dict[str, Any]]:
     host_dispatch_s, and this layer's own measured host cost per kernel). No prediction without
     a GPU profile (gpu None): measured only."""
     from gpuperf.perfmodel.calibrate import with_params
-    from gpuperf.perfmodel.predict import predict_ops
+    from gpuperf.step.run import predict_ops
 
     eager_sc = replace(sc, impl="eager", cuda_graphs=False)
     if gpu is not None:  # the layer replays one shape: the attention plan is cached after call 1

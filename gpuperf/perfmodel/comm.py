@@ -218,6 +218,7 @@ def collective_time(
     NCCL's argmin on its own (uncalibrated) model; the reported time applies `params`.
     """
     params = params or comm_params(gpu)
+    nodes = nodes if nodes is not None else (op.nodes or None)
     topo = topology(op.ranks, gpu, system, nodes=nodes, cpu=params.cpu, tables=params.tables)
     if op.ranks == 1:
         return _optime(op.coll, op.nbytes, 1, 0.0, 0.0, 0.0, "none", "none", topo, 0)
@@ -283,7 +284,7 @@ def p2p_time(
     """One send/recv of op.nbytes between two GPUs: over NVLink (PCIe) in a node, or over the
     sender's NIC when inter_node (which needs a system). busbw = algbw, as nccl-tests sendrecv."""
     params = params or comm_params(gpu)
-    if inter_node:
+    if inter_node or op.inter_node:
         if system is None:
             raise InputError("an inter-node send needs a system (--system)")
         topo = topology(2, gpu, system, nodes=2, cpu=params.cpu, tables=params.tables)

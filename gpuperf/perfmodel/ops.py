@@ -277,6 +277,7 @@ class Collective:
     nbytes: int
     ranks: int
     dtype: DType = "bf16"
+    nodes: int = 0  # nodes the group spans; 0: as many as the ranks fill (ranks / GPUs per node)
     kind: ClassVar[OpKind] = "collective"
 
     def cost(self) -> Cost:
@@ -294,6 +295,7 @@ class P2P:
     name: str
     nbytes: int
     dtype: DType = "bf16"
+    inter_node: bool = False  # over the NIC (the next pipeline stage is on another node)
     kind: ClassVar[OpKind] = "p2p"
 
     def cost(self) -> Cost:

@@ -78,7 +78,7 @@ def _dispatch() -> dict[str, Callable[..., OpTime]]:
     }
 
 
-def _shape_key(op: Op) -> tuple[Any, ...]:
+def shape_key(op: Op) -> tuple[Any, ...]:
     """Every field of the op except its name (layers of one model share shapes, not names)."""
     cls = type(op)
     getter = _FIELDS.get(cls)
@@ -119,7 +119,7 @@ def op_time(op: Op, gpu: GpuSpec, system: SystemSpec | None = None) -> OpTime:
         fn: Any = comm.collective_time if kind == "collective" else comm.p2p_time
         return fn(op, gpu, system)
     memo = _memo_for(gpu)
-    key = _shape_key(op)
+    key = shape_key(op)
     t = memo.get(key)
     if t is None:
         t = memo[key] = _dispatch()[kind](op, gpu)

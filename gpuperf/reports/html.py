@@ -25,7 +25,7 @@ from typing import Any
 
 from gpuperf import __version__
 from gpuperf.errors import InputError
-from gpuperf.reports.html_data import ReportItem, is_plan, join_measured, plan_item, spec_for
+from gpuperf.reports.html_data import ReportItem, join_measured, spec_for
 
 # plotly.js config: no logo link, no MathJax typesetting, no topojson fetch (geo maps).
 PLOTLY_CONFIG: dict[str, Any] = {
@@ -92,8 +92,6 @@ def items_of(results: Any, gpus: Any = None, measured: Any = None) -> list[Repor
     ):
         if isinstance(res, ReportItem):
             item = res
-        elif is_plan(res):
-            item = plan_item(res)
         else:
             spec, notes = spec_for(res, gpu)
             label = spec.name if spec is not None else (res.gpu or "GPU")
@@ -107,7 +105,7 @@ def items_of(results: Any, gpus: Any = None, measured: Any = None) -> list[Repor
 
 
 def is_plan_item(item: ReportItem) -> bool:
-    return "breakdown_ms" in (getattr(item.result, "extra", None) or {})
+    return "plan" in (getattr(item.result, "extra", None) or {})
 
 
 def _unique_labels(items: list[ReportItem]) -> None:

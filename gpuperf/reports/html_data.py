@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from gpuperf.errors import EnvironmentUnavailable, InputError
-from gpuperf.perfmodel.predict import ADDITIVE
+from gpuperf.step.result import ADDITIVE
 
 _LAYER_PART = re.compile(r"^L\d+$")
 
@@ -52,47 +52,6 @@ class ReportItem:
     def is_sweep(self) -> bool:
         """Independent single kernels (no scenario): shares of a total mean nothing."""
         return not getattr(self.result, "scenario", None)
-
-
-_PLAN_COLUMNS = ("name", "layer", "kind", "shape", "dtype", "flops", "bytes", "intensity", "bound",
-                 "time_ms", "share")  # fmt: skip
-
-
-def is_plan(result: Any) -> bool:
-    """A parallel-plan result (perfmodel.parallel.PlanResult): a step breakdown, no op table."""
-    return hasattr(result, "breakdown") and hasattr(result, "step_time")
-
-
-def plan_item(result: Any) -> ReportItem:
-    """A PlanResult as a Prediction with no op rows: its breakdown (compute, exposed comm per
-    axis, bubble, optimizer) goes in extra["breakdown_ms"] for the step figure."""
-    from dataclasses import asdict
-
-    from gpuperf.hardware.loader import load_system
-
-    system = load_system(result.system)
-    scenario = {"mode": result.plan.mode, "plan": result.plan.label(), "nodes": result.nodes,
-                "system": result.system, **asdict(result.plan)}  # fmt: skip
-    pred = _prediction(
-        table=pd.DataFrame({c: [] for c in _PLAN_COLUMNS}),
-        total_ms=result.step_time * 1e3,
-        tokens_per_s=result.tokens_per_s,
-        mfu=result.mfu,
-        mfu_convention="model FLOPs per GPU (no recompute) ÷ dense peak",
-        memory=dict(result.memory),
-        memory_capacity=result.memory_capacity,
-        fits=result.fits,
-        warnings=list(result.notes),
-        gpu=system.gpu.name,
-        model=result.model,
-        scenario=scenario,
-        extra={
-            "breakdown_ms": {k: v * 1e3 for k, v in result.breakdown.items()},
-            "tflops_per_gpu": result.tflops_per_gpu,
-        },
-    )
-    label = f"{result.system} {result.plan.label()}"
-    return ReportItem(pred, system.gpu, label, {}, ["a parallel plan has no per-kernel table"])
 
 
 def strip_layer(name: str) -> str:
@@ -214,7 +173,7 @@ def load_saved(path: str | os.PathLike[str], gpu: Any | None = None) -> ReportIt
 
 
 def _prediction(**kw: Any) -> Any:
-    from gpuperf.perfmodel.predict import Prediction
+    from gpuperf.step.result import Prediction
 
     return Prediction(**kw)
 
@@ -301,7 +260,7 @@ def _coerce(table: pd.DataFrame, path: Any) -> pd.DataFrame:
 def _repredict(rows: list[dict], spec: Any) -> pd.DataFrame | None:
     """The current model's prediction for each row's op, or None when any op cannot be read."""
     from gpuperf.perfmodel.ops_io import op_from_dict
-    from gpuperf.perfmodel.predict import predict_ops
+    from gpuperf.step.run import predict_ops
 
     try:
         ops = [op_from_dict(r["op"]) for r in rows]

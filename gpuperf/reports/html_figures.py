@@ -172,7 +172,9 @@ def position_figure(item: ReportItem) -> go.Figure:
 # PlanResult.breakdown keys -> legend names
 _PLAN_PARTS = {
     "compute": "compute kernels",
+    "host": "waiting on the host",
     "tp_comm": "exposed TP communication",
+    "cp_comm": "exposed CP communication",
     "ep_comm": "exposed EP communication",
     "pp_comm": "exposed PP communication",
     "dp_comm": "exposed DP communication",
@@ -222,7 +224,7 @@ def step_figure(items: list[ReportItem]) -> go.Figure | None:
     rows: list[tuple[str, dict[str, float]]] = []
     for it in items:
         extra = getattr(it.result, "extra", {}) or {}
-        if "breakdown_ms" in extra:  # a parallel plan: its own parts, which add up to the step
+        if "plan" in extra and "breakdown_ms" in extra:  # a plan: the parts of its step
             parts = {_PLAN_PARTS.get(k, k): float(v) for k, v in extra["breakdown_ms"].items()}
             rows.append((it.label, {k: v for k, v in parts.items() if v > 0}))
             continue

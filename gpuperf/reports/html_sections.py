@@ -9,10 +9,10 @@ from typing import Any
 
 import pandas as pd
 
-from gpuperf.perfmodel.predict import SUMMED
 from gpuperf.reports.html_data import ReportItem, achieved_tflops, fold_ops
 from gpuperf.reports.html_figures import kind_color
 from gpuperf.reports.tables import num
+from gpuperf.step.result import SUMMED
 
 
 def _e(value: Any) -> str:

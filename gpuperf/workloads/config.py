@@ -46,6 +46,10 @@ class ModelConfig:
     num_experts: int = 0
     num_experts_per_tok: int = 0
     parallel_residual: bool = False  # GPT-NeoX / GPT-J: x + attn(ln1(x)) + mlp(ln2(x))
+    # Dropout in training (0 in inference): on the attention probabilities, and on each block's
+    # output before the residual add (GPT-2's attn_pdrop / resid_pdrop; 0 for modern LLMs).
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
     rope_theta: float = 10000.0
     source: str = ""  # where it was loaded from (preset name or file path)
 
@@ -77,6 +81,11 @@ class ModelConfig:
                 f"{self.name}: num_experts_per_tok ({self.num_experts_per_tok}) must be between 1 "
                 f"and num_experts ({self.num_experts})"
             )
+        for attr in ("attention_dropout", "hidden_dropout"):
+            value = getattr(self, attr)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+                raise InputError(f"{self.name}: {attr} must be a probability in [0, 1), "
+                                 f"got {value!r}")  # fmt: skip
         for attr, allowed in (
             ("mlp", ("swiglu", "gelu")),
             ("norm", ("rmsnorm", "layernorm")),
@@ -249,6 +258,7 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
                 num_experts=get("num_local_experts", "num_experts", default=0),
                 num_experts_per_tok=get("num_experts_per_tok", default=0),
                 rope_theta=float(get("rope_theta", default=10000.0)),
+                attention_dropout=float(get("attention_dropout", default=0.0)),
                 source=source,
             )
         if mtype == "gpt2":
@@ -267,6 +277,8 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
                 norm="layernorm",
                 positions="learned",
                 linear_bias=True,
+                attention_dropout=float(get("attn_pdrop", default=0.0)),
+                hidden_dropout=float(get("resid_pdrop", default=0.0)),
                 source=source,
             )
         if mtype == "gpt_neox":
@@ -285,6 +297,8 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
                 linear_bias=True,
                 parallel_residual=bool(get("use_parallel_residual", default=True)),
                 rope_theta=float(get("rotary_emb_base", "rope_theta", default=10000.0)),
+                attention_dropout=float(get("attention_dropout", default=0.0)),
+                hidden_dropout=float(get("hidden_dropout", default=0.0)),
                 source=source,
             )
     except TypeError as exc:  # e.g. a string where a number belongs

@@ -1,4 +1,13 @@
-"""Scenario: how a model is run (mode, sizes, dtypes, implementation, parallelism)."""
+"""Scenario: how a model is run (mode, sizes, dtypes, implementation, parallelism).
+
+One GPU is the scenario whose parallel degrees are all 1: the step engine (gpuperf.step) runs
+the same code for both, and a plan only adds what parallelism adds.
+
+Batch sizes: `batch` counts the sequences one data-parallel replica processes in one step (in
+training: between two optimizer steps). `micro_batch` splits them into micro-batches (gradient
+accumulation, pipeline micro-batches); by default one micro-batch holds them all.
+`global_batch` (training) is the alternative to `batch`: sequences over all dp replicas.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +19,55 @@ from gpuperf.errors import InputError
 
 Mode = Literal["prefill", "decode", "generate", "train"]
 Impl = Literal["fused", "eager"]
+TpImpl = Literal["megatron", "dtensor"]
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["1f1b", "interleaved"]
+AttnImpl = Literal["flash", "math"]
 MODES: tuple[Mode, ...] = ("prefill", "decode", "generate", "train")
+TP_IMPLS: tuple[TpImpl, ...] = ("megatron", "dtensor")
+RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
+SCHEDULES: tuple[Schedule, ...] = ("1f1b", "interleaved")
+ATTN_IMPLS: tuple[AttnImpl, ...] = ("flash", "math")
+DEGREES = ("tp", "pp", "dp", "cp", "ep")
+# The parallel options (api.predict's keyword arguments, the CLI's --tp ... --nvls).
+PARALLEL_FIELDS = (*DEGREES, "micro_batch", "global_batch", "zero", "dp_overlap", "recompute",
+                   "sequence_parallel", "tp_impl", "tp_overlap", "schedule", "virtual_stages",
+                   "nvls")  # fmt: skip
+_POSITIVE = ("batch", "seq", "ctx", "new_tokens", *DEGREES, "virtual_stages")
+_BOOLS = ("cuda_graphs", "tp_overlap", "nvls")
+_CHOICES = {
+    "mode": MODES,
+    "impl": ("fused", "eager"),
+    "tp_impl": TP_IMPLS,
+    "recompute": RECOMPUTE,
+    "schedule": SCHEDULES,
+    "attn": ATTN_IMPLS,
+}
+
+
+def _positive_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
-    """One way of running a model.
+    """One way of running a model, on one GPU or as a parallel plan.
 
     prefill: `batch` sequences of `seq` tokens. decode: one new token per sequence against a KV
     cache of `ctx` tokens. generate: prefill of `seq`, then `new_tokens` decode steps. train:
     forward and backward over `batch` × `seq` tokens plus an AdamW step.
+
+    Parallelism (1 = none): tp tensor, pp pipeline stages, dp data-parallel replicas, cp context
+    (ring attention over the sequence), ep expert (carved out of dp). zero: 0 DDP (gradient
+    all-reduce), 1/2 distributed optimizer (gradient reduce-scatter, parameter all-gather), 3
+    FSDP2 / ZeRO-3 (parameters gathered layer by layer). dp_overlap: gradient buckets reduced
+    under the backward (PyTorch DDP, the default with eager kernels) or after it (Megatron-LM's
+    default, overlap_grad_reduce off; the default with fused kernels). tp_impl: megatron (plain
+    collectives after the row-parallel matmul; sequence_parallel and tp_overlap apply) or dtensor
+    (PyTorch DTensor, as Hugging Face's tp_plan runs it: the same collectives in the forward, one
+    all-reduce per column-parallel projection in the backward, and DTensor's dispatch on the
+    host). attn: flash (fused kernel) or math (scores materialized, softmax, then P·V).
     """
 
     mode: Mode = "prefill"
@@ -31,21 +79,100 @@ class Scenario:
     kv_dtype: DType | None = None
     impl: Impl = "fused"
     cuda_graphs: bool = False
-    # Parallelism (issue: parallel plans); 1 means none.
+    attn: AttnImpl = "flash"
+    # --- parallelism -------------------------------------------------------------------------
     tp: int = 1
     pp: int = 1
     dp: int = 1
+    cp: int = 1
     ep: int = 1
+    micro_batch: int | None = None  # None: one micro-batch of `batch`
+    global_batch: int | None = None  # train: sequences over all replicas (sets batch = it / dp)
+    zero: int = 0
+    dp_overlap: bool | None = None  # None: on for eager (PyTorch DDP), off for fused (Megatron)
+    recompute: Recompute = "none"
+    sequence_parallel: bool | None = None  # None: on for megatron TP in training
+    tp_impl: TpImpl = "megatron"
+    tp_overlap: bool = False
+    schedule: Schedule = "1f1b"
+    virtual_stages: int = 1
+    nvls: bool = False
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise InputError(f"unknown mode {self.mode!r}; expected one of: {', '.join(MODES)}")
-        if self.impl not in ("fused", "eager"):
-            raise InputError(f"unknown impl {self.impl!r}; expected fused or eager")
-        for name in ("batch", "seq", "ctx", "new_tokens", "tp", "pp", "dp", "ep"):
+        for name, choices in _CHOICES.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
+            if value not in choices:
+                raise InputError(f"unknown {name} {value!r}; expected one of: {', '.join(choices)}")
+        for name in _POSITIVE:
+            _positive_int(name, getattr(self, name))
+        for name in _BOOLS:
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("sequence_parallel", "dp_overlap"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise InputError(f"{name} must be true, false or None, got {value!r}")
+        sp = self.sequence_parallel
+        if self.dp_overlap is None:
+            object.__setattr__(self, "dp_overlap", self.impl == "eager")
+        if not isinstance(self.zero, int) or isinstance(self.zero, bool) or self.zero not in (
+            0, 1, 2, 3,
+        ):  # fmt: skip
+            raise InputError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.global_batch is not None:
+            _positive_int("global_batch", self.global_batch)
+            if self.mode != "train":
+                raise InputError("global_batch applies to training; use batch for inference")
+            if self.global_batch % self.dp:
+                raise InputError(
+                    f"global batch {self.global_batch} is not a multiple of dp={self.dp}"
+                )
+            per_replica = self.global_batch // self.dp
+            if self.batch not in (1, per_replica):
+                raise InputError(
+                    f"batch={self.batch} and global_batch={self.global_batch} disagree with "
+                    f"dp={self.dp} (batch counts sequences per replica); give one of them"
+                )
+            object.__setattr__(self, "batch", per_replica)
+        if self.micro_batch is None:
+            object.__setattr__(self, "micro_batch", self.batch)
+        _positive_int("micro_batch", self.micro_batch)
+        if self.batch % self.micro_batch:
+            raise InputError(
+                f"batch {self.batch} (per replica) is not a multiple of micro_batch "
+                f"{self.micro_batch}"
+            )
+        if sp is None:
+            sp = self.tp > 1 and self.tp_impl == "megatron" and self.mode == "train"
+            object.__setattr__(self, "sequence_parallel", sp)
+        self._check_combinations()
+
+    def _check_combinations(self) -> None:
+        if self.sequence_parallel and self.tp == 1:
+            raise InputError("sequence parallelism needs tp > 1")
+        if self.sequence_parallel and self.tp_impl != "megatron":
+            raise InputError("sequence parallelism is a megatron TP feature (tp_impl=megatron)")
+        if self.tp_overlap and (self.tp == 1 or self.tp_impl != "megatron"):
+            raise InputError("tp_overlap needs megatron tensor parallelism (tp > 1)")
+        if self.schedule == "interleaved" and self.pp == 1:
+            raise InputError("the interleaved schedule needs pp > 1")
+        if self.virtual_stages > 1 and self.schedule != "interleaved":
+            raise InputError("virtual_stages > 1 needs schedule=interleaved")
+        if self.mode != "train" and (self.zero or self.recompute != "none"):
+            raise InputError("zero and recompute apply to training only")
+        if self.zero and self.dp == 1:
+            raise InputError(f"zero={self.zero} shards over data-parallel ranks: it needs dp > 1")
+        if self.ep > 1 and self.dp % self.ep:
+            raise InputError(f"ep={self.ep} must divide dp={self.dp} (EP groups come from DP)")
+        if self.cp > 1 and self.mode in ("decode", "generate"):
+            raise InputError("context parallelism splits a sequence: prefill and train only")
+        if self.cp > 1 and self.seq % (2 * self.cp):
+            raise InputError(
+                f"seq={self.seq} must be a multiple of 2·cp = {2 * self.cp} (ring attention "
+                "splits each sequence into 2·cp chunks to balance the causal mask)"
+            )
+
+    # --- derived --------------------------------------------------------------------------------
 
     @property
     def kv(self) -> DType:
@@ -53,5 +180,37 @@ class Scenario:
 
     @property
     def tokens(self) -> int:
-        """Tokens processed by one forward pass of this scenario."""
+        """Tokens processed by one forward pass of one replica (all its micro-batches)."""
         return self.batch if self.mode == "decode" else self.batch * self.seq
+
+    @property
+    def microbatches(self) -> int:
+        return self.batch // self.micro_batch  # type: ignore[operator]
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the plan spans (ep is carved out of dp)."""
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def model_parallel(self) -> int:
+        """GPUs that hold one replica of the model: tp · pp · cp."""
+        return self.tp * self.pp * self.cp
+
+    @property
+    def parallel(self) -> bool:
+        return self.gpus > 1
+
+    def label(self) -> str:
+        """A short name of the plan: 'tp8 pp2 dp4 mb1 zero1 selective sp'."""
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        parts += [f"{k}{getattr(self, k)}" for k in ("cp", "ep") if getattr(self, k) > 1]
+        if self.mode == "train":
+            parts += [f"mb{self.micro_batch}", f"zero{self.zero}", self.recompute]
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.virtual_stages > 1:
+            parts.append(f"v{self.virtual_stages}")
+        if self.tp > 1 and self.tp_impl != "megatron":
+            parts.append(self.tp_impl)
+        return " ".join(parts)

@@ -25,50 +25,36 @@ from dataclasses import fields, replace
 
 from gpuperf.dtypes import BYTES
 from gpuperf.errors import InputError
-from gpuperf.perfmodel.ops import Copy, Elementwise, Embedding, Gemm, Norm, Op
+from gpuperf.perfmodel.ops import Collective, Copy, Elementwise, Embedding, Gemm, Norm, Op
+from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.scenario import Scenario
 from gpuperf.workloads.transformer_layers import (
     Dims,
-    eager_layer,
     eager_norm,
-    fused_layer,
-    make_dims,
 )
 
 
 def build_ops(cfg: ModelConfig, sc: Scenario) -> list[Op]:
-    """The kernels of one prefill, decode step or training step of `cfg` run as `sc` says."""
+    """The kernels of one prefill, decode step or training step of `cfg` run as `sc` says, on
+    one GPU (the scenario's parallelism is ignored; gpuperf.step runs plans)."""
+    from gpuperf.workloads.step_work import build, single_gpu_ops
+
     if sc.mode == "generate":
         raise InputError("generate is prefill + decode steps; build the two scenarios separately")
-    d = make_dims(cfg, sc)
-    eager = sc.impl == "eager"
-    layer = eager_layer(cfg, d) if eager else fused_layer(cfg, d)
-    ops = prologue(cfg, d, eager)
-    ops += replicate(layer, cfg.layers)
-    if not eager and not cfg.parallel_residual:
-        # vLLM's first layer has no residual yet: a plain norm, not the fused add + norm.
-        i = len(ops) - len(layer) * cfg.layers
-        ops[i] = replace(ops[i], residual=False)  # type: ignore[call-arg]
-    ops += epilogue(cfg, d, eager, sc.mode)
-    if sc.mode == "train":
-        from gpuperf.workloads.transformer_train import backward_and_step
-
-        ops += backward_and_step(cfg, d, eager, layer)
-    return ops
+    if sc.parallel or sc.microbatches > 1:
+        sc = replace(sc, tp=1, pp=1, dp=1, cp=1, ep=1, zero=0, micro_batch=sc.batch,
+                     global_batch=None, sequence_parallel=False, tp_overlap=False)  # fmt: skip
+    return single_gpu_ops(build(cfg, sc))
 
 
 def replicate(template: list[Op], layers: int) -> list[Op]:
     """Copy a layer's ops under L0/ ... L{layers-1}/."""
-    return _copies(template, range(layers))
+    return name_copies(template, range(layers))
 
 
-def replicate_reversed(template: list[Op], layers: int) -> list[Op]:
-    """As replicate, last layer first (backward order)."""
-    return _copies(template, reversed(range(layers)))
-
-
-def _copies(template: list[Op], layer_ids: Iterable[int]) -> list[Op]:
+def name_copies(template: list[Op], layer_ids: Iterable[int]) -> list[Op]:
+    """Copies of a layer's ops, one per layer id, named "L{id}/" + name."""
     # Ops are frozen slotted dataclasses; filling the slots through their descriptors skips the
     # frozen __init__ and makes an 80-layer model's op list about 40% faster to build.
     rows = []
@@ -93,6 +79,8 @@ def _copies(template: list[Op], layer_ids: Iterable[int]) -> list[Op]:
 def prologue(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     """Token embedding (+ learned positions); eager HF also builds positions and RoPE cos/sin."""
     ops: list[Op] = [Embedding("embed", d.T, d.hidden, d.act)]
+    if d.g.tp_impl == "megatron":  # vocab-parallel lookup: partial rows summed over tp
+        ops += comm_ops.row_out(d, "embed")  # (Hugging Face's tp_plan replicates the embedding)
     if cfg.positions == "learned":
         ops.append(Embedding("pos_embed", d.T, d.hidden, d.act))
         ops.append(Elementwise("embed_add", "add", d.T * d.hidden, 2, 1, d.act))
@@ -123,15 +111,24 @@ def prologue(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
 
 
 def epilogue(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> list[Op]:
-    """Final norm, then lm_head: last token per sequence (prefill), every token (decode, train)."""
+    """Final norm, then lm_head: last token per sequence (prefill), every token (decode, train).
+    Under tensor parallelism the lm_head is column-parallel over the vocabulary: Megatron's
+    training keeps the logits split (vocab-parallel cross-entropy); inference, and Hugging Face's
+    tp_plan always, gather them."""
     T, h = d.T, d.hidden
     if eager:
-        ops = eager_norm(cfg, "final_norm", T, h, d.act)
+        ops = eager_norm(cfg, "final_norm", d.rows, h, d.act)
     else:
-        ops = [Norm("final_norm", cfg.norm, T, h, d.act, not cfg.parallel_residual)]
+        ops = [Norm("final_norm", cfg.norm, d.rows, h, d.act, not cfg.parallel_residual)]
+    ops += comm_ops.col_in(d, "lm_head")
     rows = d.batch if mode == "prefill" else T
     if mode == "prefill" and not eager and d.q_len > 1:
         # vLLM gathers the hidden states at each sequence's last position before the lm_head.
         ops.append(Copy("logits_gather", rows * h * BYTES[d.act], d.act))
-    ops.append(Gemm("lm_head", rows, cfg.vocab, h, d.act))
+    vocab = -(-cfg.vocab // d.g.tp)
+    ops.append(Gemm("lm_head", rows, vocab, h, d.act))
+    if d.g.tp > 1 and (mode != "train" or d.g.tp_impl == "dtensor"):
+        nbytes = rows * vocab * d.g.tp * BYTES[d.act]
+        ops.append(Collective("lm_head.allgather", "allgather", nbytes, d.g.tp, d.act,
+                              d.g.tp_nodes))  # fmt: skip
     return ops

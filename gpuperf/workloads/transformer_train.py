@@ -20,7 +20,9 @@ from dataclasses import replace
 
 from gpuperf.dtypes import BYTES
 from gpuperf.perfmodel.ops import (
+    P2P,
     Attention,
+    Collective,
     Copy,
     Elementwise,
     Gemm,
@@ -28,6 +30,7 @@ from gpuperf.perfmodel.ops import (
     Op,
     Reduce,
 )
+from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.transformer_layers import Dims
 
@@ -56,6 +59,9 @@ def fused_backward(op: Op) -> list[Op]:
     if isinstance(op, Elementwise):
         if op.fn in ("quant", "add"):  # residual adds pass gradients through unchanged
             return []
+        if op.fn in ("dropout", "dropout_add"):  # the gradient times the saved mask
+            return [Elementwise(op.name + ".bwd", "dropout_bwd", op.numel, 1, 1, op.dtype,
+                                None, 1.0)]  # fmt: skip
         if op.fn == "rope":  # the inverse rotation, same shape
             return [replace(op, name=op.name + ".bwd")]
         # Reads the output grad and the saved inputs, writes one grad per input.
@@ -73,7 +79,13 @@ def fused_backward(op: Op) -> list[Op]:
         ]
     if isinstance(op, Copy):
         return [replace(op, name=op.name + ".bwd")]
-    return []  # Reduce (top-k indices), Embedding handled by the caller
+    if isinstance(op, P2P):  # ring attention: K/V and their gradients travel back
+        return [replace(op, name=op.name + ".bwd", nbytes=2 * op.nbytes)]
+    if isinstance(op, Collective) and op.coll == "alltoall":  # MoE dispatch/combine, mirrored
+        return [replace(op, name=op.name + ".bwd")]
+    # Tensor-parallel collectives are placed by layer_backward (comm_ops); Reduce (top-k
+    # indices) needs no gradient; Embedding is handled by the caller.
+    return []
 
 
 def eager_norm_backward(cfg: ModelConfig, name: str, rows: int, cols: int, a: str) -> list[Op]:
@@ -114,6 +126,9 @@ def _eager_rope_backward(name: str, n: int, a: str) -> list[Op]:
     ]
 
 
+_MATH = ("attn/scores", "attn/softmax", "attn/context", "attn/repeat_")
+
+
 def _fwd_gemm(layer: list[Op], name: str) -> Gemm:
     return next(op for op in layer if op.name == name)  # type: ignore[return-value]
 
@@ -136,8 +151,9 @@ def eager_layer_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]
     ops += eager_norm_backward(cfg, "mlp/norm", T, h, a)
     ops.append(_ew("attn/residual.bwd", "add", T * h, a, 2))
     ops += gemm_backward(g["attn/out"])
-    core = next(op for op in layer if isinstance(op, Attention))
-    ops.append(replace(core, name=core.name + ".bwd", backward=True))
+    attn = [op for op in layer if isinstance(op, Attention | P2P) or op.name.startswith(_MATH)]
+    for op in reversed(attn):  # flash (or ring) attention, or the materialized form
+        ops += fused_backward(op)
     if d.heads != d.kv_heads:  # enable_gqa: K and V grads summed over each group
         kv_n = d.batch * d.kv_heads * d.kv_len * d.head_dim
         ops.append(_ew("attn/core.dk_sum", "sum", kv_n, a, d.heads // d.kv_heads))
@@ -157,10 +173,16 @@ def eager_layer_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]
 
 
 def loss_ops(cfg: ModelConfig, d: Dims, eager: bool) -> tuple[list[Op], list[Op]]:
-    """Cross-entropy over every token's logits: (forward kernels, backward kernels)."""
-    T, V, a = d.T, cfg.vocab, d.act
+    """Cross-entropy over every token's logits: (forward kernels, backward kernels). Under TP the
+    logits stay split over the vocabulary (Megatron's vocab-parallel cross-entropy): three
+    all-reduces of one fp32 per token (the max, the sum of exponentials, the target logit)."""
+    split = d.g.tp if d.g.tp_impl == "megatron" else 1  # DTensor gathers the logits first
+    T, V, a = d.T, -(-cfg.vocab // split), d.act
     if not eager:
         fwd: list[Op] = [Norm("loss/ce", "softmax", T, V, a)]  # type: ignore[arg-type]
+        for part in ("max", "sum", "target") if split > 1 else ():
+            fwd.append(Collective(f"loss/ce.allreduce_{part}", "allreduce", T * 4, d.g.tp,
+                                  "fp32", d.g.tp_nodes))  # fmt: skip
         return fwd, [_ew("loss/ce.bwd", "ce_bwd", T * V, a, flops=3.0)]
     # LlamaForCausalLM loss: logits.float(), pad + clone the shifted labels, log_softmax, nll.
     fwd = [
@@ -179,9 +201,9 @@ def loss_ops(cfg: ModelConfig, d: Dims, eager: bool) -> tuple[list[Op], list[Op]
     return fwd, bwd
 
 
-def optimizer_ops(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
-    """AdamW over all parameters (see the module docstring)."""
-    P = cfg.param_count()
+def optimizer_ops(params: float, d: Dims, eager: bool) -> list[Op]:
+    """AdamW over `params` parameters (see the module docstring)."""
+    P = max(1, int(params))
     if not eager:
         state = "fp64" if d.act == "fp64" else "fp32"
         ops = [_ew("optimizer/adamw", "adamw", P, state, 4, flops=12.0, n_out=3)]
@@ -199,24 +221,87 @@ def optimizer_ops(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     return [_ew(f"optimizer/{n}", fn, P, d.act, k) for n, fn, k in steps]
 
 
-def backward_and_step(cfg: ModelConfig, d: Dims, eager: bool, layer: list[Op]) -> list[Op]:
-    """Loss forward, its backward, lm_head and final-norm backward, layers last to first,
-    embedding backward, optimizer step. `layer` is the forward template (relative names)."""
-    from gpuperf.workloads.transformer import replicate_reversed
+def layer_backward(
+    cfg: ModelConfig, d: Dims, eager: bool, layer: list[Op], recompute: str = "none"
+) -> tuple[list[Op], dict[str, tuple[str, ...]]]:
+    """One layer's backward kernels (relative names, in the order they run) and which of its
+    collectives hide under which kernels. Recomputation runs first: the whole forward of the
+    layer (full; Hugging Face's gradient checkpointing), or the materialized attention (selective:
+    the score matrix, softmax and P·V that FlashAttention's backward recomputes anyway)."""
+    hide: dict[str, tuple[str, ...]] = {}
+    if eager:
+        ops = eager_layer_backward(cfg, d, layer)
+        ops, hide = _eager_tp_backward(d, ops)
+    else:
+        ops = []
+        for op in reversed(layer):
+            back = fused_backward(op)
+            if isinstance(op, Gemm) and op.name in _COLUMN_GEMMS and len(back) == 2:
+                back, h = comm_ops.col_in_backward(d, back[0], back[1])
+                hide.update(h)
+            elif isinstance(op, Collective) and op.coll == "reducescatter":
+                back = comm_ops.row_out_backward(d, op.name.rsplit(".", 1)[0])
+            ops += back
+    from gpuperf.workloads.transformer_layers import ring_hide
 
-    loss_fwd, loss_bwd = loss_ops(cfg, d, eager)
+    hide.update(ring_hide(d, backward=True))
+    redo: list[Op] = []
+    if recompute == "full":
+        redo = list(layer)
+    elif recompute == "selective":  # Megatron's core-attention recompute (flash or not)
+        redo = [op for op in layer if isinstance(op, Attention) or op.name.startswith(_MATH)]
+    redo = [replace(op, name=op.name + ".recompute") for op in redo]  # type: ignore[call-arg]
+    return redo + ops, hide
+
+
+# Column-parallel GEMMs of the fused layer (their input gradient is all-reduced under TP).
+_COLUMN_GEMMS = frozenset({"attn/qkv", "mlp/gate_up", "mlp/up", "mlp/router"})
+
+
+_DTENSOR_COLUMNS = ("attn/q.dgrad", "attn/k.dgrad", "attn/v.dgrad", "mlp/gate.dgrad",
+                    "mlp/up.dgrad")  # fmt: skip
+
+
+def _eager_tp_backward(d: Dims, ops: list[Op]) -> tuple[list[Op], dict[str, tuple[str, ...]]]:
+    """Eager (Hugging Face) layers under TP, backward. DTensor all-reduces the input gradient of
+    each column-parallel projection (q, k, v, gate, up: five per layer, as Hugging Face's
+    tp_plan runs); Megatron-style hooks all-reduce the summed gradient of q/k/v and of gate/up
+    (two). Nothing overlaps them."""
+    if d.g.tp == 1:
+        return ops, {}
+    if d.g.tp_impl == "dtensor":
+        after = {n: n.removesuffix(".dgrad") for n in _DTENSOR_COLUMNS}
+    else:
+        after = {"attn/q.grad_add": "attn/qkv", "mlp/grad_add": "mlp/gate_up"}
+    nbytes = d.T * d.hidden * BYTES[d.act]
+    out: list[Op] = []
+    for op in ops:
+        out.append(op)
+        if op.name in after:
+            out.append(Collective(f"{after[op.name]}.bwd_allreduce", "allreduce", nbytes,
+                                  d.g.tp, d.act, d.g.tp_nodes))  # fmt: skip
+    return out, {}
+
+
+def head_backward(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
+    """Loss backward, lm_head backward (column-parallel under TP), final-norm backward."""
     T, h, a = d.T, d.hidden, d.act
-    ops: list[Op] = loss_fwd + loss_bwd
-    ops += gemm_backward(Gemm("lm_head", T, cfg.vocab, h, a))  # type: ignore[arg-type]
+    ops: list[Op] = loss_ops(cfg, d, eager)[1]
+    vocab = -(-cfg.vocab // d.g.tp)
+    dgrad, wgrad = gemm_backward(Gemm("lm_head", T, vocab, h, a))  # type: ignore[arg-type]
+    ops += comm_ops.col_in_backward(d, dgrad, wgrad)[0]
     if eager:
         ops += eager_norm_backward(cfg, "final_norm", T, h, a)
-        template = eager_layer_backward(cfg, d, layer)
     else:
         fres = not cfg.parallel_residual
-        ops.append(Norm("final_norm.bwd", cfg.norm, T, h, a, fres, True))  # type: ignore[arg-type]
-        template = [b for op in reversed(layer) for b in fused_backward(op)]
-    ops += replicate_reversed(template, cfg.layers)
-    ops.append(_ew("embed.bwd", "embedding_backward", T * h, a))
+        ops.append(Norm("final_norm.bwd", cfg.norm, d.rows, h, a, fres, True))  # type: ignore[arg-type]
+    return ops
+
+
+def tail_backward(cfg: ModelConfig, d: Dims) -> list[Op]:
+    """The embedding's gradient (scatter-add of the token rows)."""
+    T, h, a = d.T, d.hidden, d.act
+    ops: list[Op] = [_ew("embed.bwd", "embedding_backward", T * h, a)]
     if cfg.positions == "learned":
         ops.append(_ew("pos_embed.bwd", "embedding_backward", T * h, a))
-    return ops + optimizer_ops(cfg, d, eager)
+    return ops

@@ -122,6 +122,7 @@ def test_reducescatter_through_torchrun_json(capsys, tmp_path):
         "nbytes": 4096,
         "ranks": 2,
         "dtype": "bf16",
+        "nodes": 0,
     }
     assert json.loads(save.read_text())["rows"][0]["measured_ms"] == row["measured_ms"]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpuperf.cli import main
-from gpuperf.perfmodel import predict as P
 from gpuperf.perfmodel.optime import OpTime
+from gpuperf.step import cost as P
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUPERF = Path(sys.executable).parent / "gpuperf"
@@ -148,16 +148,29 @@ def test_demo_command_end_to_end():
 
 @pytest.mark.parametrize(
     "extra",
-    [["--kv-dtype", "fp8"], ["--impl", "eager"], ["--cuda-graphs"], ["--gpu", "h200"]],
+    [["--kv-dtype", "fp8"], ["--impl", "eager"], ["--cuda-graphs"], ["--by", "layer"]],
 )
-def test_plan_refuses_single_gpu_options(extra):
-    import subprocess
-    import sys
+def test_plans_take_every_single_gpu_option(capsys, extra):
+    code = main_code(["predict", "llama2-70b", "--mode", "decode", "--system", "dgx-h100",
+                      "--tp", "8", "--format", "json", *extra])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    if "--by" not in extra:
+        assert json.loads(out.out)["extra"]["plan"] == "tp8 pp1 dp1"
 
-    r = subprocess.run(
-        [sys.executable, "-m", "gpuperf.cli", "predict", "llama2-70b", "--mode", "decode",
-         "--system", "dgx-h100", "--tp", "8", *extra],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert r.returncode == 2
-    assert "parallel plans do not take" in r.stderr and "Traceback" not in r.stderr
+
+def test_plan_on_a_system_of_other_gpus_is_one_line_exit_2(capsys):
+    code = main_code(["predict", "llama2-70b", "--system", "dgx-h100", "--tp", "8", "--gpu",
+                      "h200"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "built of h100-sxm5-80gb" in err and "Traceback" not in err
+
+
+def main_code(args):
+    from gpuperf.cli import main
+
+    try:
+        main(args)
+    except SystemExit as exc:
+        return exc.code
+    return 0

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from gpuperf.cli import main
-from gpuperf.perfmodel import predict as P
 from gpuperf.perfmodel.ops_io import op_to_dict
 from gpuperf.perfmodel.optime import OpTime
+from gpuperf.step import cost as P
 from gpuperf.workloads import single_op
 
 

@@ -1,4 +1,4 @@
-"""`gpuperf search` and the plan options of `gpuperf predict` (plan_opts.run_plan)."""
+"""`gpuperf search`, and its plans through `gpuperf predict`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 from click.testing import CliRunner
 
 from gpuperf.cli import cli
-from gpuperf.cli.plan_opts import run_plan, wants_plan
 
 
 def test_search_json():
@@ -32,15 +31,23 @@ def test_search_table_has_units_and_example():
     assert "gpuperf search llama2-70b" in CliRunner().invoke(cli, ["search", "--help"]).output
 
 
-def test_run_plan_json(capsys):
-    assert wants_plan(8, 2, 4, 1, 8) and not wants_plan(1, 1, 1, 1, None)
-    run_plan("llama2-70b", "dgx-h100", "train", tp=8, pp=2, dp=4, ep=1, batch=1, seq=4096,
-             ctx=4096, dtype="bf16", fmt="json", nodes=8, global_batch=1024, micro_batch=1,
-             zero=1, recompute="selective")  # fmt: skip
-    out = json.loads(capsys.readouterr().out)
-    assert out["label"] == "tp8 pp2 dp4 mb1 zero1 selective sp"
-    assert (
-        out["total_ms"] == sum(op["time_ms"] for op in out["ops"])
-        or abs(out["total_ms"] - sum(op["time_ms"] for op in out["ops"])) < 1e-6 * out["total_ms"]
-    )
-    assert out["fits"] is True
+def test_search_plan_is_the_predict_plan():
+    """The best plan's step time in `search` is `predict`'s for the same plan, to the bit."""
+    args = ["search", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--global-batch", "64",
+            "--seq", "2048", "--top", "1", "--format", "json"]  # fmt: skip
+    best = json.loads(CliRunner().invoke(cli, args).output)["plans"][0]
+    sc = best["scenario"]
+    flags = ["predict", "llama3-8b", "--system", "dgx-h100", "--mode", "train", "--format", "json",
+             "--seq", str(sc["seq"]), "--global-batch", str(sc["global_batch"]),
+             "--micro-batch", str(sc["micro_batch"]), "--zero", str(sc["zero"]),
+             "--recompute", sc["recompute"], "--schedule", sc["schedule"],
+             "--virtual-stages", str(sc["virtual_stages"])]  # fmt: skip
+    for k in ("tp", "pp", "dp", "cp", "ep"):
+        flags += [f"--{k}", str(sc[k])]
+    flags.append("--sequence-parallel" if sc["sequence_parallel"] else "--no-sequence-parallel")
+    out = CliRunner().invoke(cli, flags)
+    assert out.exit_code == 0, out.output
+    pred = json.loads(out.output)
+    assert pred["total_ms"] == best["step_time_ms"]
+    assert pred["mfu"] == best["mfu"]
+    assert pred["extra"]["plan"] == best["label"]

@@ -13,7 +13,7 @@ from gpuperf.hardware.loader import load_gpu  # noqa: E402
 from gpuperf.measure import eager_layer as el  # noqa: E402
 from gpuperf.measure.timing import Budget  # noqa: E402
 from gpuperf.perfmodel.calibrate import with_params  # noqa: E402
-from gpuperf.perfmodel.predict import predict_ops  # noqa: E402
+from gpuperf.step.run import predict_ops  # noqa: E402
 from gpuperf.workloads.config import ModelConfig, load_model  # noqa: E402
 from gpuperf.workloads.scenario import Scenario  # noqa: E402
 

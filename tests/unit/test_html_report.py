@@ -16,11 +16,11 @@ import pytest
 from gpuperf.errors import InputError
 from gpuperf.hardware.loader import load_gpu
 from gpuperf.perfmodel.ops_io import op_to_dict
-from gpuperf.perfmodel.predict import Prediction
 from gpuperf.reports import html as H
 from gpuperf.reports.html_data import fold_ops, join_measured, load_saved, strip_layer
 from gpuperf.reports.html_figures import memory_figure, step_figure
 from gpuperf.reports.html_roofline import roofline_figure
+from gpuperf.step.result import Prediction
 from gpuperf.workloads import single_op
 
 H100 = load_gpu("h100")
@@ -284,22 +284,20 @@ def test_plotly_not_imported_on_predict_path():
 
 
 def test_parallel_plan_step_breakdown_and_memory():
-    from gpuperf.hardware.loader import load_system
-    from gpuperf.perfmodel.parallel import ParallelPlan, predict_plan
-    from gpuperf.workloads.config import load_model
+    from gpuperf import api
 
-    plan = ParallelPlan(mode="train", tp=8, pp=2, dp=4, seq=4096, micro_batch=1,
-                        global_batch=256, dtype="bf16")  # fmt: skip
-    r = predict_plan(load_model("llama2-70b"), plan, load_system("dgx-h100"), None)
+    r = api.predict("llama2-70b", mode="train", system="dgx-h100", nodes=8, tp=8, pp=2, dp=4,
+                    seq=4096, micro_batch=1, global_batch=256)  # fmt: skip
     items = H.items_of(r)
     fig = step_figure(items)
     parts = {t.name: t.x[0] for t in fig.data}
-    assert parts["compute kernels"] == pytest.approx(r.breakdown["compute"] * 1e3)
-    assert parts["pipeline bubble"] == pytest.approx(r.breakdown["bubble"] * 1e3)
-    assert sum(parts.values()) == pytest.approx(r.step_time * 1e3)  # the parts add up
+    assert parts["compute kernels"] == pytest.approx(r.extra["breakdown_ms"]["compute"])
+    assert parts["pipeline bubble"] == pytest.approx(r.extra["breakdown_ms"]["bubble"])
+    assert sum(parts.values()) == pytest.approx(r.total_ms)  # the parts add up
     page = _strip_plotly(H.render_html(r))
     assert 'id="fig-step"' in page and 'id="fig-memory"' in page
-    assert 'id="fig-roofline"' not in page and 'id="ops"' not in page  # no op rows in a plan
+    assert 'id="fig-roofline"' in page and 'id="ops"' in page  # a plan's ops are ops too
+    assert "tp_comm" not in page or "exposed TP communication" in page
     assert "NVIDIA H100 SXM5 80GB" in page  # the system's GPU profile and its sources
 
 

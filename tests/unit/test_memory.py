@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuperf.perfmodel.memory import (
+from gpuperf.step.memory import (
     kv_cache_bytes,
     memory_breakdown,
     train_activation_bytes_per_layer,
@@ -42,12 +42,17 @@ def test_inference_weights():
     assert fp8 == (6_738_415_616 - other) + 2 * other
 
 
-def test_training_is_16_bytes_per_param():
-    # ZeRO (Rajbhandari et al. SC20 §3.1): 2 + 2 + 12 = 16 Psi; 7.5B -> 120 GB.
+def test_training_bytes_per_param_as_megatron_and_zero():
+    # Megatron dist_optimizer.md: bf16 params + fp32 main grads + fp32 master, m, v = 18 bytes;
+    # fp16 (grads in fp16) is ZeRO's 2 + 2 + 12 = 16 Psi (Rajbhandari et al. SC20 §3.1).
     cfg = load_model("llama2-7b")
     P = cfg.param_count()
     m = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=2048))
-    assert (m["weights"], m["gradients"], m["optimizer"]) == (2 * P, 2 * P, 12 * P)
+    assert (m["weights"], m["gradients"], m["optimizer"]) == (2 * P, 4 * P, 12 * P)
+    m16 = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=2048, dtype="fp16"))
+    assert m16["weights"] + m16["gradients"] + m16["optimizer"] == 16 * P
+    eager = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=2048, impl="eager"))
+    assert eager["gradients"] == 2 * P and eager["optimizer"] == 4 * P  # bf16 grads, m and v
     m32 = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=2048, dtype="fp32"))
     assert m32["weights"] + m32["gradients"] + m32["optimizer"] == 16 * P
     assert m["kv_cache"] == 0
@@ -77,7 +82,7 @@ def test_inference_activations_by_hand():
 
 
 def test_optimizer_bytes_match_the_optimizer_ops():
-    from gpuperf.perfmodel.memory import optimizer_bytes_per_param
+    from gpuperf.step.memory import optimizer_bytes_per_param
 
     assert optimizer_bytes_per_param(2, eager=False) == 12  # fp32 master + m + v (ZeRO paper)
     assert optimizer_bytes_per_param(4, eager=False) == 8  # fp32 model: m + v, no master copy

@@ -1,49 +1,57 @@
-"""Parallel plans: validation, pipeline/ZeRO arithmetic, memory, and Megatron-LM's published
-throughput (Narayanan et al. SC21, "Efficient Large-Scale Language Model Training on GPU Clusters
-Using Megatron-LM", Table 1: GPT, V=51200, s=2048, full recomputation, DGX A100 / Selene)."""
+"""Parallel plans through the one step engine: validation, pipeline/ZeRO arithmetic, memory, and
+published runs (held out: nothing was fitted to them; the A100 profile is uncalibrated).
+
+- Narayanan et al. SC21, "Efficient Large-Scale Language Model Training on GPU Clusters Using
+  Megatron-LM", Table 1: GPT, V = 51200, s = 2048, mixed precision on Selene (DGX A100 80GB),
+  interleaved schedule; throughput counts the recomputation FLOPs: F = 96 B s l h² (1 + s/(6h)
+  + V/(16 l h)) per iteration (paper Eq. 3). Micro-batch and chunks are not given: 1 and 2.
+- Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+  Tables 3 and 5: iteration times with full recomputation and with sequence parallelism +
+  selective recomputation, no data parallelism, interleaving m = 3 for 175B and 530B.
+Both ran Megatron's GPT with dropout 0.1 and its unfused attention (attn=math).
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import statistics
 
 import pytest
 
+from gpuperf import api
 from gpuperf.errors import InputError
-from gpuperf.hardware.loader import load_system
-from gpuperf.perfmodel.parallel import ParallelPlan, predict_plan
-from gpuperf.workloads.config import ModelConfig, load_model
+from gpuperf.hardware.loader import load_gpu
+from gpuperf.workloads.config import ModelConfig
 
-DGX_H100 = load_system("dgx-h100")
-DGX_A100 = load_system("dgx-a100")
-LLAMA70 = load_model("llama2-70b")
-MIXTRAL = load_model("mixtral-8x7b")
-TRAIN = ParallelPlan(mode="train", tp=8, pp=2, dp=4, global_batch=1024, micro_batch=1, seq=4096,
-                     zero=1, recompute="selective", sequence_parallel=True)  # fmt: skip
+TRAIN = dict(mode="train", system="dgx-h100", nodes=8, tp=8, pp=2, dp=4, global_batch=1024,
+             micro_batch=1, seq=4096, zero=1, recompute="selective")  # fmt: skip
 
 
 def test_issue_example_llama70b_64_gpus():
-    r = predict_plan(LLAMA70, TRAIN, DGX_H100, 8)
-    assert r.fits and r.nodes == 8
-    assert sum(r.breakdown.values()) == pytest.approx(r.step_time)
-    # m = 1024 / (1·4) = 256 microbatches; bubble = (p-1)/m of the pipelined part
-    pipelined = r.step_time - r.breakdown["dp_comm"] - r.breakdown["optimizer"]
-    assert r.breakdown["bubble"] / pipelined == pytest.approx(1 / (256 + 1))
-    assert r.tokens_per_s == pytest.approx(1024 * 4096 / r.step_time)
-    assert 0.2 < r.mfu < 0.7
+    r = api.predict("llama2-70b", **TRAIN)
+    assert (
+        r.fits and r.extra["nodes"] == 8 and r.extra["plan"] == "tp8 pp2 dp4 mb1 zero1 selective sp"
+    )
+    assert sum(r.extra["breakdown_ms"].values()) == pytest.approx(r.total_ms)
+    assert r.tokens_per_s == pytest.approx(1024 * 4096 / (r.total_ms * 1e-3))
+    peak = load_gpu("h100").peak("bf16")  # below the sustained rate of the GPU
+    assert 0.3 < r.mfu < 0.79 and r.mfu * peak < 0.79 * peak
+    assert r.hfu > r.mfu  # selective recompute runs the attention forward again
 
 
 def test_interleaving_shrinks_the_bubble():
-    base = replace(TRAIN, global_batch=64)
-    inter = replace(base, schedule="interleaved", v=4)
-    a, b = predict_plan(LLAMA70, base, DGX_H100, 8), predict_plan(LLAMA70, inter, DGX_H100, 8)
-    assert b.breakdown["bubble"] < a.breakdown["bubble"] / 3
-    assert b.breakdown["pp_comm"] == pytest.approx(4 * a.breakdown["pp_comm"])
+    base = dict(TRAIN, global_batch=64)
+    a = api.predict("llama2-70b", **base)
+    b = api.predict("llama2-70b", **base, schedule="interleaved", virtual_stages=4)
+    assert b.extra["breakdown_ms"]["bubble"] < a.extra["breakdown_ms"]["bubble"] / 3
+    assert b.extra["breakdown_ms"]["pp_comm"] == pytest.approx(
+        4 * a.extra["breakdown_ms"]["pp_comm"]
+    )
 
 
-def test_zero_stages_shrink_memory_as_rajbhandari():
-    # Per parameter (bf16 params, fp32 grads, fp32 Adam): 18 | 6 + 12/d | 2 + 16/d | 18/d bytes.
-    plan = replace(TRAIN, dp=4, zero=0)
-    mems = [predict_plan(LLAMA70, replace(plan, zero=z), DGX_H100, 8).memory for z in range(4)]
+def test_zero_stages_shrink_memory_as_megatron_documents():
+    # Megatron dist_optimizer.md, bf16 params + fp32 grads: 18 | 6 + 12/d bytes per parameter;
+    # ZeRO-2 shards the gradients too (2 + 16/d), ZeRO-3 everything (18/d).
+    mems = [api.predict("llama2-70b", **dict(TRAIN, zero=z)).memory for z in range(4)]
     states = [m["weights"] + m["gradients"] + m["optimizer"] for m in mems]
     per_param = states[0] / 18
     for got, bytes_per_param in zip(states, (18, 6 + 12 / 4, 2 + 16 / 4, 18 / 4), strict=True):
@@ -51,82 +59,142 @@ def test_zero_stages_shrink_memory_as_rajbhandari():
 
 
 def test_full_recompute_trades_time_for_memory():
-    none = predict_plan(LLAMA70, replace(TRAIN, recompute="none"), DGX_H100, 8)
-    full = predict_plan(LLAMA70, replace(TRAIN, recompute="full"), DGX_H100, 8)
+    none = api.predict("llama2-70b", **dict(TRAIN, recompute="none"))
+    full = api.predict("llama2-70b", **dict(TRAIN, recompute="full"))
     assert full.memory["activations"] < none.memory["activations"] / 5
-    assert full.step_time > none.step_time * 1.2
+    assert full.total_ms > none.total_ms * 1.2
 
 
 def test_70b_does_not_fit_on_one_node_without_sharding():
-    plan = ParallelPlan(mode="train", tp=8, pp=1, dp=1, global_batch=8, seq=4096)
-    r = predict_plan(LLAMA70, plan, DGX_H100, 1)
-    assert not r.fits and r.notes
+    r = api.predict("llama2-70b", mode="train", system="dgx-h100", tp=8, global_batch=8,
+                    seq=4096)  # fmt: skip
+    assert not r.fits and r.warnings[0].startswith("does not fit")
 
 
 def test_decode_tp8_issue_example():
-    r = predict_plan(LLAMA70, ParallelPlan(mode="decode", tp=8, batch=64, ctx=4096), DGX_H100)
+    r = api.predict("llama2-70b", mode="decode", tp=8, batch=64, ctx=4096, system="dgx-h100")
     # KV cache: 320 KiB per token at bf16 (modeling-facts §7), 64 × 4097 tokens, split over 8
     assert r.memory["kv_cache"] == pytest.approx(320 * 1024 * 64 * 4097 / 8)
-    assert r.breakdown["tp_comm"] > 0 and r.fits
-    assert r.tokens_per_s == pytest.approx(64 / r.step_time)
+    assert r.extra["breakdown_ms"]["tp_comm"] > 0 and r.fits
+    assert r.tokens_per_s == pytest.approx(64 / (r.total_ms * 1e-3))
 
 
 def test_mixtral_expert_parallel_issue_example():
-    plan = ParallelPlan(mode="train", tp=2, dp=8, ep=8, global_batch=256, seq=4096)
-    r = predict_plan(MIXTRAL, plan, DGX_H100, 2)
-    assert r.breakdown["ep_comm"] > 0
-    dense = predict_plan(MIXTRAL, replace(plan, ep=1), DGX_H100, 2)
-    assert r.memory["weights"] < dense.memory["weights"] / 3  # experts split 8 ways
+    kw = dict(mode="train", system="dgx-h100", tp=2, dp=8, global_batch=256, seq=4096)
+    ep = api.predict("mixtral-8x7b", ep=8, **kw)
+    dense = api.predict("mixtral-8x7b", ep=1, **kw)
+    assert ep.extra["breakdown_ms"]["ep_comm"] > 0
+    assert ep.memory["weights"] < dense.memory["weights"] / 3  # experts split 8 ways
 
 
 @pytest.mark.parametrize(
-    ("plan", "message"),
+    ("kw", "message"),
     [
-        (ParallelPlan(tp=3, dp=16, pp=1, global_batch=48), "heads"),
-        (ParallelPlan(tp=8, pp=8, dp=1, schedule="interleaved", v=3), "layers"),
-        (ParallelPlan(tp=8, pp=2, dp=2), "GPUs"),
-        (ParallelPlan(tp=8, dp=8, ep=8), "dense"),
-        (ParallelPlan(tp=8, dp=8, global_batch=100), "multiple"),
-        (ParallelPlan(tp=8, dp=8, schedule="interleaved", v=2), "pp > 1"),
+        (dict(tp=3, dp=16, global_batch=48), "heads"),
+        (dict(tp=8, pp=8, schedule="interleaved", virtual_stages=3), "layers"),
+        (dict(tp=8, pp=2, dp=2, nodes=8), "GPUs"),
+        (dict(tp=8, dp=8, ep=8, nodes=8), "dense"),
+        (dict(tp=8, dp=8, global_batch=100, nodes=8), "multiple"),
+        (dict(tp=8, dp=8, schedule="interleaved", virtual_stages=2, nodes=8), "pp > 1"),
+        (dict(tp=16), "spans nodes"),
+        (dict(cp=3, seq=4096), "multiple of 2·cp"),
+        (dict(zero=1), "dp > 1"),
     ],
 )
-def test_invalid_plans_say_why(plan, message):
+def test_invalid_plans_say_why(kw, message):
     with pytest.raises(InputError, match=message):
-        predict_plan(LLAMA70, plan, DGX_H100, 8)
+        api.predict("llama2-70b", mode="train", system="dgx-h100", **kw)
 
 
 def test_ep_must_divide_experts():
     with pytest.raises(InputError, match="experts"):
-        predict_plan(MIXTRAL, ParallelPlan(tp=1, dp=16, ep=16), DGX_H100, 2)
+        api.predict("mixtral-8x7b", system="dgx-h100", dp=16, ep=16, nodes=2)
 
 
-def _gpt(hidden: int, layers: int, heads: int) -> ModelConfig:
+def test_a_system_of_other_gpus_is_refused():
+    with pytest.raises(InputError, match="built of"):
+        api.predict("llama2-7b", system="dgx-h100", gpu="h200", tp=2)
+
+
+def _gpt(hidden: int, layers: int, heads: int, head_dim: int | None = None) -> ModelConfig:
     return ModelConfig(name=f"gpt-h{hidden}", model_type="gpt2", hidden_size=hidden,
-                       num_hidden_layers=layers, num_attention_heads=heads,
+                       num_hidden_layers=layers, num_attention_heads=heads, head_dim=head_dim,
                        intermediate_size=4 * hidden, vocab_size=51200,
                        max_position_embeddings=2048, mlp="gelu", norm="layernorm",
-                       positions="learned", linear_bias=True, tie_word_embeddings=True)  # fmt: skip
+                       positions="learned", linear_bias=True, tie_word_embeddings=True,
+                       attention_dropout=0.1, hidden_dropout=0.1)  # fmt: skip
 
 
-# Narayanan et al. SC21 Table 1: (heads, hidden, layers, t, p, GPUs, batch, TFLOP/s per GPU).
-# The table does not give the microbatch size; we use 1. Throughput counts the recompute FLOPs:
-# F = 96 B s l h² (1 + s/(6h) + V/(16 l h)) per iteration (paper Eq. 3).
+# (heads, hidden, layers, t, p, GPUs, batch, TFLOP/s per GPU)
 MEGATRON_TABLE1 = [
-    (32, 4096, 36, 4, 1, 128, 512, 142),  # 7.5B
-    (48, 6144, 40, 8, 1, 256, 1024, 135),  # 18.4B
-    (64, 8192, 48, 8, 2, 512, 1536, 138),  # 39.1B
-    (80, 10240, 60, 8, 4, 1024, 1792, 140),  # 76.1B
-    (96, 12288, 80, 8, 8, 1536, 2304, 148),  # 145.6B
+    (24, 2304, 24, 1, 1, 32, 512, 137),
+    (32, 3072, 30, 2, 1, 64, 512, 138),
+    (32, 4096, 36, 4, 1, 128, 512, 142),
+    (48, 6144, 40, 8, 1, 256, 1024, 135),
+    (64, 8192, 48, 8, 2, 512, 1536, 138),
+    (80, 10240, 60, 8, 4, 1024, 1792, 140),
+    (96, 12288, 80, 8, 8, 1536, 2304, 148),
+    (128, 16384, 96, 8, 16, 1920, 2160, 155),
+    (128, 20480, 105, 8, 35, 2520, 2520, 163),
+    (160, 25600, 128, 8, 64, 3072, 3072, 163),
 ]
 
 
-@pytest.mark.parametrize(("a", "h", "l", "t", "p", "n", "B", "X"), MEGATRON_TABLE1)
-def test_megatron_sc21_table1_within_20_percent(a, h, l, t, p, n, B, X):  # noqa: E741
+def _table1_tflops(a, h, l, t, p, n, B):  # noqa: E741
     s, V = 2048, 51200
-    plan = ParallelPlan(mode="train", tp=t, pp=p, dp=n // (t * p), global_batch=B,
-                        micro_batch=1, seq=s, recompute="full")  # fmt: skip
-    r = predict_plan(_gpt(h, l, a), plan, DGX_A100, n // 8)
-    flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
-    tflops = flops / r.step_time / n / 1e12
+    dp = n // (t * p)
+    kw = dict(mode="train", tp=t, pp=p, dp=dp, global_batch=B, micro_batch=1, seq=s,
+              recompute="full", system="dgx-a100", nodes=max(1, n // 8), dtype="fp16",
+              attn="math")  # fmt: skip
+    if p > 1 and l % (2 * p) == 0 and (B // dp) % p == 0:
+        kw.update(schedule="interleaved", virtual_stages=2)
+    r = api.predict(_gpt(h, l, a), **kw)
     assert r.fits
-    assert tflops == pytest.approx(X, rel=0.20)
+    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)) / (r.total_ms * 1e-3) / n
+
+
+def test_megatron_sc21_table1():
+    """Every configuration expressible; each within 18%, the median within 12% (the rest is the
+    A100's sustained clock, which the uncalibrated profile leaves at boost)."""
+    errors = []
+    for a, h, l, t, p, n, B, X in MEGATRON_TABLE1:  # noqa: E741
+        got = _table1_tflops(a, h, l, t, p, n, B) / 1e12
+        errors.append(abs(got / X - 1))
+    assert max(errors) < 0.18
+    assert statistics.median(errors) < 0.12
+
+
+# Korthikanti Table 3 and 5: (name, heads, hidden, layers, head dim, tp, pp, batch, micro-batch,
+# interleaving, seconds with full recompute, seconds with sequence parallel + selective)
+KORTHIKANTI_TABLE5 = [
+    ("22B", 64, 6144, 48, 96, 8, 1, 4, 4, 1, 1.42, 1.10),
+    ("175B", 96, 12288, 96, 128, 8, 8, 64, 1, 3, 18.13, 13.75),
+    ("530B", 128, 20480, 105, 160, 8, 35, 280, 1, 3, 49.05, 37.83),
+    ("1T", 160, 25600, 128, 160, 8, 64, 512, 1, 1, 94.42, 71.49),
+]
+
+
+def _table5(name, a, h, l, hd, t, p, B, mb, v, recompute, sp):  # noqa: E741
+    kw = dict(mode="train", tp=t, pp=p, global_batch=B, micro_batch=mb, seq=2048,
+              recompute=recompute, sequence_parallel=sp, system="dgx-a100",
+              nodes=max(1, t * p // 8), dtype="fp16", attn="math")  # fmt: skip
+    if v > 1:
+        kw.update(schedule="interleaved", virtual_stages=v)
+    return api.predict(_gpt(h, l, a, hd), **kw)
+
+
+def test_korthikanti_table5_iteration_times():
+    """Calculon reports 3.65% mean error here after fitting its A100 to these runs; gpuperf,
+    fitted to nothing here: mean within 8%, each within 15%, and the speed-up of sequence
+    parallelism + selective recomputation over full recomputation within 6 points."""
+    errors = []
+    for name, a, h, l, hd, t, p, B, mb, v, full_s, sel_s in KORTHIKANTI_TABLE5:  # noqa: E741
+        full = _table5(name, a, h, l, hd, t, p, B, mb, v, "full", False)
+        sel = _table5(name, a, h, l, hd, t, p, B, mb, v, "selective", True)
+        assert full.fits and sel.fits
+        errors += [abs(full.total_ms * 1e-3 / full_s - 1), abs(sel.total_ms * 1e-3 / sel_s - 1)]
+        speedup = full.total_ms / sel.total_ms - 1
+        assert speedup == pytest.approx(full_s / sel_s - 1, abs=0.06)
+        assert sel.hfu > sel.mfu and full.hfu > full.mfu * 1.3  # a whole forward again
+    assert max(errors) < 0.15
+    assert statistics.mean(errors) < 0.08

@@ -1,0 +1,241 @@
+"""Cost a Part: every distinct kernel once (perfmodel.op_time), its host cost, and what of each
+communication op hides under the kernels it overlaps; the repeats added up in closed form.
+
+Host costs (per kernel, on the CPU that issues it):
+- eager PyTorch: host_dispatch_s per kernel (a replayed CUDA graph: none on the host, but
+  graph_launch_s of GPU idle between kernels);
+- a collective call through torch.distributed: host_collective_s more;
+- DTensor tensor parallelism: host_dtensor_op_s more for each sharded GEMM (sharding propagation
+  and redistribution in Python around the local kernel);
+- an eager decode step on a growing cache: host_decode_layer_s at the first kernel of each layer,
+  and host_attn_plan_s once per step at the first attention kernel (cuDNN plans the new length).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpuperf.step.dispatch import Timed
+from gpuperf.workloads.step_work import ALL, Part
+
+if TYPE_CHECKING:
+    from gpuperf.hardware.spec import GpuSpec, SystemSpec
+    from gpuperf.perfmodel.ops import Op
+    from gpuperf.workloads.scenario import Scenario
+
+# Per-op columns of the table, in order (time columns in ms).
+ROW = ("kind", "shape", "dtype", "flops", "bytes", "intensity", "bound",
+       "time_ms", "t_math_ms", "t_mem_ms", "t_overhead_ms", "t_comm_ms")  # fmt: skip
+_COMM = ("collective", "p2p")
+
+
+@dataclass(frozen=True, slots=True)
+class HostRules:
+    """What the host pays per kernel of a scenario (module docstring)."""
+
+    per_kernel: float = 0.0
+    graph_gap: float = 0.0
+    layer_first: float = 0.0
+    attn_plan: float = 0.0
+    comm: float = 0.0
+    dtensor: float = 0.0
+
+    @staticmethod
+    def of(sc: Scenario | None, gpu: GpuSpec) -> HostRules:
+        if sc is None:
+            return HostRules()
+        p = gpu.params
+        extra = p.extra
+        if sc.cuda_graphs:
+            return HostRules(graph_gap=p.graph_launch_s)
+        eager_decode = sc.impl == "eager" and sc.mode == "decode"
+        dtensor = sc.tp > 1 and sc.tp_impl == "dtensor"
+        return HostRules(
+            per_kernel=p.host_dispatch_s,
+            layer_first=p.host_decode_layer_s if eager_decode else 0.0,
+            attn_plan=p.host_attn_plan_s if eager_decode else 0.0,
+            comm=float(extra.get("host_collective_s", 0.0)),
+            dtensor=float(extra.get("host_dtensor_op_s", 0.0)) if dtensor else 0.0,
+        )
+
+
+def _op_time(op: Op, gpu: GpuSpec, system: SystemSpec | None) -> Any:
+    """perfmodel's time of one kernel or collective (a seam tests replace)."""
+    from gpuperf.perfmodel.roofline import op_time
+
+    return op_time(op, gpu, system)
+
+
+@functools.lru_cache(maxsize=64)
+def sustained(gpu: GpuSpec) -> GpuSpec:
+    """The GPU under sustained load: peaks scaled by params.sustained_clock_frac."""
+    frac = gpu.params.sustained_clock_frac
+    if frac == 1.0:
+        return gpu
+    return replace(gpu, peak_flops={k: v * frac for k, v in gpu.peak_flops.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """One repeat of a run of kernels, costed: per op its row, duration, hidden part and host
+    cost (seconds); the run as a Timed (and with the step's one-off host cost, when it has one);
+    its FLOPs and its effective GPU time by class (compute, tp_comm, ...)."""
+
+    rows: tuple[tuple[Any, ...], ...]
+    time_s: np.ndarray
+    hidden_s: np.ndarray
+    host_s: np.ndarray
+    once: Timed
+    first: Timed  # the first repeat when it carries the step's one-off host cost
+    flops: float
+    classes: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Costed:
+    """A costed Part: its template's costs and the whole Part (every repeat) as a Timed run."""
+
+    part: Part
+    tpl: Template
+    timed: Timed
+    flops: float  # every repeat
+
+    @property
+    def rows(self) -> tuple[tuple[Any, ...], ...]:
+        return self.tpl.rows
+
+    @property
+    def time_s(self) -> np.ndarray:
+        return self.tpl.time_s
+
+    @property
+    def hidden_s(self) -> np.ndarray:
+        return self.tpl.hidden_s
+
+    def with_hidden(self, frac: float) -> Costed:
+        """The same run with `frac` of each op hidden under other work (for the table)."""
+        tpl = replace(self.tpl, hidden_s=self.tpl.time_s * frac)
+        return Costed(self.part, tpl, self.timed, self.flops)
+
+
+def comm_class(name: str, kind: str) -> str:
+    """Which part of a step's breakdown an op's time belongs to."""
+    if kind not in _COMM:
+        return "compute"
+    if name.startswith(("dp/", "fsdp/")):
+        return "dp_comm"
+    if name.startswith("pp/"):
+        return "pp_comm"
+    if "/ring" in name:
+        return "cp_comm"
+    if name.endswith(".alltoall") or ".alltoall." in name:
+        return "ep_comm"
+    return "tp_comm"
+
+
+class Coster:
+    """Costs Parts for one (GPU, system, scenario); distinct ops and templates are costed once."""
+
+    def __init__(self, gpu: GpuSpec, system: SystemSpec | None, sc: Scenario | None) -> None:
+        self.gpu, self.system, self.sc = gpu, system, sc
+        self.compute_gpu = sustained(gpu) if sc is not None else gpu
+        self.rules = HostRules.of(sc, gpu)
+        self._rows: dict[tuple, tuple[Any, ...]] = {}
+        self._templates: dict[tuple, tuple[tuple, Template]] = {}
+        self._parts: dict[tuple[int, bool], tuple[Part, Costed]] = {}
+
+    def row(self, op: Op) -> tuple[Any, ...]:
+        from gpuperf.perfmodel.roofline import shape_key
+
+        key = shape_key(op)
+        r = self._rows.get(key)
+        if r is None:
+            comm = op.kind in _COMM
+            t = _op_time(op, self.gpu if comm else self.compute_gpu, self.system)
+            c = op.cost()
+            r = self._rows[key] = (
+                op.kind, op.shape, getattr(op, "dtype", ""), c.flops, c.bytes, c.intensity,
+                t.bound, t.time * 1e3, t.t_math * 1e3, t.t_mem * 1e3, t.t_overhead * 1e3,
+                t.t_comm * 1e3,
+            )  # fmt: skip
+        return r
+
+    def cost(self, part: Part, first_step: bool = False) -> Costed:
+        """Cost `part`; with first_step, its first repeat carries the step's one-off host costs
+        (the attention plan of an eager decode step). Parts seen before cost nothing."""
+        key = (id(part), first_step)  # Parts are memoized by their builders: identity is enough
+        hit = self._parts.get(key)
+        if hit is None or hit[0] is not part:
+            tpl = self.template(part.ops, part.hide, part.layer0 is not None, first_step)
+            if tpl.first is not tpl.once:
+                timed = tpl.first.then(tpl.once.times(part.repeat - 1))
+            else:
+                timed = tpl.once.times(part.repeat)
+            costed = Costed(part, tpl, timed, part.repeat * tpl.flops)
+            hit = self._parts[key] = (part, costed)
+        return hit[1]
+
+    def template(self, ops: tuple[Op, ...], hide: tuple, layered: bool,
+                 first_step: bool) -> Template:  # fmt: skip
+        """The costs of one repeat of `ops` (ops tuples are interned: identity is enough)."""
+        key = (id(ops), hide, layered, first_step)
+        hit = self._templates.get(key)
+        if hit is None or hit[0] is not ops:
+            hit = self._templates[key] = (ops, self._template(ops, hide, layered, first_step))
+        return hit[1]
+
+    def _template(self, ops: tuple[Op, ...], hide: tuple, layered: bool,
+                  first_step: bool) -> Template:  # fmt: skip
+        rows = tuple(self.row(op) for op in ops)
+        rules = self.rules
+        t = np.array([r[7] for r in rows]) * 1e-3 + rules.graph_gap
+        hidden = _hidden(hide, ops, rows, t)
+        host = np.full(len(ops), rules.per_kernel)
+        plan_at = -1
+        for i, op in enumerate(ops):
+            kind = op.kind
+            if kind in _COMM:
+                host[i] += rules.comm
+            elif kind == "gemm" and rules.dtensor and layered:
+                host[i] += rules.dtensor
+            if first_step and plan_at < 0 and kind == "attention" and rules.attn_plan:
+                plan_at = i
+        if rules.layer_first and layered and len(ops):
+            host[0] += rules.layer_first
+        eff = t - hidden
+        once = Timed.of(eff, host)
+        first = once
+        if plan_at >= 0:
+            host1 = host.copy()
+            host1[plan_at] += rules.attn_plan
+            first = Timed.of(eff, host1)
+        classes: dict[str, float] = {}
+        for op, e in zip(ops, eff, strict=True):
+            c = comm_class(op.name, op.kind)
+            classes[c] = classes.get(c, 0.0) + float(e)
+        flops = float(sum(r[3] for r in rows))
+        return Template(rows, t, hidden, host, once, first, flops, tuple(classes.items()))
+
+
+def _hidden(hide: tuple, ops: tuple[Op, ...], rows: tuple, t: np.ndarray) -> np.ndarray:
+    """Seconds of each communication op that overlap the kernels `hide` names."""
+    hidden = np.zeros(len(ops))
+    if not hide:
+        return hidden
+    index = {op.name: i for i, op in enumerate(ops)}
+    compute = sum(t[i] for i, r in enumerate(rows) if r[0] not in _COMM)
+    left: dict[tuple[str, ...], float] = {}  # ops hidden under the same kernels share them
+    for name, under in hide:
+        i = index.get(name)
+        if i is None:
+            continue
+        if under not in left:
+            left[under] = compute if ALL in under else sum(t[index[u]] for u in under
+                                                           if u in index)  # fmt: skip
+        hidden[i] = min(t[i], left[under])
+        left[under] -= hidden[i]
+    return hidden

@@ -1,0 +1,211 @@
+"""Device memory of one GPU: weights, KV cache, activations, gradients, optimizer states, and the
+parameters FSDP gathers. One model for one GPU and for every plan; one capacity rule.
+
+Inference: weights at the scenario dtype (fp8/int8: every linear layer at 1 byte, embeddings,
+lm_head and norms stay 16-bit, as vLLM loads fp8 checkpoints); KV cache = 2 (K and V) x layers x
+kv_heads x head_dim x tokens x batch x bytes (tokens: seq for prefill, ctx + 1 for decode,
+seq + new_tokens for generate); activations = the peak transient working set of one layer (the
+residual stream and norm output plus the larger of the attention and MLP intermediates; layers run
+one after another and free theirs) plus the fp32 logits.
+
+Training (mixed-precision AdamW): 16-bit parameters, gradients as dp_ops.grad_bytes says (fp32
+main gradients under Megatron's bf16 training, the parameters' dtype in eager PyTorch), and the
+optimizer's states (optimizer_bytes_per_param). Megatron's distributed-optimizer table
+(docs/user-guide/features/dist_optimizer.md): bf16 params + fp32 grads 18 | 6 + 12/d bytes per
+parameter (non-distributed | distributed over d); ZeRO (Rajbhandari et al. SC20 §5): stage 1
+shards the optimizer, 2 the gradients too, 3 the parameters too. Activations follow Korthikanti
+et al. 2022 §4, generalised to GQA and SwiGLU, with FlashAttention (no s² tensors; it keeps O and
+the fp32 log-sum-exp) and no dropout (modern LLM pre-training runs with dropout 0): per layer,
+16-bit, bytes =
+  2 s b (h + h) [two norm inputs] + 2 s b (h + q + 2 kv + q) [QKV input, Q, K, V, O]
+  + 2 s b (h + 2 f + f) [MLP input, gate/up outputs, down input; GELU: h + f + f] + 4 s b a [LSE]
+which for MHA, a 4h GELU MLP and dropout masks (dropout=True) is Korthikanti's s b h (34).
+Materialized attention (attn=math) also keeps the scores and softmax output (Korthikanti's
+5 a s² b with dropout; 4 a s² b without) unless selective recomputation drops them. Tensor
+parallelism splits all but the norm, QKV and MLP inputs (sequence parallelism splits those too);
+context parallelism splits the sequence; full recomputation keeps only each layer's input.
+A 1F1B pipeline's stage s holds min(m, pp - s) micro-batches in flight (the interleaved schedule
+more on the first stage: 1 + (pp-1)/(pp·v) times).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from gpuperf.dtypes import BYTES, DType
+from gpuperf.workloads.config import ModelConfig
+from gpuperf.workloads.scenario import Scenario
+
+if TYPE_CHECKING:
+    from gpuperf.hardware.spec import GpuSpec
+    from gpuperf.workloads.step_work import StageWork, StepWork
+
+KEYS = ("weights", "kv_cache", "activations", "gradients", "optimizer", "gathered")
+# The share of HBM a framework can fill: the CUDA context, NCCL's buffers and the caching
+# allocator's fragmentation take the rest (vLLM's default gpu_memory_utilization is 0.90).
+HBM_USABLE = 0.92
+
+
+def usable_bytes(gpu: GpuSpec) -> float:
+    """The one capacity rule: what a run may use of the GPU's memory."""
+    return gpu.hbm_bytes * HBM_USABLE
+
+
+def _act_dtype(sc: Scenario) -> DType:
+    return "bf16" if BYTES[sc.dtype] == 1 else sc.dtype
+
+
+def weight_bytes(cfg: ModelConfig, dtype: DType) -> float:
+    """Weights at `dtype`; 1-byte dtypes quantize the linear layers only."""
+    if BYTES[dtype] > 1:
+        return float(cfg.param_count() * BYTES[dtype])
+    parts = cfg.param_breakdown()
+    linear = parts["attn"] + parts["mlp"]
+    return float(linear * BYTES[dtype] + (cfg.param_count() - linear) * 2)
+
+
+def kv_cache_bytes(cfg: ModelConfig, tokens: int, batch: int, dtype: DType) -> float:
+    """K and V for `tokens` positions of `batch` sequences, all layers."""
+    return float(2 * cfg.layers * cfg.kv_heads * cfg.hd * tokens * batch * BYTES[dtype])
+
+
+def train_activation_bytes_per_layer(
+    cfg: ModelConfig, batch: int, seq: int, dtype: DType = "bf16", dropout: bool = False
+) -> float:
+    """Bytes a layer keeps for backward (module docstring); dropout adds 1-byte masks."""
+    sb, b = seq * batch, BYTES[dtype]
+    h, q, kv, f = cfg.hidden, cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd, cfg.intermediate
+    norms = 2 * h
+    attn = h + q + 2 * kv + q
+    if cfg.is_moe:  # each token's hidden copies and expert intermediates, k times
+        k = cfg.num_experts_per_tok
+        mlp = h + k * (h + 3 * f) + cfg.num_experts
+    else:
+        mlp = h + (3 * f if cfg.mlp == "swiglu" else 2 * f)
+    total = b * sb * (norms + attn + mlp) + 4 * sb * cfg.heads
+    if dropout:  # attention-output and MLP-output dropout masks (Korthikanti: sbh each)
+        total += 2 * sb * h
+    return float(total)
+
+
+def _saved_per_layer(cfg: ModelConfig, sc: Scenario) -> float:
+    """Bytes one layer keeps for backward for one micro-batch on one GPU."""
+    tp, sp, cp = sc.tp, bool(sc.sequence_parallel), sc.cp
+    b, s = sc.micro_batch or sc.batch, sc.seq // cp
+    act = _act_dtype(sc)
+    h = cfg.hidden
+    if sc.recompute == "full":  # only the layer's input (sequence-parallel: its shard)
+        return BYTES[act] * b * s * h / (tp if sp else 1)
+    full = train_activation_bytes_per_layer(cfg, b, s, act)
+    if sc.attn == "math" and sc.recompute != "selective":
+        full += 4 * cfg.heads * s * s * b  # scores and softmax output, 16-bit each
+    if sp:
+        return full / tp
+    replicated = BYTES[act] * b * s * 4 * h  # two norm inputs, QKV input, MLP input
+    return replicated + (full - replicated) / tp
+
+
+def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
+    """Peak transient working set of one layer plus the fp32 logits of this pass (one GPU's
+    share: heads, MLP width and vocabulary split tp ways, tokens cp ways)."""
+    b = BYTES[_act_dtype(sc)]
+    mb = sc.micro_batch or sc.batch
+    T = mb if sc.mode == "decode" else mb * sc.seq // sc.cp
+    tp = sc.tp
+    h, q, kv, f = cfg.hidden, cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd, cfg.intermediate
+    attn = (q + 2 * kv + q) / tp  # QKV output and attention output live together
+    if cfg.is_moe:
+        k = cfg.num_experts_per_tok
+        mlp = k * (h + 3 * f / tp)  # permuted tokens, gate_up output, activation output
+    else:
+        mlp = (3 * f if cfg.mlp == "swiglu" else 2 * f) / tp
+    if sc.attn == "math":
+        attn += 2 * cfg.heads / tp * (T // mb) * (sc.ctx + 1 if sc.mode == "decode" else sc.seq)
+    rows = mb if sc.mode in ("prefill", "generate") else T
+    return float(b * T * (2 * h + max(attn, mlp)) + 4 * rows * -(-cfg.vocab // tp))
+
+
+def optimizer_bytes_per_param(param_bytes: int, eager: bool) -> int:
+    """AdamW state per parameter, as gpuperf's training op lists step it.
+
+    eager (torch.optim.AdamW on the model's own parameters): m and v in the parameters' dtype.
+    fused (mixed precision, Megatron-style): an fp32 master copy when the parameters are narrower
+    than fp32, and m and v at least in fp32 (fp64 for an fp64 model).
+    """
+    if eager:
+        return 2 * param_bytes
+    master = 4 if param_bytes < 4 else 0
+    return master + 2 * max(4, param_bytes)
+
+
+def stage_memory(cfg: ModelConfig, sc: Scenario, work: StepWork, st: StageWork) -> dict[str, float]:
+    """Bytes by kind on one GPU of pipeline stage `st` (module docstring)."""
+    from gpuperf.workloads.dp_ops import grad_bytes
+
+    out = dict.fromkeys(KEYS, 0.0)
+    act = _act_dtype(sc)
+    g, p = work.groups, st.params
+    stage_frac = st.stage.layers / cfg.layers
+    if sc.mode != "train":
+        scale = weight_bytes(cfg, sc.dtype) / cfg.param_count()
+        out["weights"] = p.total * scale
+        tokens = {"prefill": sc.seq, "decode": sc.ctx + 1, "generate": sc.seq + sc.new_tokens}
+        kv_local = max(1, cfg.kv_heads // sc.tp) / cfg.kv_heads
+        out["kv_cache"] = (kv_cache_bytes(cfg, tokens[sc.mode] // sc.cp, sc.batch, sc.kv)
+                           * kv_local * stage_frac)  # fmt: skip
+        out["activations"] = inference_activation_bytes(cfg, sc)
+        return out
+    pb, eager = BYTES[act], sc.impl == "eager"
+    gb = grad_bytes(act, eager)
+
+    def sharded(stage: int) -> float:  # parameters kept whole (1) or split over dp from a stage
+        if sc.zero >= stage:
+            return p.dense / g.dp + p.expert / g.edp
+        return p.total
+
+    out["weights"] = sharded(3) * pb
+    out["gradients"] = sharded(2) * gb
+    out["optimizer"] = sharded(1) * optimizer_bytes_per_param(pb, eager)
+    if sc.zero == 3:  # the layer running and the one prefetched, with the running one's grads
+        layer = p.layer_dense + p.layer_expert
+        out["gathered"] = layer * (2 * pb + gb)
+    m = sc.microbatches
+    inflight = min(m, sc.pp - st.stage.index)
+    if sc.virtual_stages > 1 and st.stage.index == 0:
+        inflight *= 1 + (sc.pp - 1) / (sc.pp * sc.virtual_stages)
+    acts = _saved_per_layer(cfg, sc) * st.stage.layers * inflight
+    if sc.recompute == "full":  # one layer is rebuilt in full during its backward
+        acts += _saved_per_layer(cfg, _no_recompute(sc))
+    if st.stage.has_head:
+        b = sc.micro_batch or sc.batch
+        acts += b * sc.seq // sc.cp * -(-cfg.vocab // sc.tp) * (pb + (4 if act != "fp32" else 0))
+    out["activations"] = acts
+    return out
+
+
+def _no_recompute(sc: Scenario) -> Scenario:
+    from dataclasses import replace
+
+    return replace(sc, recompute="none")
+
+
+def memory_breakdown(cfg: ModelConfig, sc: Scenario) -> dict[str, float]:
+    """Bytes by kind on the busiest GPU of `sc` (one GPU when every degree is 1)."""
+    from dataclasses import replace
+
+    from gpuperf.workloads.groups import groups_for
+    from gpuperf.workloads.step_work import build
+
+    built = replace(sc, mode="prefill") if sc.mode == "generate" else sc
+    return busiest(cfg, sc, build(cfg, built, groups_for(built, None)))
+
+
+def busiest(cfg: ModelConfig, sc: Scenario, work: StepWork) -> dict[str, float]:
+    """The memory of the stage that needs the most."""
+    per_stage = [stage_memory(cfg, sc, work, st) for st in work.stages]
+    return max(per_stage, key=total_bytes)
+
+
+def total_bytes(breakdown: dict[str, float]) -> float:
+    return math.fsum(breakdown.get(k, 0.0) for k in KEYS)

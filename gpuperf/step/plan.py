@@ -1,0 +1,94 @@
+"""Can this plan run here? One line that says why not; otherwise its node count and groups.
+
+Rules that need only the scenario live in Scenario itself; these need the model or the system.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuperf.errors import InputError
+from gpuperf.workloads.groups import Groups, groups_for
+
+if TYPE_CHECKING:
+    from gpuperf.hardware.spec import GpuSpec, SystemSpec
+    from gpuperf.workloads.config import ModelConfig
+    from gpuperf.workloads.scenario import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a plan runs: the GPU, the system (None: one GPU or one NVLink node of them), the
+    nodes it spans and the groups of one GPU."""
+
+    gpu: GpuSpec
+    system: SystemSpec | None
+    nodes: int
+    groups: Groups
+
+
+def check_model(cfg: ModelConfig, sc: Scenario) -> None:
+    """Raise InputError when the model cannot be split as `sc` says."""
+    tp = sc.tp
+    if cfg.heads % tp:
+        raise InputError(f"tp={tp} does not divide the {cfg.heads} attention heads")
+    if cfg.kv_heads % tp and tp % cfg.kv_heads:
+        raise InputError(
+            f"tp={tp} and {cfg.kv_heads} KV heads: one must divide the other "
+            "(KV heads are split, or replicated when tp exceeds them)"
+        )
+    if cfg.intermediate % tp:
+        raise InputError(f"tp={tp} does not divide the MLP width {cfg.intermediate}")
+    chunks = sc.pp * sc.virtual_stages
+    if chunks > cfg.layers:
+        raise InputError(f"pp·v = {chunks} model chunks but {cfg.name} has {cfg.layers} layers")
+    if sc.virtual_stages > 1 and cfg.layers % chunks:
+        raise InputError(
+            f"the interleaved schedule needs pp·v = {chunks} to divide the {cfg.layers} layers"
+        )
+    if sc.schedule == "interleaved" and sc.microbatches % sc.pp:
+        raise InputError(
+            f"the interleaved schedule needs the micro-batches ({sc.microbatches}) to be a "
+            f"multiple of pp={sc.pp}"
+        )
+    if sc.ep > 1:
+        if not cfg.is_moe:
+            raise InputError(f"ep={sc.ep} needs a mixture-of-experts model; {cfg.name} is dense")
+        if cfg.num_experts % sc.ep:
+            raise InputError(f"ep={sc.ep} does not divide the {cfg.num_experts} experts")
+
+
+def place(
+    cfg: ModelConfig,
+    sc: Scenario,
+    gpu: GpuSpec,
+    system: SystemSpec | None = None,
+    nodes: int | None = None,
+) -> Placement:
+    """Check `sc` against the model and the hardware; where it runs (module docstring)."""
+    check_model(cfg, sc)
+    gpus = sc.gpus
+    if system is None:
+        if nodes not in (None, 1):
+            raise InputError("--nodes needs --system (e.g. dgx-h100) to know the network")
+        if gpus > 1 and gpu.nvlink_bw <= 0 and gpu.pcie_bw <= 0:
+            raise InputError(f"{gpu.name} has no GPU-to-GPU link in its profile; give --system")
+        return Placement(gpu, None, 1, groups_for(sc, None))
+    gpn = system.gpus_per_node
+    if nodes is None:
+        nodes = max(1, math.ceil(gpus / gpn))
+        if gpus > gpn and gpus % gpn:
+            raise InputError(
+                f"the plan's {gpus} GPUs (tp·pp·dp·cp) span nodes but are not a multiple of "
+                f"{gpn} GPUs per node of {system.name}"
+            )
+    elif gpus != nodes * gpn and not (nodes == 1 and gpus <= gpn):
+        raise InputError(
+            f"tp·pp·dp·cp = {sc.tp}·{sc.pp}·{sc.dp}·{sc.cp} = {gpus} GPUs but {nodes} node(s) "
+            f"of {system.name} have {nodes * gpn}"
+        )
+    if sc.tp > gpn:
+        raise InputError(f"tp={sc.tp} spans nodes; {system.name} has {gpn} GPUs per node")
+    return Placement(gpu, system, nodes, groups_for(sc, gpn))

@@ -1,0 +1,424 @@
+"""The step engine: one step of a model on one GPU or as a parallel plan, one way.
+
+A plan is a step and one GPU is the plan whose degrees are all 1. The engine takes the work one
+GPU does (workloads.step_work: each pipeline stage's micro-batch, the gradient synchronisation,
+the optimizer), costs every kernel and collective with the calibrated single-GPU model (sustained
+clock, kernel floors, host dispatch, CUDA-graph gaps), and adds what parallelism adds:
+
+- a stage's micro-batch runs its kernels and blocking collectives back to back behind the host
+  (step.dispatch); communication that overlaps (ring attention, Megatron's backward all-reduce,
+  FSDP's prefetch) shows only the part its window does not cover;
+- pipeline (1F1B; interleaved with v chunks): m·t_max + (Σ_s t_s − t_max) / v, t_s a stage's
+  forward + backward + boundary transfers per micro-batch (the slowest stage sets the pace; an
+  uneven split is fine); the rest of the slowest stage's time is the bubble;
+- data parallel: gradient buckets all-reduced (or reduce-scattered) under the backward of the last
+  micro-batch, the last bucket always exposed: max(t_last, t_sync − t_bwd·(1 − 1/buckets));
+  ZeRO-1/2's parameter all-gather hides under the next forward;
+- the optimizer after it.
+
+`predict` returns a Prediction (table built on demand); `step_cost` the numbers alone, which the
+plan search calls thousands of times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpuperf.errors import InputError
+from gpuperf.step.cost import Costed, Coster
+from gpuperf.step.dispatch import Timed
+from gpuperf.workloads.step_work import Part, build
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import pandas as pd
+
+    from gpuperf.hardware.spec import GpuSpec, SystemSpec
+    from gpuperf.perfmodel.ops import Op
+    from gpuperf.step.plan import Placement
+    from gpuperf.step.result import Prediction
+    from gpuperf.workloads.config import ModelConfig
+    from gpuperf.workloads.scenario import Scenario
+
+HOST_BOUND_WARN = 0.3  # warn when the GPU waits on the host this fraction of the time
+DECODE_POINTS = 5  # KV-context points at which generate evaluates a decode step
+_BREAKDOWN = ("compute", "host", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "bubble",
+              "dp_comm", "optimizer")  # fmt: skip
+
+
+@dataclass
+class StepCost:
+    """One step's numbers: seconds, and the costed Parts the table is built from."""
+
+    total_s: float
+    breakdown: dict[str, float]
+    busy_s: float
+    host_s: float
+    kernels: int
+    flops: float  # executed on one GPU of the pacing stage
+    memory: dict[str, float]
+    stage: int  # the pacing stage
+    sections: list[tuple[Costed, float, str]] = field(default_factory=list)  # (part, ×, suffix)
+    extra_rows: list[dict[str, Any]] = field(default_factory=list)  # the bubble
+
+
+def _classify(c: Costed, mult: float, into: dict[str, float]) -> None:
+    """Add the effective GPU time of each op of `c` (× repeats × mult) to its class."""
+    reps = c.part.repeat * mult
+    for cls, t in c.tpl.classes:
+        into[cls] += t * reps
+
+
+def _first_attention(parts: Sequence[Part]) -> int:
+    """Index of the first Part with an attention kernel (where a step's one-off host costs go)."""
+    for j, p in enumerate(parts):
+        if any(op.kind == "attention" for op in p.ops):
+            return j
+    return -1
+
+
+def _seq(costed: Sequence[Costed]) -> Timed:
+    out = Timed()
+    for c in costed:
+        out = out.then(c.timed)
+    return out
+
+
+def _sync_exposed(sync: list[Costed], window: float) -> tuple[float, float]:
+    """(exposed, total) seconds of the bucketed gradient synchronisation under `window`."""
+    total = sum(float(np.sum(c.time_s)) * c.part.repeat for c in sync)
+    if total <= 0:
+        return 0.0, 0.0
+    buckets = sum(c.part.repeat for c in sync)
+    last = float(np.sum(sync[-1].time_s))
+    return max(last, total - window * (1 - 1 / buckets)), total
+
+
+def _set_hidden(sync: list[Costed], exposed: float, total: float) -> list[Costed]:
+    """The same Parts with the hidden share spread over their ops (for the table)."""
+    frac = 1 - exposed / total if total > 0 else 0.0
+    return [c.with_hidden(frac) for c in sync]
+
+
+class Engine:
+    """Costs steps of one model on one kind of GPU and system. Kernels, collectives and Parts are
+    costed once and shared by every plan it is asked about (the plan search's speed)."""
+
+    def __init__(self, cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None) -> None:
+        from gpuperf.step.cost import HostRules
+
+        self.cfg, self.gpu, self.system = cfg, gpu, system
+        self._costers: dict[HostRules, Coster] = {}
+
+    def coster(self, sc: Scenario) -> Coster:
+        from gpuperf.step.cost import HostRules
+
+        rules = HostRules.of(sc, self.gpu)
+        c = self._costers.get(rules)
+        if c is None:
+            c = self._costers[rules] = Coster(self.gpu, self.system, sc)
+        return c
+
+    def cost(self, sc: Scenario, where: Placement) -> StepCost:
+        return step_cost(self.cfg, sc, where, self.coster(sc))
+
+
+def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
+              coster: Coster | None = None) -> StepCost:  # fmt: skip
+    """The numbers of one step of `sc` (not generate) placed as `where` says."""
+    from gpuperf.step.memory import busiest
+
+    coster = coster or Coster(where.gpu, where.system, sc)
+    work = build(cfg, sc, where.groups)
+    m, v = work.microbatches, sc.virtual_stages
+    first = _first_attention(work.stages[0].fwd)
+    fwd = [[coster.cost(p, first_step=(i == 0 and j == first)) for j, p in enumerate(st.fwd)]
+           for i, st in enumerate(work.stages)]  # fmt: skip
+    bwd = [[coster.cost(p) for p in st.bwd] for st in work.stages]
+    F = [_seq(f) for f in fwd]
+    B = [_seq(b) for b in bwd]
+    # Every stage sends or receives each micro-batch's activation (and gradient) once per chunk
+    # boundary; the transfers block in Megatron's 1F1B (batched isend/irecv, then wait).
+    link = next((coster.cost(st.boundary) for st in work.stages if st.boundary), None)
+    passes = 2 if sc.mode == "train" else 1
+    hop = [passes * v * link.timed.gpu if link else 0.0 for _ in work.stages]
+    t_stage = [f.end + b.end + h for f, b, h in zip(F, B, hop, strict=True)]
+    pace = int(np.argmax(t_stage))
+    sync = [coster.cost(p) for p in work.sync]
+    opt = [coster.cost(p) for p in work.optimizer]
+    post = [coster.cost(p) for p in work.post]
+    window = B[pace].gpu if sc.dp_overlap else 0.0
+    exposed, sync_total = _sync_exposed(sync, window)
+    post_exposed, post_total = _sync_exposed(post, F[pace].gpu)
+    tail = Timed.wait(exposed).then(_seq(opt)).then(Timed.wait(post_exposed))
+    breakdown = dict.fromkeys(_BREAKDOWN, 0.0)
+    if sc.pp == 1:
+        run = F[0].then(B[0]).times(m).then(tail)
+        total = run.end
+        bubble = 0.0
+    else:
+        t_max = t_stage[pace]
+        total_stage = sum(t * st.stage.count for t, st in zip(t_stage, work.stages, strict=True))
+        bubble = (total_stage - t_max) / v
+        total = m * t_max + bubble + tail.end
+        run = F[pace].then(B[pace]).times(m).then(tail)
+    for c in fwd[pace] + bwd[pace]:
+        _classify(c, m, breakdown)
+    breakdown["pp_comm"] += m * hop[pace]
+    breakdown["bubble"] = bubble
+    breakdown["dp_comm"] += exposed + post_exposed
+    breakdown["optimizer"] = sum(c.timed.gpu for c in opt)
+    breakdown["host"] = max(0.0, total - sum(breakdown.values()))
+    sections: list[tuple[Costed, float, str]] = []
+    suffix = f" ×{m} micro-batches" if m > 1 else ""
+    sections += [(c, float(m), suffix) for c in fwd[pace] + bwd[pace]]
+    if link is not None:
+        sections.append((link, float(m * passes * v), suffix))
+    sections += [(c, 1.0, "") for c in _set_hidden(sync, exposed, sync_total)]
+    sections += [(c, 1.0, "") for c in opt]
+    sections += [(c, 1.0, "") for c in _set_hidden(post, post_exposed, post_total)]
+    extra_rows = []
+    if bubble > 0:
+        extra_rows.append({"name": "pipeline/bubble", "kind": "bubble", "bound": "idle",
+                           "shape": f"pp{sc.pp} v{v} m{m}", "time_ms": bubble * 1e3})  # fmt: skip
+    busy = m * (F[pace].gpu + B[pace].gpu + hop[pace]) + exposed + post_exposed
+    busy += sum(c.timed.gpu for c in opt)
+    flops = sum(c.flops * mult for c, mult, _ in sections)
+    host = m * (F[pace].host + B[pace].host) + sum(c.timed.host for c in opt)
+    kernels = run.kernels
+    memory = busiest(cfg, sc, work)
+    return StepCost(total, breakdown, busy, host, kernels, flops, memory, pace, sections,
+                    extra_rows)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------ the table
+
+
+def _rows(sections: list[tuple[Costed, float, str]], extra_rows: list[dict]) -> pd.DataFrame:
+    import pandas as pd
+
+    from gpuperf.step.result import COLUMNS, intensity, layer_of, with_share
+
+    names: list[str] = []
+    idx: list[tuple[int, int]] = []
+    mults: list[float] = []
+    suffixes: list[str] = []
+    hidden: list[float] = []
+    uniq: list[tuple] = []
+    for s, (c, mult, suffix) in enumerate(sections):
+        part = c.part
+        for r in range(part.repeat):
+            layer = part.layer(r)
+            prefix = "" if layer is None else f"L{layer}/"
+            for i, op in enumerate(part.ops):
+                names.append(prefix + op.name)
+                idx.append((s, i))
+                mults.append(mult)
+                suffixes.append(suffix)
+                hidden.append(float(c.hidden_s[i]) * 1e3 * mult)
+        uniq.append(c.rows)
+    rows = [uniq[s][i] for s, i in idx]
+    cols: dict[str, Any] = {"name": names, "layer": [layer_of(n) for n in names]}
+    mult = np.array(mults)
+    for j, col in enumerate(COLUMNS[2:-2]):
+        values = [r[j] for r in rows]
+        if col in ("flops", "bytes", "time_ms", "t_math_ms", "t_mem_ms", "t_overhead_ms",
+                   "t_comm_ms"):  # fmt: skip
+            cols[col] = np.array(values, dtype=float) * mult
+        elif col == "shape":
+            cols[col] = np.array([v + sfx for v, sfx in zip(values, suffixes, strict=True)],
+                                 dtype=object)  # fmt: skip
+        else:
+            cols[col] = np.array(values, dtype=float if col == "intensity" else object)
+    cols["overlap_ms"] = np.array(hidden)
+    table = pd.DataFrame(cols, columns=list(COLUMNS))
+    if extra_rows:
+        more = pd.DataFrame(extra_rows)
+        for col in COLUMNS:
+            if col not in more:
+                more[col] = 0.0 if col not in ("name", "layer", "kind", "shape", "dtype",
+                                               "bound") else ""  # fmt: skip
+        table = pd.concat([table, more[list(COLUMNS)]], ignore_index=True)
+    table["intensity"] = intensity(table["flops"], table["bytes"])
+    return with_share(table)
+
+
+# ---------------------------------------------------------------------------------- predictions
+
+
+def predict_ops(ops: Sequence[Op], gpu: GpuSpec, scenario: Scenario | None = None,
+                system: SystemSpec | None = None) -> Prediction:  # fmt: skip
+    """An op list run back to back on one GPU. With a `scenario` the kernels are issued by a host
+    at its dispatch cost (eager or CUDA graphs) and the total is the end of the last kernel;
+    without one they are independent kernels timed alone (a sweep) and the total is their sum."""
+    from gpuperf.step.result import Prediction, layer_of
+
+    if not ops:
+        raise ValueError("predict_ops needs at least one op")
+    coster = Coster(gpu, system, scenario)
+    parts: list[Part] = []
+    start = 0
+    for i in range(1, len(ops) + 1):  # runs of one layer: the host's per-layer costs apply
+        if i == len(ops) or layer_of(ops[i].name) != layer_of(ops[start].name):
+            run = tuple(ops[start:i])
+            parts.append(Part(run, layer0=-1 if layer_of(run[0].name) else None))
+            start = i
+    first = _first_attention(parts)
+    costed = [coster.cost(p, first_step=(j == first)) for j, p in enumerate(parts)]
+    sections = [(replace(c, part=replace(c.part, layer0=None)), 1.0, "") for c in costed]
+    timed = _seq(costed)
+    total_s = timed.end if scenario is not None else timed.gpu
+    busy = timed.gpu
+    pred = Prediction(
+        build=lambda: _rows(sections, []),
+        total_ms=total_s * 1e3,
+        memory_capacity=gpu.hbm_bytes,
+        gpu=gpu.name,
+        scenario=asdict(scenario) if scenario is not None else {},
+        extra=_extra(scenario, gpu, len(ops), busy, total_s, timed.host),
+    )
+    pred.hfu = _hfu_of_ops(sum(c.flops for c in costed), total_s, gpu, costed)
+    _host_warning(pred, scenario, gpu, len(ops), busy, total_s, timed.host)
+    return pred
+
+
+def _hfu_of_ops(flops: float, total_s: float, gpu: GpuSpec, costed: list[Costed]) -> float | None:
+    dtypes = {r[2] for c in costed for r in c.rows} - {""}
+    if len(dtypes) != 1 or total_s <= 0:
+        return None
+    peak = _peak(gpu, dtypes.pop())
+    return flops / (total_s * peak) if peak else None
+
+
+def _peak(gpu: GpuSpec, dtype: str) -> float | None:
+    try:
+        return gpu.peak(dtype)  # type: ignore[arg-type]
+    except (KeyError, InputError):  # no such rate on this GPU: no MFU, not an error here
+        return None
+
+
+def _extra(sc: Scenario | None, gpu: GpuSpec, kernels: int, busy: float, total: float,
+           host: float) -> dict[str, Any]:  # fmt: skip
+    from gpuperf.step.cost import HostRules
+
+    rules = HostRules.of(sc, gpu)
+    d = rules.per_kernel if sc is not None and not sc.cuda_graphs else (
+        gpu.params.graph_launch_s if sc is not None else 0.0)  # fmt: skip
+    return {
+        "kernels": kernels,
+        "gpu_busy_ms": busy * 1e3,
+        "host_bound": 1.0 - busy / total if total > 0 else 0.0,
+        "dispatch_us": d * 1e6,
+        "host_ms": host * 1e3,
+    }
+
+
+def _host_warning(pred: Prediction, sc: Scenario | None, gpu: GpuSpec, kernels: int,
+                  busy: float, total: float, host: float) -> None:  # fmt: skip
+    bound = 1.0 - busy / total if total > 0 else 0.0
+    if sc is None or bound <= HOST_BOUND_WARN:
+        return
+    d = pred.extra["dispatch_us"] * 1e-6
+    hint = "" if sc.cuda_graphs else "; CUDA graphs (--cuda-graphs) remove most of it"
+    more = host - d * kernels
+    extra = f", plus {more * 1e3:.3g} ms of other host work" if more > 1e-6 else ""
+    pred.warnings.append(
+        f"host-bound: the GPU waits {bound:.0%} of the time for the host "
+        f"({kernels} kernels × {d * 1e6:.3g} µs of launches{extra}){hint}"
+    )
+
+
+def predict(cfg: ModelConfig, sc: Scenario, where: Placement) -> Prediction:
+    """One step of `sc` (a whole generation for mode=generate), per GPU of the plan."""
+    if sc.mode == "generate":
+        from gpuperf.step.generate import predict_generate
+
+        pred = predict_generate(cfg, sc, where)
+    else:
+        pred = _predict_step(cfg, sc, where)
+    _finish(pred, cfg, sc, where)
+    return pred
+
+
+def _predict_step(cfg: ModelConfig, sc: Scenario, where: Placement) -> Prediction:
+    from gpuperf.step.mfu import model_flops_per_token, recompute_flops_per_token
+    from gpuperf.step.result import Prediction
+
+    cost = step_cost(cfg, sc, where)
+    total_s = cost.total_s
+    kernels = cost.kernels
+    pred = Prediction(
+        build=lambda: _rows(cost.sections, cost.extra_rows),
+        total_ms=total_s * 1e3,
+        gpu=where.gpu.name,
+        memory=cost.memory,
+        extra=_extra(sc, where.gpu, kernels, cost.busy_s, total_s, cost.host_s),
+    )
+    pred.extra["breakdown_ms"] = {k: v * 1e3 for k, v in cost.breakdown.items() if v}
+    if sc.parallel:
+        pred.extra["pacing_stage"] = cost.stage
+    _host_warning(pred, sc, where.gpu, kernels, cost.busy_s, total_s, cost.host_s)
+    per_token, pred.mfu_convention = model_flops_per_token(cfg, sc)
+    redo = recompute_flops_per_token(cfg, sc)
+    throughput(pred, where.gpu, sc, sc.tokens, sc.tokens, per_token, redo)
+    return pred
+
+
+def rates(gpu: GpuSpec, sc: Scenario, total_s: float, tokens: int, out_tokens: int,
+          per_token: float, redo_per_token: float = 0.0) -> tuple[float, float | None,
+                                                                   float | None]:  # fmt: skip
+    """(tokens/s over all replicas, MFU, HFU): MFU = model FLOPs of one replica's `tokens` over
+    the GPUs that hold the replica (tp·pp·cp) at their dense peak; HFU adds recomputed FLOPs."""
+    tps = out_tokens * sc.dp / total_s
+    peak = _peak(gpu, sc.dtype)
+    if not peak:
+        return tps, None, None
+    denom = total_s * peak * sc.model_parallel
+    return tps, per_token * tokens / denom, (per_token + redo_per_token) * tokens / denom
+
+
+def throughput(pred: Prediction, gpu: GpuSpec, sc: Scenario, tokens: int, out_tokens: int,
+               per_token: float, redo_per_token: float = 0.0) -> None:  # fmt: skip
+    """Set the Prediction's tokens/s, MFU and HFU (see rates)."""
+    total_s = pred.total_ms * 1e-3
+    got = rates(gpu, sc, total_s, tokens, out_tokens, per_token, redo_per_token)
+    pred.tokens_per_s, pred.mfu, pred.hfu = got
+    pred.extra["tokens_per_s_per_gpu"] = pred.tokens_per_s / sc.gpus
+
+
+def _finish(pred: Prediction, cfg: ModelConfig, sc: Scenario, where: Placement) -> None:
+    """Model name, scenario, the positions warning, memory against the one capacity rule."""
+    from gpuperf.step.memory import total_bytes, usable_bytes
+    from gpuperf.units import fmt_bytes
+
+    pred.model = getattr(cfg, "name", "") or "model"
+    pred.scenario = asdict(sc)
+    if sc.parallel or where.system is not None:
+        pred.extra["plan"] = sc.label()
+        pred.extra["gpus"] = sc.gpus
+        pred.extra["nodes"] = where.nodes
+        if where.system is not None:
+            pred.extra["system"] = where.system.name
+    longest = {"decode": sc.ctx + 1, "generate": sc.seq + sc.new_tokens}.get(sc.mode, sc.seq)
+    limit = getattr(cfg, "max_position_embeddings", None)
+    if limit and longest > limit:
+        pred.warnings.append(
+            f"sequences of {longest} tokens exceed the model's {limit} positions "
+            "(max_position_embeddings): the prediction extrapolates"
+        )
+    capacity = usable_bytes(where.gpu)
+    pred.memory_capacity = capacity
+    need = total_bytes(pred.memory)
+    pred.fits = need <= capacity
+    if not pred.fits:
+        terms = sorted(((v, k) for k, v in pred.memory.items() if v), reverse=True)
+        parts = ", ".join(f"{k} {fmt_bytes(v)}" for v, k in terms)
+        pred.warnings.insert(
+            0,
+            f"does not fit: needs {fmt_bytes(need)} per GPU of {fmt_bytes(capacity)} usable; "
+            f"{terms[0][1]} alone is {fmt_bytes(terms[0][0])} ({parts})",
+        )

@@ -1,0 +1,195 @@
+"""Plan search: enumerate tp, pp, dp, cp, ep, micro-batch, ZeRO stage, recomputation and schedule
+for a model on N GPUs, drop what does not fit, rank by step time, and say why the best wins.
+
+Every plan is costed by the step engine that `gpuperf predict` uses (step.run.Engine), so a
+plan's time here is its time there, to the bit. One Engine serves the whole search: each layer,
+collective and Part is costed once, the rest is arithmetic (benchmarks/search_speed.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from gpuperf.errors import InputError
+from gpuperf.hardware.spec import SystemSpec
+from gpuperf.step.memory import total_bytes, usable_bytes
+from gpuperf.step.mfu import model_flops_per_token
+from gpuperf.step.plan import place
+from gpuperf.step.run import Engine, StepCost, rates
+from gpuperf.workloads.config import ModelConfig
+from gpuperf.workloads.scenario import RECOMPUTE, Scenario
+
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One plan's result: its scenario, the step's numbers, throughput and memory per GPU."""
+
+    scenario: Scenario
+    cost: StepCost
+    tokens_per_s: float
+    mfu: float
+    tflops_per_gpu: float  # model FLOPs per GPU per second, in TFLOP/s
+    fits: bool
+
+    @property
+    def step_time(self) -> float:
+        return self.cost.total_s
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        return self.cost.breakdown
+
+    @property
+    def memory_total(self) -> float:
+        return total_bytes(self.cost.memory)
+
+    def label(self) -> str:
+        return self.scenario.label()
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return {
+            "scenario": asdict(self.scenario),
+            "label": self.label(),
+            "step_time_ms": self.step_time * 1e3,
+            "breakdown_ms": {k: v * 1e3 for k, v in self.breakdown.items()},
+            "memory": self.cost.memory,
+            "memory_total": self.memory_total,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "fits": self.fits,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    ranked: list[Ranked]  # fitting plans, fastest first (at most `top`)
+    evaluated: int
+    fitting: int
+    seconds: float
+    why: list[str]
+
+    @property
+    def plans_per_s(self) -> float:
+        return self.evaluated / self.seconds if self.seconds > 0 else float("inf")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def enumerate_plans(
+    cfg: ModelConfig, system: SystemSpec, gpus: int, *, mode: str = "train",
+    global_batch: int = 1, seq: int = 2048, batch: int = 1, ctx: int = 2048,
+    impl: str = "fused",
+) -> Iterator[Scenario]:  # fmt: skip
+    """Every plan shape worth trying; ones the model cannot take are filtered later."""
+    gpn = system.gpus_per_node
+    tps = [t for t in _divisors(min(gpus, gpn)) if cfg.heads % t == 0]
+    experts = _divisors(cfg.num_experts) if cfg.is_moe else [1]
+    for tp in tps:
+        for pp in _divisors(cfg.layers):
+            if gpus % (tp * pp):
+                continue
+            dp = gpus // (tp * pp)
+            for ep in (e for e in experts if dp % e == 0):
+                base = dict(mode=mode, tp=tp, pp=pp, dp=dp, ep=ep, seq=seq, impl=impl)
+                if mode != "train":
+                    yield _scenario(base, batch=batch, ctx=ctx)
+                    continue
+                if global_batch % dp:
+                    continue
+                schedules = [("1f1b", 1)] + ([("interleaved", 2)] if pp > 1 else [])
+                for mb in MICRO_BATCHES:
+                    if (global_batch // dp) % mb:
+                        continue
+                    for zero in ZERO_STAGES if dp > 1 else (0,):
+                        for rc in RECOMPUTE:
+                            for sched, v in schedules:
+                                plan = _scenario(base, global_batch=global_batch, micro_batch=mb,
+                                                 zero=zero, recompute=rc, schedule=sched,
+                                                 virtual_stages=v)  # fmt: skip
+                                if plan is not None:
+                                    yield plan
+
+
+def _scenario(base: dict, **kw) -> Scenario | None:  # noqa: ANN003
+    try:
+        return Scenario(**base, **kw)
+    except InputError:
+        return None
+
+
+def evaluate(engine: Engine, sc: Scenario, nodes: int | None) -> Ranked:
+    """One plan through the step engine (InputError when the model or system refuses it)."""
+    where = place(engine.cfg, sc, engine.gpu, engine.system, nodes)
+    cost = engine.cost(sc, where)
+    per_token = model_flops_per_token(engine.cfg, sc)[0]
+    tps, mfu, _ = rates(engine.gpu, sc, cost.total_s, sc.tokens, sc.tokens, per_token)
+    fits = total_bytes(cost.memory) <= usable_bytes(engine.gpu)
+    peak = engine.gpu.peak_flops.get(sc.dtype, 0.0)
+    return Ranked(sc, cost, tps, mfu or 0.0, (mfu or 0.0) * peak / 1e12, fits)
+
+
+def search(
+    cfg: ModelConfig, system: SystemSpec, gpus: int, *, mode: str = "train",
+    global_batch: int = 1, seq: int = 2048, batch: int = 1, ctx: int = 2048, top: int = 10,
+    impl: str = "fused",
+) -> SearchResult:  # fmt: skip
+    """Rank the plans that fit by step time (see module docstring)."""
+    gpn = system.gpus_per_node
+    if gpus > gpn and gpus % gpn:
+        raise InputError(f"--gpus {gpus} spans nodes but is not a multiple of {gpn} GPUs per node")
+    nodes = max(1, -(-gpus // gpn)) if gpus >= gpn else None
+    engine = Engine(cfg, system.gpu, system)
+    start = time.perf_counter()
+    results: list[Ranked] = []
+    evaluated = 0
+    for sc in enumerate_plans(cfg, system, gpus, mode=mode, global_batch=global_batch, seq=seq,
+                              batch=batch, ctx=ctx, impl=impl):  # fmt: skip
+        try:
+            r = evaluate(engine, sc, nodes)
+        except InputError:
+            continue
+        evaluated += 1
+        if r.fits:
+            results.append(r)
+    seconds = time.perf_counter() - start
+    results.sort(key=lambda r: r.step_time)
+    if not results:
+        raise InputError(
+            f"no plan of {cfg.name} fits on {gpus} GPUs of {system.name} "
+            f"({evaluated} tried); add GPUs or lower the batch"
+        )
+    return SearchResult(results[:top], evaluated, len(results), seconds, explain(results))
+
+
+def explain(ranked: list[Ranked]) -> list[str]:
+    """Why the best plan wins: against the runner-up and the best plan of each other (tp, pp)."""
+    best = ranked[0]
+    lines = [f"best: {best.label()}: {best.step_time:.3g} s/step, MFU {100 * best.mfu:.1f}%"]
+    rivals: list[Ranked] = []
+    seen = {(best.scenario.tp, best.scenario.pp)}
+    for r in ranked[1:]:
+        key = (r.scenario.tp, r.scenario.pp)
+        if not rivals or key not in seen:
+            rivals.append(r)
+            seen.add(key)
+        if len(rivals) >= 3:
+            break
+    for r in rivals:
+        diffs = sorted(
+            ((r.breakdown[k] - best.breakdown.get(k, 0.0), k) for k in r.breakdown),
+            reverse=True,
+        )
+        reasons = [f"{k} +{d:.3g} s" for d, k in diffs if d > 0.005 * best.step_time][:3]
+        slower = 100 * (r.step_time / best.step_time - 1)
+        because = ", ".join(reasons) if reasons else "about the same costs"
+        lines.append(f"vs {r.label()}: {slower:.1f}% slower ({because})")
+    return lines

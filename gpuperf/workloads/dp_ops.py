@@ -1,0 +1,97 @@
+"""Data-parallel gradient synchronisation and the optimizer step of one GPU.
+
+Gradients per parameter, one rule for memory and communication:
+- fused (Megatron-LM): bf16 training keeps fp32 main gradients and reduces them in fp32
+  (`accumulate_allreduce_grads_in_fp32` is on with --bf16); fp16 and fp32 training keep and
+  reduce them in the parameters' dtype.
+- eager (PyTorch DDP / FSDP2 on a model held in its dtype): gradients in the parameters' dtype.
+
+Buckets: PyTorch DDP all-reduces 25 MiB buckets (`bucket_cap_mb`) as the backward produces them;
+Megatron's DDP buckets 40M parameters (at least 1M per DP rank). ZeRO-1/2 (Megatron's distributed
+optimizer) reduce-scatter the same buckets and all-gather the updated parameters after the step.
+ZeRO-3 / FSDP2 gathers and scatters layer by layer (step_work._fsdp_layer_ops).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from gpuperf.dtypes import BYTES, DType
+from gpuperf.perfmodel.ops import Collective
+from gpuperf.workloads.config import ModelConfig
+from gpuperf.workloads.groups import Groups
+from gpuperf.workloads.scenario import Scenario
+from gpuperf.workloads.shard import Params
+
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20
+MEGATRON_BUCKET_PARAMS = 40_000_000
+
+
+def grad_bytes(act: DType, eager: bool) -> int:
+    """Bytes per gradient element, in memory and on the wire (module docstring)."""
+    if eager:
+        return BYTES[act]
+    return 4 if act == "bf16" else BYTES[act]
+
+
+def bucket_bytes(sc: Scenario, gb: int) -> float:
+    if sc.impl == "eager":
+        return TORCH_DDP_BUCKET_BYTES
+    return max(MEGATRON_BUCKET_PARAMS, 1_000_000 * sc.dp) * gb
+
+
+@functools.lru_cache(maxsize=1024)
+def _bucketed(name: str, coll: str, total: float, bucket: float, ranks: int, nodes: int,
+              dtype: DType) -> tuple:  # fmt: skip
+    from gpuperf.workloads.step_work import _part
+
+    if ranks <= 1 or total <= 0:
+        return ()
+    full, rest = divmod(total, bucket)
+    parts = []
+    if full:
+        op = Collective(name, coll, int(bucket), ranks, dtype, nodes)  # type: ignore[arg-type]
+        parts.append(_part([op], repeat=int(full)))
+    if rest >= 1:
+        op = Collective(name + "_last", coll, int(rest), ranks, dtype, nodes)  # type: ignore[arg-type]
+        parts.append(_part([op]))
+    return tuple(parts)
+
+
+def sync_parts(cfg: ModelConfig, sc: Scenario, g: Groups, params: Params) -> tuple[tuple, tuple]:
+    """(gradient sync Parts, post-step Parts) of the busiest GPU."""
+    if sc.zero == 3:
+        return (), ()
+    act: DType = "bf16" if BYTES[sc.dtype] == 1 else sc.dtype
+    gb = grad_bytes(act, sc.impl == "eager")
+    gdt: DType = "fp32" if gb == 4 else act
+    bucket = bucket_bytes(sc, gb)
+    coll = "allreduce" if sc.zero == 0 else "reducescatter"
+    sync = _bucketed(f"dp/grad_{coll}", coll, params.dense * gb, bucket, g.dp, g.dp_nodes, gdt)
+    sync += _bucketed(f"dp/expert_grad_{coll}", coll, params.expert * gb, bucket, g.edp,
+                      g.edp_nodes, gdt)  # fmt: skip
+    post: tuple = ()
+    if sc.zero in (1, 2):
+        pb = BYTES[act]
+        post = _bucketed("dp/param_allgather", "allgather", params.dense * pb, bucket, g.dp,
+                         g.dp_nodes, act)  # fmt: skip
+        post += _bucketed("dp/expert_param_allgather", "allgather", params.expert * pb, bucket,
+                          g.edp, g.edp_nodes, act)  # fmt: skip
+    return sync, post
+
+
+def optimizer_parts(cfg: ModelConfig, sc: Scenario, d, g: Groups, params: Params) -> tuple:  # noqa: ANN001
+    """AdamW over this GPU's share of the parameters (sharded over dp from ZeRO-1 on)."""
+    n = params.total
+    if sc.zero >= 1:
+        n = params.dense / g.dp + params.expert / g.edp
+    return _optimizer(math.ceil(n), d, sc.impl == "eager")
+
+
+@functools.lru_cache(maxsize=1024)
+def _optimizer(n: int, d, eager: bool) -> tuple:  # noqa: ANN001
+    from gpuperf.workloads.step_work import _part
+    from gpuperf.workloads.transformer_train import optimizer_ops
+
+    return (_part(optimizer_ops(n, d, eager)),)

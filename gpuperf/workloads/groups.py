@@ -1,0 +1,73 @@
+"""Which GPUs talk to which: the communicator groups of one GPU in a parallel plan.
+
+Rank order, Megatron-LM's (Narayanan et al. SC21 §3): tp innermost (a TP group sits in one node),
+then cp, then dp, then pp. EP groups are carved out of consecutive DP ranks. The dense gradients
+are reduced over dp·cp ranks (context-parallel ranks hold the same weights), the expert gradients
+over the dp·cp/ep ranks that hold the same experts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuperf.workloads.scenario import Scenario
+
+
+def group_nodes(size: int, stride: int, gpus_per_node: int) -> int:
+    """Nodes spanned by a group of `size` ranks `stride` apart (ranks fill nodes in order).
+    NCCL needs the same number of ranks on every node: rounded up to a divisor of `size`."""
+    if size <= 1 or size * stride <= gpus_per_node:
+        return 1
+    per_node = max(1, gpus_per_node // stride)
+    nodes = math.ceil(size / per_node)
+    while size % nodes:
+        nodes += 1
+    return nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    """Ranks and nodes of each group one GPU belongs to, and how TP runs."""
+
+    tp: int = 1
+    tp_nodes: int = 1
+    cp: int = 1
+    cp_nodes: int = 1
+    ep: int = 1
+    ep_nodes: int = 1
+    dp: int = 1  # dense-gradient group: dp·cp ranks
+    dp_nodes: int = 1
+    edp: int = 1  # expert-gradient group: dp·cp/ep ranks
+    edp_nodes: int = 1
+    pp_inter_node: bool = False
+    sp: bool = False
+    tp_impl: str = "megatron"
+    tp_overlap: bool = False
+
+
+SINGLE = Groups()
+
+
+def groups_for(sc: Scenario, gpus_per_node: int | None) -> Groups:
+    """The groups of `sc` on nodes of `gpus_per_node` GPUs (None: all in one node)."""
+    if not sc.parallel and not sc.sequence_parallel:
+        return SINGLE
+    gpn = gpus_per_node or sc.gpus
+    tp, cp, dp, ep = sc.tp, sc.cp, sc.dp, sc.ep
+    return Groups(
+        tp=tp,
+        tp_nodes=group_nodes(tp, 1, gpn),
+        cp=cp,
+        cp_nodes=group_nodes(cp, tp, gpn),
+        ep=ep,
+        ep_nodes=group_nodes(ep, tp * cp, gpn),
+        dp=dp * cp,
+        dp_nodes=group_nodes(dp * cp, tp, gpn),
+        edp=dp * cp // ep,
+        edp_nodes=group_nodes(dp * cp // ep, tp * ep, gpn),
+        pp_inter_node=sc.pp > 1 and tp * cp * dp >= gpn,
+        sp=bool(sc.sequence_parallel),
+        tp_impl=sc.tp_impl,
+        tp_overlap=sc.tp_overlap,
+    )

@@ -1,0 +1,85 @@
+"""How a model is cut over GPUs: layers per pipeline stage, parameters per GPU.
+
+Pipeline stages (Megatron-LM's uneven split): `pp` stages get L // pp layers each and the first
+L % pp stages one more; with the interleaved schedule each stage holds `v` chunks of those. The
+first stage holds the embedding, the last the final norm and lm_head (and, tied, a copy of the
+embedding, as Megatron keeps one there). Tensor parallelism splits every GEMM weight and the
+vocabulary tp ways (norms are replicated); expert parallelism gives each GPU E / ep experts.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+
+from gpuperf.workloads.config import ModelConfig
+from gpuperf.workloads.scenario import Scenario
+
+
+def stage_layers(layers: int, pp: int) -> list[int]:
+    """Layers of each pipeline stage, first stage first."""
+    base, extra = divmod(layers, pp)
+    return [base + (1 if s < extra else 0) for s in range(pp)]
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A pipeline stage: its layers [first, first + layers), whether it holds the ends, and how
+    many stages of the plan are like it (same layer count and ends: the same work and memory)."""
+
+    index: int
+    first: int
+    layers: int
+    has_embed: bool
+    has_head: bool
+    count: int = 1
+
+
+@functools.lru_cache(maxsize=512)
+def stages(layers: int, pp: int) -> tuple[Stage, ...]:
+    """The distinct stages of a pipeline of `pp` stages over `layers` layers, each the first of
+    its kind (the one with the most micro-batches in flight), with its count."""
+    kinds: dict[tuple[int, bool, bool], list] = {}
+    first = 0
+    for s, n in enumerate(stage_layers(layers, pp)):
+        key = (n, s == 0, s == pp - 1)
+        if key in kinds:
+            kinds[key][1] += 1
+        else:
+            kinds[key] = [Stage(s, first, n, s == 0, s == pp - 1), 1]
+        first += n
+    return tuple(replace(st, count=c) for st, c in kinds.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Parameters one GPU holds before ZeRO sharding: dense (replicated over dp) and expert
+    (replicated over the expert-data-parallel group), and one layer's dense and expert share."""
+
+    dense: float
+    expert: float
+    layer_dense: float
+    layer_expert: float
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+
+def gpu_params(cfg: ModelConfig, sc: Scenario, stage: Stage) -> Params:
+    """Parameters on one GPU of `stage` under the scenario's tp and ep."""
+    b = cfg.param_breakdown()
+    L, tp = cfg.layers, sc.tp
+    experts = b["mlp"] if cfg.is_moe else 0
+    norms_per_layer = (b["norms"] / (2 * L + 1)) * 2
+    final_norm = b["norms"] / (2 * L + 1)
+    layer_dense = (b["attn"] + (b["mlp"] - experts)) / L / tp + norms_per_layer + b["router"] / L
+    layer_expert = experts / L / sc.ep / tp
+    ends = 0.0
+    if stage.has_embed:
+        ends += (b["embed"] + b["pos_embed"]) / tp
+    if stage.has_head:
+        head = b["lm_head"] if b["lm_head"] else (b["embed"] if sc.pp > 1 else 0)
+        ends += head / tp + final_norm
+    n = stage.layers
+    return Params(n * layer_dense + ends, n * layer_expert, layer_dense, layer_expert)

@@ -1,0 +1,271 @@
+"""The work one GPU does in one step, as runs of kernels (Parts), for one GPU or a parallel plan.
+
+A Part is a layer's kernels repeated for each of its layers (names "L{i}/..."), or kernels that
+run once. A stage's micro-batch is its forward Parts (and backward Parts in training); the step
+is every stage's micro-batches, the data-parallel gradient synchronisation and the optimizer.
+The step engine (gpuperf.step) costs each distinct kernel once and adds the repeats up in closed
+form, so an 80-layer model with 256 micro-batches costs no more than one layer.
+
+`hide` names, within a Part, the kernels a communication op overlaps (ring attention's transfer
+under the attention before it, Megatron's backward all-reduce under the weight-gradient GEMM,
+FSDP's all-gather of the next layer under this one: "*" means every compute kernel of the Part).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from gpuperf.dtypes import BYTES
+from gpuperf.perfmodel.ops import P2P, Collective, Copy, Op
+from gpuperf.workloads.config import ModelConfig
+from gpuperf.workloads.groups import SINGLE, Groups
+from gpuperf.workloads.scenario import Scenario
+from gpuperf.workloads.shard import Params, Stage, gpu_params, stages
+from gpuperf.workloads.transformer_layers import (
+    Dims,
+    eager_layer,
+    fused_layer,
+    make_dims,
+    ring_hide,
+)
+
+ALL = "*"  # hide under every compute kernel of the Part
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """`ops` run `repeat` times back to back. With `layer0`, repeat i is layer layer0 + i (or
+    layer0 - i when descending) and its ops are named "L{layer}/" + name."""
+
+    ops: tuple[Op, ...]
+    repeat: int = 1
+    layer0: int | None = None
+    descending: bool = False
+    hide: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (comm op, the ops it hides under)
+
+    def layer(self, i: int) -> int | None:
+        if self.layer0 is None:
+            return None
+        return self.layer0 - i if self.descending else self.layer0 + i
+
+
+@dataclass(frozen=True, slots=True)
+class StageWork:
+    """One micro-batch on one GPU of a pipeline stage."""
+
+    stage: Stage
+    fwd: tuple[Part, ...]
+    bwd: tuple[Part, ...]
+    params: Params
+    boundary: Part | None  # activation sent to the next stage per micro-batch (same size back)
+
+
+@dataclass(frozen=True, slots=True)
+class StepWork:
+    """Everything one step of `sc` runs on the GPUs of one data-parallel replica."""
+
+    stages: tuple[StageWork, ...]
+    microbatches: int
+    sync: tuple[Part, ...]  # gradient all-reduce / reduce-scatter (hidden under the backward)
+    optimizer: tuple[Part, ...]
+    post: tuple[Part, ...]  # ZeRO-1/2: parameter all-gather after the step
+    groups: Groups
+    dims: Dims
+
+
+_INTERNED: dict[tuple[Op, ...], tuple[Op, ...]] = {}
+
+
+def _part(ops: list[Op], hide: Mapping[str, tuple[str, ...]] | None = None, **kw) -> Part:  # noqa: ANN003
+    """A Part whose ops tuple is shared with every equal one (the step engine keys its cost
+    caches on the tuple's identity)."""
+    t = tuple(ops)
+    if len(_INTERNED) > 4096:
+        _INTERNED.clear()
+    t = _INTERNED.setdefault(t, t)
+    return Part(t, hide=tuple((hide or {}).items()), **kw)
+
+
+def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
+    """The step of `sc` (prefill, decode or train; not generate) on GPUs of groups `g`. Templates
+    and Parts are memoized: plans that share a layer shape share its Part objects."""
+    from gpuperf.errors import InputError
+
+    if sc.mode == "generate":
+        raise InputError("generate is prefill + decode steps; build the two scenarios separately")
+    d = make_dims(cfg, sc, g)
+    eager = sc.impl == "eager"
+    train = sc.mode == "train"
+    out = []
+    for st in stages(cfg.layers, sc.pp):
+        params = gpu_params(cfg, sc, st)
+        fsdp = (params, g.dp, g.dp_nodes) if sc.zero == 3 else None
+        fwd, bwd = _stage_parts(cfg, d, eager, sc.mode, sc.recompute, st, fsdp)
+        boundary = None
+        if sc.pp > 1 and not st.has_head:
+            boundary = _boundary(d.T * d.hidden * BYTES[d.act], d.act, g.tp, g.tp_nodes,
+                                 g.pp_inter_node)  # fmt: skip
+        out.append(StageWork(st, fwd, bwd, params, boundary))
+    sync, opt, post = ((), (), ())
+    if train:
+        from gpuperf.workloads.dp_ops import optimizer_parts, sync_parts
+
+        busiest = max(out, key=lambda s: s.params.total).params
+        sync, post = sync_parts(cfg, sc, g, busiest)
+        opt = optimizer_parts(cfg, sc, d, g, busiest)
+    return StepWork(tuple(out), sc.microbatches, sync, opt, post, g, d)
+
+
+@functools.lru_cache(maxsize=256)
+def _boundary(nbytes: int, act: str, tp: int, tp_nodes: int, inter_node: bool) -> Part:
+    """A stage's activation to the next stage (and its gradient back): with TP, Megatron's
+    scatter/gather (Narayanan et al. SC21 §4.1) sends 1/tp from each rank and all-gathers it on
+    the other side over NVLink."""
+    ops: list[Op] = [P2P("pp/send", max(1, nbytes // tp), act, inter_node)]  # type: ignore[arg-type]
+    if tp > 1:
+        ops.append(Collective("pp/allgather", "allgather", nbytes, tp, act, tp_nodes))  # type: ignore[arg-type]
+    return _part(ops)
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_templates(cfg: ModelConfig, d: Dims, eager: bool, train: bool, recompute: str) -> tuple:
+    """(forward ops, backward ops, forward hides, backward hides) of one layer."""
+    layer = eager_layer(cfg, d) if eager else fused_layer(cfg, d)
+    layer_bwd: list[Op] = []
+    bwd_hide: dict[str, tuple[str, ...]] = {}
+    if train:
+        from gpuperf.workloads.transformer_train import layer_backward
+
+        layer_bwd, bwd_hide = layer_backward(cfg, d, eager, layer, recompute)
+    return layer, layer_bwd, ring_hide(d), bwd_hide
+
+
+@functools.lru_cache(maxsize=2048)
+def _stage_parts(cfg: ModelConfig, d: Dims, eager: bool, mode: str, recompute: str, st: Stage,
+                 fsdp: tuple | None) -> tuple[tuple[Part, ...], tuple[Part, ...]]:  # fmt: skip
+    """A stage's forward and backward Parts; fsdp: (params, dp ranks, dp nodes) under ZeRO-3."""
+    train = mode == "train"
+    layer, layer_bwd, fwd_hide, bwd_hide = _layer_templates(cfg, d, eager, train, recompute)
+    fsdp = _fsdp_layer_ops(d, st, *fsdp) if fsdp is not None else None
+    fwd = _forward_parts(cfg, d, eager, mode, st, layer, fwd_hide, fsdp)
+    bwd = _backward_parts(cfg, d, eager, st, layer_bwd, bwd_hide, fsdp) if train else []
+    return tuple(fwd), tuple(bwd)
+
+
+def _forward_parts(cfg, d, eager, mode, st, layer, hide, fsdp) -> list[Part]:  # noqa: ANN001
+    from gpuperf.workloads.transformer import epilogue, prologue
+
+    parts: list[Part] = []
+    if st.has_embed:
+        pre = prologue(cfg, d, eager)
+        if fsdp:  # the root's parameters and the first layer's, gathered before anything runs
+            pre = [*fsdp.first, *pre]
+        parts.append(_part(pre))
+    body, body_hide = list(layer), dict(hide)
+    if fsdp:
+        body += fsdp.fwd
+        body_hide.update(fsdp.fwd_hide)
+    n, first = st.layers, st.first
+    if n and first == 0 and not eager and not cfg.parallel_residual:
+        # vLLM's first layer has no residual yet: a plain norm, not the fused add + norm.
+        plain = [replace(body[0], residual=False), *body[1:]]  # type: ignore[call-arg]
+        parts.append(_part(plain, body_hide, layer0=0))
+        n, first = n - 1, 1
+    if n:
+        parts.append(_part(body, body_hide, repeat=n, layer0=first))
+    if st.has_head:
+        post = epilogue(cfg, d, eager, mode)
+        if mode == "train":
+            from gpuperf.workloads.transformer_train import loss_ops
+
+            post += loss_ops(cfg, d, eager)[0]
+        parts.append(_part(post))
+    return parts
+
+
+def _backward_parts(cfg, d, eager, st, layer_bwd, hide, fsdp) -> list[Part]:  # noqa: ANN001
+    from gpuperf.workloads.transformer_train import head_backward, tail_backward
+
+    parts: list[Part] = []
+    if st.has_head:
+        parts.append(_part(head_backward(cfg, d, eager)))
+    body, body_hide = list(layer_bwd), dict(hide)
+    if fsdp:
+        body = [*fsdp.bwd_pre, *body, *fsdp.bwd_post]
+        body_hide.update(fsdp.bwd_hide)
+    if st.layers:
+        parts.append(_part(body, body_hide, repeat=st.layers, layer0=st.first + st.layers - 1,
+                           descending=True))  # fmt: skip
+    tail = tail_backward(cfg, d) if st.has_embed else []
+    if fsdp:
+        tail = [*tail, *fsdp.last]
+    if tail:
+        parts.append(_part(tail))
+    return parts
+
+
+@dataclass(frozen=True, slots=True)
+class _Fsdp:
+    """FSDP2 / ZeRO-3 kernels of one layer (Zhao et al. 2023, PyTorch FSDP2 `fully_shard`):
+    forward: all-gather the next layer's parameters (prefetch, hidden under this layer), copy them
+    out of the gather buffer; backward: all-gather again (parameters were freed after the
+    forward), copy out, then copy the gradients into the reduce-scatter buffer and reduce-scatter
+    them (hidden under the backward of the layer before)."""
+
+    first: list[Op]
+    fwd: list[Op]
+    fwd_hide: dict[str, tuple[str, ...]]
+    bwd_pre: list[Op]
+    bwd_post: list[Op]
+    bwd_hide: dict[str, tuple[str, ...]]
+    last: list[Op]
+
+
+def _fsdp_layer_ops(d: Dims, st: Stage, params: Params, dp: int, dp_nodes: int) -> _Fsdp:
+    pb = BYTES[d.act]
+    layer_bytes = max(1, int((params.layer_dense + params.layer_expert) * pb))
+    root_bytes = max(1, int((params.dense - st.layers * params.layer_dense) * pb))
+
+    def ag(name: str, nbytes: int) -> Collective:
+        return Collective(name, "allgather", nbytes, dp, d.act, dp_nodes)
+
+    def rs(name: str, nbytes: int) -> Collective:  # gradients reduced in the parameters' dtype
+        return Collective(name, "reducescatter", nbytes, dp, d.act, dp_nodes)
+
+    return _Fsdp(
+        first=[ag("fsdp/allgather_root", root_bytes), ag("fsdp/allgather", layer_bytes)],
+        fwd=[ag("fsdp/allgather.next", layer_bytes), Copy("fsdp/copy_out", layer_bytes, d.act)],
+        fwd_hide={"fsdp/allgather.next": (ALL,)},
+        bwd_pre=[ag("fsdp/allgather.bwd", layer_bytes),
+                 Copy("fsdp/copy_out.bwd", layer_bytes, d.act)],
+        bwd_post=[Copy("fsdp/grad_copy_in", layer_bytes, d.act),
+                  rs("fsdp/reducescatter", layer_bytes)],
+        bwd_hide={"fsdp/allgather.bwd": (ALL,), "fsdp/reducescatter": (ALL,)},
+        last=[rs("fsdp/reducescatter_root", root_bytes)],
+    )  # fmt: skip
+
+
+def flatten(parts: tuple[Part, ...] | list[Part]) -> list[Op]:
+    """The kernels of `parts` in order, named as the step engine names them."""
+    from gpuperf.workloads.transformer import name_copies
+
+    out: list[Op] = []
+    for p in parts:
+        if p.layer0 is None:
+            for _ in range(p.repeat):
+                out += p.ops
+        else:
+            out += name_copies(list(p.ops), [p.layer(i) for i in range(p.repeat)])
+    return out
+
+
+def single_gpu_ops(work: StepWork) -> list[Op]:
+    """The op list of a one-GPU, one-micro-batch step: forward, backward, optimizer."""
+    st = work.stages[0]
+    return flatten(st.fwd) + flatten(st.bwd) + flatten(work.sync) + flatten(work.optimizer)
+
+
+def is_comm(op: Op) -> bool:
+    return isinstance(op, Collective | P2P)

@@ -1,0 +1,424 @@
+"""The step engine: host dispatch in closed form, predict_ops, whole models and plans, MFU/HFU,
+pipeline and data-parallel composition, generate, grouping, the JSON contract.
+
+Most tests replace the per-op time model by a fixed fake (each op takes a known time) so every
+total is hand-computed; the real roofline is tested in its own file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuperf import api
+from gpuperf.hardware.loader import load_gpu
+from gpuperf.hardware.spec import ModelParams
+from gpuperf.perfmodel.ops import Attention, Collective, Copy, Elementwise, Gemm
+from gpuperf.perfmodel.optime import OpTime
+from gpuperf.step import cost as C
+from gpuperf.step.dispatch import Timed, simulate_dispatch
+from gpuperf.step.generate import decode_weights
+from gpuperf.step.plan import place
+from gpuperf.step.result import group
+from gpuperf.step.run import DECODE_POINTS, predict, predict_ops
+from gpuperf.workloads.config import ModelConfig, load_model
+from gpuperf.workloads.scenario import Scenario
+from gpuperf.workloads.transformer import build_ops
+
+US = 1e-6
+TINY = ModelConfig(name="tiny", hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                   num_attention_heads=4, num_key_value_heads=2, vocab_size=100)  # fmt: skip
+
+
+def gpu(dispatch_s: float = 10 * US, graph_s: float = 1 * US):
+    params = ModelParams(host_dispatch_s=dispatch_s, graph_launch_s=graph_s)
+    return replace(load_gpu("h100"), params=params)
+
+
+def run(cfg, g, sc, system=None, nodes=None):
+    return predict(cfg, sc, place(cfg, sc, g, system, nodes))
+
+
+@pytest.fixture
+def fixed_time(monkeypatch):
+    """Every op takes `fixed_time.t` seconds (or by_kind[kind]); calls are counted."""
+
+    class Fake:
+        t = 1 * US
+        by_kind: dict[str, float] = {}
+        calls = 0
+
+        def __call__(self, op, gpu_, system=None):
+            self.calls += 1
+            t = self.by_kind.get(op.kind, self.t)
+            if op.kind in ("collective", "p2p"):
+                return OpTime(time=t, bound="comm", t_comm=t)
+            return OpTime(time=t, bound="memory", t_mem=t)
+
+    fake = Fake()
+    monkeypatch.setattr(C, "_op_time", fake)
+    return fake
+
+
+def ew(name: str, n: int = 1024) -> Elementwise:
+    return Elementwise(name=name, fn="add", numel=n, n_in=2)
+
+
+def reference_dispatch(times, d):
+    end, out = 0.0, []
+    for i, t in enumerate(times, start=1):
+        end = max(i * d, end) + t
+        out.append(end)
+    return np.array(out)
+
+
+# ----------------------------------------------------------------------------------- dispatch
+
+
+@pytest.mark.parametrize(
+    "times_us, expected_us",
+    [
+        ([1, 1, 1], [11, 21, 31]),  # host-bound: each waits for its launch
+        ([50, 50, 50], [60, 110, 160]),  # GPU-bound: only the first launch shows
+        ([30, 1, 1], [40, 41, 42]),  # a long kernel lets the host run ahead
+        ([1, 1, 40, 1], [11, 21, 70, 71]),
+    ],
+)
+def test_dispatch_hand_cases(times_us, expected_us):
+    end = simulate_dispatch(np.array(times_us) * US, 10 * US)
+    np.testing.assert_allclose(end / US, expected_us, rtol=1e-12)
+
+
+def test_dispatch_matches_step_by_step_loop():
+    times = np.random.default_rng(0).exponential(8 * US, size=500)
+    np.testing.assert_allclose(
+        simulate_dispatch(times, 7 * US), reference_dispatch(times, 7 * US), rtol=1e-9
+    )
+
+
+runs = st.lists(
+    st.tuples(
+        st.lists(st.tuples(st.floats(0, 50), st.floats(0, 30)), min_size=1, max_size=6),
+        st.integers(1, 5),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs)
+def test_timed_closed_form_equals_the_kernel_by_kernel_simulation(blocks):
+    """Runs of kernels, each repeated, combined with then/times: the same end as simulating
+    every kernel of the flattened sequence."""
+    timed, times, hosts = Timed(), [], []
+    for kernels, repeat in blocks:
+        t = np.array([k[0] for k in kernels]) * US
+        h = np.array([k[1] for k in kernels]) * US
+        timed = timed.then(Timed.of(t, h).times(repeat))
+        for _ in range(repeat):
+            times += list(t)
+            hosts += list(h)
+    expected = simulate_dispatch(np.array(times), np.array(hosts))[-1]
+    assert timed.end == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert timed.kernels == len(times)
+
+
+# --------------------------------------------------------------------------------- predict_ops
+
+
+def test_host_bound_step_from_predict_ops(fixed_time):
+    sc = Scenario(mode="decode")
+    pred = predict_ops([ew("a"), ew("b"), ew("c")], gpu(), sc)
+    assert pred.total_ms == pytest.approx(0.031)  # 30 µs of launches + the last 1 µs kernel
+    assert pred.extra["host_bound"] == pytest.approx(1 - 3 / 31)
+    assert any("host-bound" in w and "--cuda-graphs" in w for w in pred.warnings)
+    graphs = predict_ops([ew("a"), ew("b"), ew("c")], gpu(), replace(sc, cuda_graphs=True))
+    # A graph is one launch; each kernel then waits graph_launch_s (1 µs) on the GPU: 3 x (1 + 1).
+    assert graphs.total_ms == pytest.approx(0.006)
+
+
+def test_totals_equal_sum_of_rows_without_host_time(fixed_time):
+    fixed_time.t = 2e-3
+    ops = [ew(f"L{i}/x") for i in range(4)] + [ew("head", 4096)]
+    pred = predict_ops(ops, gpu(), None)  # independent kernels: no host in the loop
+    assert pred.total_ms == pytest.approx(pred.table["time_ms"].sum()) == pytest.approx(10.0)
+    assert pred.table["share"].sum() == pytest.approx(1.0)
+    hosted = predict_ops(ops, gpu(), Scenario())  # 2 ms kernels hide all but the first launch
+    assert hosted.total_ms == pytest.approx(10.0 + 0.010)
+    assert hosted.warnings == []
+
+
+def test_identical_ops_are_costed_once_and_rows_keep_names(fixed_time):
+    ops = [Gemm(f"L{i}/mlp/up", 16, 32, 64) for i in range(80)] + [Gemm("lm_head", 16, 99, 64)]
+    pred = predict_ops(ops, gpu(), None)
+    assert fixed_time.calls == 2
+    assert list(pred.table["layer"][:2]) == ["L0", "L1"] and pred.table["layer"].iloc[-1] == ""
+    assert pred.table["flops"].iloc[0] == 2 * 16 * 32 * 64
+    assert pred.table["name"].iloc[79] == "L79/mlp/up"
+
+
+def test_hfu_of_one_gemm_is_flops_over_time_times_peak(fixed_time):
+    fixed_time.t = 1e-3
+    g = gpu()
+    pred = predict_ops([Gemm("g", 4096, 4096, 4096)], g)
+    assert pred.hfu == pytest.approx(2 * 4096**3 / (1e-3 * g.peak("bf16")))
+    assert pred.mfu is None and pred.tokens_per_s is None
+
+
+def test_eager_decode_host_costs_per_layer_and_one_attention_plan(fixed_time):
+    """host_decode_layer_s at the first kernel of each layer, host_attn_plan_s once per step
+    before the first attention kernel; neither in prefill, nor with CUDA graphs."""
+    fixed_time.t = 1e-9
+    p = ModelParams(host_dispatch_s=1e-5, host_decode_layer_s=1e-3, host_attn_plan_s=0.02)
+    g = replace(load_gpu("h100"), params=p)
+    ops = []
+    for i in range(3):
+        ops += [Copy(f"L{i}/x", 1024), Attention(f"L{i}/attn", 1, 32, 32, 1, 2048, 128)]
+    eager = predict_ops(ops, g, Scenario(mode="decode", impl="eager"))
+    assert eager.total_ms * 1e-3 == pytest.approx(6e-5 + 3e-3 + 0.02 + 1e-9)
+    prefill = predict_ops(ops, g, Scenario(mode="prefill", impl="eager"))
+    assert prefill.total_ms * 1e-3 == pytest.approx(6e-5 + 1e-9)
+    graphs = predict_ops(ops, g, Scenario(mode="decode", impl="eager", cuda_graphs=True))
+    assert graphs.total_ms * 1e-3 == pytest.approx(6 * (1e-9 + p.graph_launch_s))
+
+
+def test_json_contract(fixed_time):
+    pred = predict_ops([Gemm("L0/attn/qkv", 8, 8, 8), ew("L0/add")], gpu(), Scenario())
+    obj = json.loads(json.dumps(pred.to_json(), allow_nan=False))
+    for key in ("total_ms", "tokens_per_s", "mfu", "hfu", "memory", "fits", "warnings", "ops"):
+        assert key in obj
+    op = obj["ops"][0]
+    for key in ("name", "kind", "flops", "bytes", "intensity", "bound", "time_ms", "share",
+                "overlap_ms"):  # fmt: skip
+        assert key in op
+    assert op["name"] == "L0/attn/qkv" and op["kind"] == "gemm" and op["flops"] == 1024
+    assert obj["scenario"]["mode"] == "prefill"
+
+
+# ------------------------------------------------------------------------------ whole models
+
+
+def test_whole_model_is_the_simulation_of_its_op_list():
+    """The engine's closed form over layers gives, to the bit (within float rounding), what a
+    kernel-by-kernel simulation of the flat op list gives, with the real time model."""
+    g = load_gpu("h100")
+    for sc in (Scenario(seq=512), Scenario(mode="decode", batch=4, ctx=999, impl="eager"),
+               Scenario(mode="train", batch=2, seq=256), Scenario(mode="decode", batch=8,
+                                                                  cuda_graphs=True)):  # fmt: skip
+        cfg = load_model("llama2-7b")
+        pred = run(cfg, g, sc)
+        flat = predict_ops(build_ops(cfg, sc), g, sc)
+        assert pred.total_ms == pytest.approx(flat.total_ms, rel=1e-12)
+        assert len(pred.table) == len(flat.table) == pred.extra["kernels"]
+
+
+def test_prefill_mfu_convention(fixed_time):
+    """(2N' + 4·L·H·Q·T) per token, N' without the input embedding (a lookup, no FLOPs)."""
+    fixed_time.t = 1e-3
+    cfg, g = load_model("llama2-7b"), gpu()
+    pred = run(cfg, g, Scenario(seq=512, batch=2))
+    n = len(build_ops(cfg, Scenario(seq=512, batch=2)))
+    assert pred.total_ms == pytest.approx(n + 0.010)  # n kernels of 1 ms + the first launch
+    assert pred.tokens_per_s == pytest.approx(1024 / (pred.total_ms * 1e-3))
+    per_token = 2 * (6_738_415_616 - 32000 * 4096) + 4 * 32 * 32 * 128 * 512
+    assert pred.mfu == pytest.approx(per_token * 1024 / (pred.total_ms * 1e-3 * g.peak("bf16")))
+    assert pred.hfu == pred.mfu  # nothing recomputed
+    assert "PaLM" in pred.mfu_convention
+
+
+def test_train_mfu_is_palm_and_hfu_adds_recompute(fixed_time):
+    fixed_time.t = 1e-3
+    cfg, g = load_model("llama2-7b"), gpu()
+    pred = run(cfg, g, Scenario(mode="train", seq=2048))
+    per_token = 6 * (6_738_415_616 - 32000 * 4096) + 12 * 32 * 32 * 128 * 2048
+    assert pred.mfu == pytest.approx(per_token * 2048 / (pred.total_ms * 1e-3 * g.peak("bf16")))
+    full = run(cfg, g, Scenario(mode="train", seq=2048, recompute="full"))
+    assert full.hfu > full.mfu and full.total_ms > pred.total_ms  # a forward more, counted
+    assert pred.hfu == pytest.approx(pred.mfu)
+
+
+def test_not_fitting_names_the_largest_term():
+    pred = api.predict("llama2-70b", gpu="h100", mode="train", seq=2048)
+    assert not pred.fits
+    assert pred.warnings[0].startswith("does not fit: needs")
+    assert "usable; optimizer alone is" in pred.warnings[0]
+
+
+def test_capacity_is_one_rule_everywhere():
+    one = api.predict("llama2-7b", gpu="h100")
+    plan = api.predict("llama2-7b", system="dgx-h100", tp=2)
+    assert one.memory_capacity == plan.memory_capacity == 0.92 * load_gpu("h100").hbm_bytes
+
+
+# ------------------------------------------------------------------------------------ plans
+
+
+def test_degrees_one_and_data_parallel_inference_are_the_single_gpu_step():
+    a = api.predict("llama2-7b", gpu="h100", seq=4096)
+    b = api.predict("llama2-7b", system="dgx-h100", seq=4096)
+    c = api.predict("llama2-7b", system="dgx-h100", seq=4096, dp=8)
+    assert a.total_ms == b.total_ms == c.total_ms
+    assert c.tokens_per_s == pytest.approx(8 * a.tokens_per_s)
+    assert c.mfu == pytest.approx(a.mfu)
+
+
+def test_api_takes_the_parallel_options_and_shards():
+    one = api.predict("llama2-70b", system="dgx-h100")
+    tp8 = api.predict("llama2-70b", tp=8, system="dgx-h100")
+    assert tp8.total_ms < one.total_ms / 4  # an eighth of the work per GPU, plus all-reduces
+    assert tp8.memory["weights"] == pytest.approx(one.memory["weights"] / 8, rel=0.01)
+    assert (tp8.table["kind"] == "collective").sum() == 2 * 80 + 2  # per layer, embed, logits
+    per_token = 2 * (68_976_648_192 - 32000 * 8192) + 4 * 80 * 64 * 128 * 2048
+    peak = load_gpu("h100").peak("bf16")
+    assert tp8.mfu == pytest.approx(per_token * 2048 / (tp8.total_ms * 1e-3 * peak * 8))
+
+
+def test_pipeline_by_hand(fixed_time):
+    """pp=2 stages of 2 layers, m=4 micro-batches, 1 ms per kernel and per transfer: 1F1B takes
+    m·t_max + (Σ t_s − t_max); the rest of the slowest stage is the bubble."""
+    fixed_time.t = 1e-3
+    g = gpu(dispatch_s=1e-9)
+    sc = Scenario(mode="prefill", batch=4, micro_batch=1, seq=64, pp=2)
+    pred = run(TINY, g, sc)
+    # final norm, logits gather and lm_head end the model
+    first = len(build_ops(replace(TINY, num_hidden_layers=2), Scenario(seq=64))) - 3
+    t0 = 1e-3 * (first + 1) + 1e-9  # stage 0: embedding + 2 layers, and the send
+    t1 = 1e-3 * (len(build_ops(TINY, Scenario(seq=64))) - first + 1) + 1e-9  # and the receive
+    assert pred.total_ms * 1e-3 == pytest.approx(4 * max(t0, t1) + min(t0, t1), rel=1e-6)
+    bubble = pred.table.loc[pred.table["kind"] == "bubble", "time_ms"].iloc[0] * 1e-3
+    assert bubble == pytest.approx(min(t0, t1), rel=1e-6)
+
+
+def test_uneven_stages_are_allowed_and_the_slowest_sets_the_pace():
+    even = api.predict("llama2-7b", system="dgx-h100", pp=4, batch=8, micro_batch=1)
+    uneven = api.predict("llama2-7b", system="dgx-h100", pp=5, batch=8, micro_batch=1)
+    assert uneven.total_ms > 0 and uneven.extra["pacing_stage"] == 0  # 7 layers + embedding
+    assert even.total_ms > uneven.total_ms * 0.9
+
+
+def test_data_parallel_gradient_sync_hides_under_the_backward():
+    one = api.predict("llama3-8b", system="dgx-h100", mode="train", impl="eager", seq=2048)
+    ddp = api.predict("llama3-8b", system="dgx-h100", mode="train", impl="eager", seq=2048, dp=8)
+    sync = ddp.table[ddp.table["name"].str.startswith("dp/")]
+    assert len(sync) > 10 and (sync["kind"] == "collective").all()  # 25 MiB buckets
+    exposed = (sync["time_ms"] - sync["overlap_ms"]).sum()
+    assert 0 < exposed < sync["time_ms"].sum() / 2
+    assert ddp.total_ms == pytest.approx(one.total_ms + exposed, rel=1e-6)
+
+
+def test_fsdp_gathers_layer_by_layer_and_shards_memory():
+    kw = dict(system="dgx-h100", mode="train", impl="eager", seq=2048, dp=8)
+    ddp, fsdp = api.predict("llama3-8b", **kw), api.predict("llama3-8b", zero=3, **kw)
+    names = set(fsdp.table["name"])
+    assert "L0/fsdp/allgather.next" in names and "L31/fsdp/reducescatter" in names
+    assert fsdp.memory["weights"] == pytest.approx(ddp.memory["weights"] / 8, rel=0.01)
+    assert fsdp.memory["gathered"] > 0
+    opt = [p.table[p.table["name"].str.startswith("optimizer/")]["time_ms"].sum()
+           for p in (ddp, fsdp)]  # fmt: skip
+    assert opt[1] == pytest.approx(opt[0] / 8, rel=0.05)  # each rank steps its shard
+
+
+def test_zero3_plan_of_gpt3_counts_the_gathered_layers():
+    p = api.predict("gpt3-175b", system="dgx-a100", nodes=128, mode="train", seq=2048,
+                    dp=1024, zero=3, global_batch=1024)  # fmt: skip
+    assert p.memory["gathered"] > 2**30  # a gathered 96-layer GPT-3 layer is ~3.6 GB in bf16
+
+
+def test_context_parallel_ring_attention():
+    base = dict(system="dgx-h100", seq=32768)
+    one = api.predict("llama3-8b", **base)
+    cp4 = api.predict("llama3-8b", cp=4, **base)
+    ring = cp4.table[cp4.table["name"].str.contains("/ring")]
+    assert len(ring) == 32 * 3 and (ring["kind"] == "p2p").all()
+    assert cp4.total_ms < one.total_ms / 3
+
+
+def test_generate_is_prefill_plus_integrated_decode(fixed_time):
+    fixed_time.t = 20 * US  # > 10 µs launches: the GPU stays the bottleneck
+    cfg, g = TINY, gpu()
+    pred = run(cfg, g, Scenario(mode="generate", seq=100, new_tokens=16))
+    pre = run(cfg, g, Scenario(seq=100))
+    dec = run(cfg, g, Scenario(mode="decode", ctx=107))
+    assert pred.extra["ttft_ms"] == pytest.approx(pre.total_ms)
+    assert pred.extra["tpot_ms"] == pytest.approx(dec.total_ms)  # flat: every step the same
+    assert pred.total_ms == pytest.approx(pre.total_ms + 16 * dec.total_ms)
+    assert pred.table["name"].iloc[0] == "prefill/embed"
+
+
+def test_decode_weights_sum_a_linear_function_exactly():
+    pts, w = decode_weights(2048, 128)
+    assert pts[0] == 2048 and pts[-1] == 2048 + 127 and len(pts) == DECODE_POINTS
+    assert w.sum() == pytest.approx(128)
+    assert (w * pts).sum() == pytest.approx(sum(range(2048, 2048 + 128)))
+    pts1, w1 = decode_weights(100, 1)
+    assert list(pts1) == [100] and list(w1) == [1.0]
+
+
+def test_generate_charges_each_decode_step_its_host_costs():
+    gen = api.predict("llama2-7b", "h200", mode="generate", seq=2048, new_tokens=16, impl="eager")
+    pre = api.predict("llama2-7b", "h200", mode="prefill", seq=2048, impl="eager")
+    step = api.predict("llama2-7b", "h200", mode="decode", ctx=2056, impl="eager")
+    assert (gen.total_ms - pre.total_ms) / 16 == pytest.approx(step.total_ms, rel=0.02)
+    assert step.total_ms > 1e3 * 0.02  # the H200 host's 23.6 ms plan is in it
+
+
+def test_plan_rows_are_ops_like_any_other():
+    p = api.predict("llama2-70b", mode="train", system="dgx-h100", nodes=2, tp=8, pp=2,
+                    global_batch=16, micro_batch=1)  # fmt: skip
+    coll = p.table[p.table["kind"] == "collective"].iloc[0]
+    assert coll["bound"] == "comm" and coll["time_ms"] > 0 and "×16 micro-batches" in coll["shape"]
+    assert sum(p.extra["breakdown_ms"].values()) == pytest.approx(p.total_ms)
+    assert p.extra["breakdown_ms"]["bubble"] > 0
+
+
+# ---------------------------------------------------------------------------------- grouping
+
+
+def test_group_by_op_layer_and_kind(fixed_time):
+    pred = run(TINY, gpu(), Scenario(seq=128))
+    g = group(pred.table, "op")
+    qkv = g[g["name"] == "attn/qkv"].iloc[0]
+    assert qkv["count"] == 4 and qkv["layer"] == "L0-L3"
+    assert g["time_ms"].sum() == pytest.approx(pred.table["time_ms"].sum())
+    by_layer = group(pred.table, "layer")
+    assert list(by_layer["name"][:5]) == ["embed", "L0", "L1", "L2", "L3"]
+    by_kind = group(pred.table, "kind")
+    assert by_kind["share"].sum() == pytest.approx(1.0)
+
+
+def test_group_recomputes_measured_error():
+    import pandas as pd
+
+    table = pd.DataFrame(
+        {
+            "name": ["L0/a", "L1/a"], "layer": ["L0", "L1"], "kind": ["gemm", "gemm"],
+            "shape": ["s", "s"], "flops": [1e9, 1e9], "bytes": [1e6, 1e6],
+            "time_ms": [1.0, 1.0], "bound": ["compute", "compute"], "share": [0.5, 0.5],
+            "measured_ms": [0.5, 1.5], "error_pct": [100.0, -33.3], "tflops": [2.0, 0.667],
+        }
+    )  # fmt: skip
+    g = group(table, "op")
+    assert g["count"].iloc[0] == 2 and g["measured_ms"].iloc[0] == pytest.approx(2.0)
+    assert g["error_pct"].iloc[0] == pytest.approx(0.0)
+    assert g["tflops"].iloc[0] == pytest.approx(2e9 / 2e-3 / 1e12)
+
+
+def test_collective_ops_carry_their_group():
+    """TP groups stay in a node; the data-parallel group of a tp8 dp2 plan spans both nodes."""
+    from gpuperf.workloads.groups import groups_for
+
+    sc = Scenario(mode="train", tp=8, dp=2, global_batch=4)
+    g = groups_for(sc, 8)
+    assert (g.tp, g.tp_nodes, g.dp, g.dp_nodes) == (8, 1, 2, 2)
+    p = api.predict("llama2-70b", system="dgx-h100", nodes=2, tp=8, dp=2, mode="train",
+                    global_batch=4)  # fmt: skip
+    shapes = set(p.table.loc[p.table["kind"] == "collective", "shape"])
+    assert any(s.endswith("×8") for s in shapes) and any(s.endswith("×2") for s in shapes)
+    assert [op for op in build_ops(load_model("llama2-7b"), Scenario())
+            if isinstance(op, Collective)] == []  # fmt: skip # one GPU issues none
