@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+from typing import Any
 
 from seed_claims_core import (
     Claim,
@@ -16,6 +18,8 @@ from seed_claims_core import (
     system,
 )
 
+from gpuperf import api
+from gpuperf.dtypes import BYTES
 from gpuperf.perfmodel.comm import (
     collective_time,
     ring_allgather,
@@ -23,11 +27,14 @@ from gpuperf.perfmodel.comm import (
     ring_reducescatter,
 )
 from gpuperf.perfmodel.gemm import is_aligned
-from gpuperf.perfmodel.memory import kv_cache_bytes, train_activation_bytes_per_layer
 from gpuperf.perfmodel.ops import Elementwise, Gemm, Reduce
-from gpuperf.perfmodel.parallel import ParallelPlan, predict_plan
-from gpuperf.perfmodel.parallel_train import GRAD_BYTES, OPTIM_BYTES, PARAM_BYTES
-from gpuperf.perfmodel.predict import predict_ops
+from gpuperf.step.memory import (
+    kv_cache_bytes,
+    optimizer_bytes_per_param,
+    train_activation_bytes_per_layer,
+)
+from gpuperf.step.run import predict_ops
+from gpuperf.workloads.dp_ops import grad_bytes
 
 N = 16384  # CS336 lecture 6 benchmarks GELU and softmax on a 16384 × 16384 fp32 matrix
 A100 = "a100"
@@ -96,17 +103,23 @@ def smallest_aligned(dtype: str) -> int:
     return next(k for k in range(2, 65) if is_aligned(Gemm("k", m=64, n=64, k=k, dtype=dtype)))
 
 
+@functools.cache
+def train_plan(**parallel: Any) -> Any:
+    """api.predict of a Llama-2-7B training step (bf16) on one DGX H100, cached."""
+    return api.predict("llama2-7b", system="dgx-h100", mode="train", **parallel)
+
+
 def bubble(v: int) -> float:
     sched = "interleaved" if v > 1 else "1f1b"
-    plan = ParallelPlan(pp=4, micro_batch=1, global_batch=8, schedule=sched, v=v)
-    r = predict_plan(model("llama2-7b"), plan, system("dgx-h100"))
-    return r.breakdown["bubble"] / (r.breakdown["bubble"] + r.breakdown["compute"])
+    r = train_plan(pp=4, micro_batch=1, global_batch=8, schedule=sched, virtual_stages=v)
+    b = r.extra["breakdown_ms"]
+    return b["bubble"] / (b["bubble"] + b["compute"])
 
 
 def act_ratio(recompute: str) -> float:
     def acts(rc: str) -> float:
-        plan = ParallelPlan(dp=8, micro_batch=1, global_batch=8, zero=1, recompute=rc)
-        return predict_plan(model("llama2-7b"), plan, system("dgx-h100")).memory["activations"]
+        r = train_plan(dp=8, micro_batch=1, global_batch=8, zero=1, recompute=rc)
+        return r.memory["activations"]
 
     return 1 - acts(recompute) / acts("none")
 
@@ -115,22 +128,29 @@ def act_ratio(recompute: str) -> float:
 DENSE, EXPERT, TP, PP, DP, EP = 50e9, 950e9, 8, 16, 16, 16
 
 
+# gpuperf's per-parameter training bytes for bf16 mixed precision with fused (Megatron) kernels:
+PARAM_B = BYTES["bf16"]  # 2: bf16 parameters
+GRAD_B = grad_bytes("bf16", eager=False)  # 4: Megatron's fp32 main gradients
+OPTIM_B = optimizer_bytes_per_param(PARAM_B, eager=False)  # 12: fp32 master + Adam m and v
+
+
 def moe_state_gb(part: str) -> float:
-    """Per-GPU bytes with gpuperf's training conventions (parallel_train): ZeRO-1 shards the
-    optimizer over DP; experts have dp/ep = 1 replica, so nothing shards their states."""
+    """Per-GPU bytes with gpuperf's training conventions (step.memory.stage_memory): ZeRO-1
+    shards the optimizer over DP, expert states over dp/ep; here dp/ep = 1 replica per expert,
+    so nothing shards their states."""
     dense, expert = DENSE / TP / PP, EXPERT / TP / EP
     if part == "dense_w":
-        return PARAM_BYTES * dense / 1e9
+        return PARAM_B * dense / 1e9
     if part == "expert_w":
-        return PARAM_BYTES * expert / 1e9
-    optim = OPTIM_BYTES * (dense / DP + expert / (DP // EP))
+        return PARAM_B * expert / 1e9
+    optim = OPTIM_B * (dense / DP + expert / (DP // EP))
     if part == "optim":
         return optim / 1e9
-    return ((PARAM_BYTES + GRAD_BYTES) * (dense + expert) + optim) / 1e9 + 15  # + seed's acts
+    return ((PARAM_B + GRAD_B) * (dense + expert) + optim) / 1e9 + 15  # + seed's acts
 
 
 def alltoall_mib() -> Pred:
-    nbytes = 4096 * 2 * 4096 * 2  # tokens × top_k × hidden × bf16, as parallel_cost counts it
+    nbytes = 4096 * 2 * 4096 * 2  # tokens·top_k × hidden × bf16, as comm_ops.expert_alltoall
     from gpuperf.perfmodel.ops import Collective
 
     s = system("dgx-h100")
@@ -139,7 +159,16 @@ def alltoall_mib() -> Pred:
 
 
 KV_1M = "kv_cache_bytes(load_model('llama2-70b'), tokens=2**20, batch=1, dtype='bf16')"
-PLAN = "predict_plan(llama2-7b, ParallelPlan(pp=4, micro_batch=1, global_batch=8{}), dgx-h100)"
+PLAN = (
+    "api.predict('llama2-7b', system='dgx-h100', mode='train', pp=4, micro_batch=1, "
+    "global_batch=8{}).extra['breakdown_ms']: bubble / (bubble + compute)"
+)
+
+BUBBLE_WHY = (
+    "the closed form assumes equal stages; gpuperf's last stage also runs the LM head and the "
+    "loss (~7 % longer per micro-batch), so the other stages idle less: bubble = "
+    "(Σ t_s − t_max) / v, not (p − 1)·t_max / v"
+)
 
 CLAIMS: list[Claim] = [
     lecture(
@@ -528,7 +557,8 @@ CLAIMS: list[Claim] = [
         "",
         "exact",
         predict=lambda: bubble(1),
-        call=PLAN.format("") + ".breakdown",
+        call=PLAN.format(""),
+        reason=BUBBLE_WHY,
     ),
     Claim(
         "004",
@@ -539,7 +569,8 @@ CLAIMS: list[Claim] = [
         "",
         "exact",
         predict=lambda: bubble(2),
-        call=PLAN.format(", schedule='interleaved', v=2") + ".breakdown",
+        call=PLAN.format(", schedule='interleaved', virtual_stages=2"),
+        reason=BUBBLE_WHY,
     ),
     Claim(
         "004",
@@ -550,8 +581,8 @@ CLAIMS: list[Claim] = [
         "MiB",
         "exact",
         predict=alltoall_mib,
-        call="tokens·top_k·hidden·2 (parallel_cost.ep_comm_per_layer); collective_time "
-        "alltoall on dgx-h100",
+        call="tokens·top_k × hidden × 2 B (as gpuperf.workloads.comm_ops.expert_alltoall sizes "
+        "it); collective_time alltoall on dgx-h100",
     ),
     Claim(
         "004",
@@ -573,7 +604,7 @@ CLAIMS: list[Claim] = [
         "GB",
         "exact",
         predict=lambda: moe_state_gb("dense_w"),
-        call="PARAM_BYTES × 50e9 / 8 / 16",
+        call="2 B (BYTES['bf16'] parameters) × 50e9 / 8 / 16",
     ),
     Claim(
         "004",
@@ -584,7 +615,7 @@ CLAIMS: list[Claim] = [
         "GB",
         "exact",
         predict=lambda: moe_state_gb("expert_w"),
-        call="PARAM_BYTES × 950e9 / 8 / 16",
+        call="2 B (BYTES['bf16'] parameters) × 950e9 / 8 / 16",
     ),
     Claim(
         "004",
@@ -594,7 +625,8 @@ CLAIMS: list[Claim] = [
         3,
         "GB",
         predict=lambda: moe_state_gb("optim"),
-        call="OPTIM_BYTES × (dense/DP + expert/(DP/EP)), parallel_train conventions",
+        call="gpuperf.step.memory.optimizer_bytes_per_param(2, eager=False) [12 B] × "
+        "(dense/DP + expert/(DP/EP)), dense = 50e9/8/16, expert = 950e9/8/16",
         reason="EP=16 uses the DP dimension, so each expert has one replica: ZeRO-1 cannot "
         "shard its fp32 states",
     ),
@@ -606,7 +638,8 @@ CLAIMS: list[Claim] = [
         40,
         "GB",
         predict=lambda: moe_state_gb("total"),
-        call="(PARAM_BYTES + GRAD_BYTES) × params + optimizer + the seed's 15 GB activations",
+        call="(2 B + gpuperf.workloads.dp_ops.grad_bytes('bf16', eager=False) [4 B]) × params "
+        "+ the optimizer above + the seed's 15 GB activations",
         reason="the expert optimizer states alone exceed 80 GB: the plan does not fit",
     ),
     Claim(
@@ -662,8 +695,8 @@ CLAIMS: list[Claim] = [
         0.6,
         "fraction",
         predict=lambda: act_ratio("full"),
-        call="1 - predict_plan(llama2-7b, dp8 recompute='full').memory['activations'] / "
-        "(recompute='none')",
+        call="1 - api.predict('llama2-7b', system='dgx-h100', mode='train', dp=8, micro_batch=1, "
+        "global_batch=8, zero=1, recompute='full').memory['activations'] / (recompute='none')",
         reason="full recompute keeps only each layer's input (2sbh of ~34sbh); with "
         "FlashAttention, selective recompute saves nothing",
     ),

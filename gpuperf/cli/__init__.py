@@ -17,7 +17,7 @@ from gpuperf.errors import GpuperfError
 COMMANDS: dict[str, str] = {
     "predict": "gpuperf.cli.predict_cmd:predict",
     "measure": "gpuperf.cli.measure_cmd:measure",
-    "validate": "gpuperf.cli.measure_cmd:validate",
+    "validate": "gpuperf.cli.validate_cmd:validate",
     "calibrate": "gpuperf.cli.calibrate_cmd:calibrate",
     "report": "gpuperf.cli.report_cmd:report",
     "search": "gpuperf.cli.search_cmd:search",

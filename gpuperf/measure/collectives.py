@@ -7,14 +7,9 @@ they started) is killed, and the rows finished so far are kept.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +17,7 @@ from typing import Any
 
 from gpuperf.errors import EnvironmentUnavailable, GpuperfError, InputError
 from gpuperf.measure.collective_worker import COLLS
+from gpuperf.measure.launch import WorkersTimedOut, child_env, last_error, run_workers
 
 OnRow = Callable[[dict[str, Any], dict[str, Any]], None]
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the gpuperf package
@@ -98,61 +94,12 @@ def torchrun_command(coll: str, sizes: list[int], launch: Launch, out: str, **kw
     return cmd
 
 
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The workers' environment: gpuperf importable, NVLS off unless the user set it."""
-    env = dict(os.environ)
-    env.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink SHARP/multicast is unreliable here
-    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun warns and sets it otherwise
-    path = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
-    env.update(extra or {})
-    return env
-
-
-def _descendants(pid: int) -> list[int]:
-    """All processes below `pid` (Linux /proc); torchrun puts each rank in its own session."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def kill_tree(proc: subprocess.Popen[Any]) -> int:
-    """SIGKILL the launcher's process group and every descendant; returns how many."""
-    pids = _descendants(proc.pid)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    return len(pids) + 1
-
-
 def _read_rows(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}, []
     return data.get("env", {}), data.get("rows", [])
-
-
-def _last_error(log: Path) -> str:
-    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if "Error" in ln or "error" in ln:
-            return ln[:300]
-    return lines[-1][:300] if lines else "no output"
 
 
 def run_collective(
@@ -178,38 +125,25 @@ def run_collective(
         cmd = torchrun_command(
             coll, sizes, launch, str(out), dtype=dtype, warmup_ms=warmup_ms, rep_ms=rep_ms
         )
-        start = time.monotonic()
         seen = 0
-        with open(log, "wb") as logf:
-            proc = subprocess.Popen(
-                cmd,
-                env=child_env(extra_env),
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            try:
-                while proc.poll() is None:
-                    seen = _report(out, seen, on_row)
-                    if timeout_s is not None and time.monotonic() - start > timeout_s:
-                        killed = kill_tree(proc)
-                        seen = _report(out, seen, on_row)
-                        at = f" at {sizes[seen]} B" if seen < len(sizes) else ""
-                        raise CollectiveTimeout(
-                            f"{coll} timed out after {timeout_s:g} s{at} ({seen} of "
-                            f"{len(sizes)} sizes done); killed {killed} processes"
-                        )
-                    time.sleep(0.1)
-            except KeyboardInterrupt:
-                kill_tree(proc)
-                raise
+
+        def poll() -> None:
+            nonlocal seen
+            seen = _report(out, seen, on_row)
+
+        try:
+            code = run_workers(cmd, child_env(extra_env), log, timeout_s, poll)
+        except WorkersTimedOut as exc:
+            poll()
+            at = f" at {sizes[seen]} B" if seen < len(sizes) else ""
+            raise CollectiveTimeout(
+                f"{coll} timed out after {timeout_s:g} s{at} ({seen} of "
+                f"{len(sizes)} sizes done); killed {exc.killed} processes"
+            ) from None
         _report(out, seen, on_row)
         env, rows = _read_rows(out)
-        if proc.returncode != 0:
-            raise WorkersFailed(
-                f"{coll} workers failed (exit {proc.returncode}): {_last_error(log)}"
-            )
+        if code != 0:
+            raise WorkersFailed(f"{coll} workers failed (exit {code}): {last_error(log)}")
         if launch.node_rank == 0 and len(rows) != len(sizes):
             raise WorkersFailed(f"{coll}: {len(rows)} of {len(sizes)} sizes reported")
         return env, rows

@@ -185,10 +185,17 @@ def preset_names() -> list[str]:
 
 def load_model(spec: str) -> ModelConfig:
     """A preset name (case-insensitive) or the path of a Hugging Face config.json."""
+    data, name, source = hf_config(spec)
+    return from_hf_dict(data, name=name, source=source)
+
+
+def hf_config(spec: str) -> tuple[dict[str, Any], str, str]:
+    """(the Hugging Face config dict, a name, where it came from) of a preset or a file: what a
+    real run builds the model from."""
     names = {n.lower(): n for n in preset_names()}
     key = spec.strip().lower()
     if key in names:
-        return from_hf_dict(_read_json(PRESET_DIR / f"{names[key]}.json"), name=names[key])
+        return _read_json(PRESET_DIR / f"{names[key]}.json"), names[key], ""
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
@@ -197,7 +204,7 @@ def load_model(spec: str) -> ModelConfig:
         name = data.get("_name_or_path") or (
             path.parent.name if path.name == "config.json" else path.stem
         )
-        return from_hf_dict(data, name=str(name).split("/")[-1], source=str(path))
+        return data, str(name).split("/")[-1], str(path)
     close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise InputError(

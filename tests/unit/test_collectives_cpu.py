@@ -7,7 +7,8 @@ import torch
 
 from gpuperf.errors import EnvironmentUnavailable, InputError
 from gpuperf.measure import collective_worker as cw
-from gpuperf.measure.collectives import Launch, check_launch, child_env, run_collective
+from gpuperf.measure.collectives import Launch, check_launch, run_collective
+from gpuperf.measure.launch import child_env
 
 
 def test_bus_factors_are_nccl_tests():  # NVIDIA/nccl-tests doc/PERFORMANCE.md

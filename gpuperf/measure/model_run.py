@@ -1,0 +1,136 @@
+"""Run a whole model as a parallel plan under torchrun (gpuperf.measure.model_worker) and read the
+measured step back: what `gpuperf validate MODEL --nproc N` and the device scripts call.
+
+A Scenario says what to run; `implementation(sc)` names the code that runs it (Hugging Face
+eager kernels in every case): single, ddp, fsdp (ZeRO-3 as FSDP2), dtensor (HF's tp_plan) or
+megatron (plain-PyTorch TP). What none of them runs is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuperf.errors import EnvironmentUnavailable, GpuperfError, InputError
+from gpuperf.measure.launch import WorkersTimedOut, child_env, last_error, run_workers
+
+
+class ModelRunFailed(GpuperfError):
+    """torchrun or a rank exited with an error (exit 1); the message carries the last error line."""
+
+
+def implementation(sc: Any) -> str:
+    """The code that runs scenario `sc` (module docstring); InputError when none does."""
+    why = _unsupported(sc)
+    if why:
+        raise InputError(f"whole-model runs do not cover {why}")
+    if sc.tp > 1:
+        return sc.tp_impl
+    if sc.dp > 1:
+        return "fsdp" if sc.zero == 3 else "ddp"
+    return "single"
+
+
+def _unsupported(sc: Any) -> str:
+    checks = [
+        (sc.impl != "eager", "--impl fused (they run Hugging Face's eager kernels: --impl eager)"),
+        (sc.mode == "generate", "--mode generate (time prefill and decode steps apart)"),
+        (sc.pp > 1 or sc.cp > 1 or sc.ep > 1, "pipeline, context or expert parallelism"),
+        (sc.zero in (1, 2), "ZeRO-1/2 (use --zero 0 for DDP or --zero 3 for FSDP2)"),
+        (sc.tp > 1 and sc.dp > 1, "tensor and data parallelism together"),
+        (sc.tp > 1 and sc.sequence_parallel, "sequence parallelism (--no-sequence-parallel)"),
+        (sc.mode == "train" and sc.tp > 1 and sc.tp_impl == "megatron",
+         "training with megatron-style TP (forward only; --tp-impl dtensor trains)"),
+        (sc.mode != "train" and sc.dp > 1, "data parallelism outside training"),
+        (sc.mode == "train" and sc.cuda_graphs, "CUDA graphs in training"),
+        (sc.cuda_graphs and sc.mode != "decode", "CUDA graphs outside decode"),
+        (sc.cuda_graphs and sc.tp > 1 and sc.tp_impl == "dtensor", "CUDA graphs with DTensor"),
+        (sc.microbatches > 1, "several micro-batches"),
+        (sc.attn != "flash", "--attn math (Hugging Face runs SDPA)"),
+    ]  # fmt: skip
+    return next((why for bad, why in checks if bad), "")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRun:
+    """One whole-model measurement: the HF config dict, the scenario, how long to run."""
+
+    config: dict[str, Any]
+    scenario: Any
+    device: str = "cuda"
+    iters: int = 10
+    warmup: int = 3
+    check: bool = False
+    timeout_s: float | None = 900.0
+
+    @property
+    def nproc(self) -> int:
+        return self.scenario.gpus
+
+    def spec(self) -> dict[str, Any]:
+        sc = self.scenario
+        return {
+            "config": self.config,
+            "impl": implementation(sc),
+            "mode": sc.mode,
+            "batch": sc.batch,
+            "seq": sc.seq,
+            "ctx": sc.ctx,
+            "dtype": sc.dtype,
+            "graphs": sc.cuda_graphs,
+            "iters": self.iters,
+            "warmup": self.warmup,
+            "check": self.check,
+        }
+
+
+def check_devices(run: ModelRun) -> None:
+    """EnvironmentUnavailable when torch, transformers or the GPUs are missing."""
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise EnvironmentUnavailable(
+            f"whole-model runs need torch and transformers ({exc.name} is missing)"
+        ) from None
+    if run.device == "cuda":
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if have < run.nproc:
+            raise EnvironmentUnavailable(
+                f"{run.nproc} GPUs needed, {have} present"
+                + ("; use --device cpu" if not have else "")  # fmt: skip
+            )
+    if run.config.get("model_type") not in ("llama", "mistral", "qwen2", None):
+        raise InputError(
+            f"whole-model runs build Hugging Face Llama-family models, not "
+            f"{run.config.get('model_type')!r}"
+        )
+
+
+def run_model(run: ModelRun) -> dict[str, Any]:
+    """Run it; the result rank 0 wrote (samples_ms: the slowest rank per iteration)."""
+    implementation(run.scenario)
+    check_devices(run)
+    with tempfile.TemporaryDirectory(prefix="gpuperf-model-") as tmp:
+        spec, out, log = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "log"
+        spec.write_text(json.dumps(run.spec()))
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={run.nproc}",
+               "--standalone", "-m", "gpuperf.measure.model_worker", "--spec", str(spec),
+               "--out", str(out)]  # fmt: skip
+        env = child_env({"GPUPERF_DEVICE": run.device})
+        try:
+            code = run_workers(cmd, env, log, run.timeout_s)
+        except WorkersTimedOut as exc:
+            raise EnvironmentUnavailable(
+                f"the {implementation(run.scenario)} run timed out after {run.timeout_s:g} s; "
+                f"killed {exc.killed} processes"
+            ) from None
+        result = json.loads(out.read_text()) if out.exists() else {}
+        if code != 0 or "error" in result or not result.get("samples_ms"):
+            why = result.get("error") or last_error(log)
+            raise ModelRunFailed(f"{implementation(run.scenario)} run failed: {why}")
+        return result

@@ -1,0 +1,282 @@
+"""One rank of a whole-model run under torchrun: a Hugging Face Llama (random weights) as an
+implementation people run, timed step by step. Started by gpuperf.measure.model_run.
+
+    python -m torch.distributed.run --nproc-per-node N -m gpuperf.measure.model_worker \\
+        --spec spec.json --out result.json
+
+Implementations (spec["impl"]): single (one GPU), ddp (DistributedDataParallel, 25 MiB buckets),
+fsdp (FSDP2: fully_shard on every decoder layer and on the root; the model in its dtype, so
+gathers and reduce-scatters run in it), dtensor (Hugging Face's tp_plan, applied with
+apply_tensor_parallelism: DTensor weights), megatron (plain-PyTorch tensor parallelism,
+gpuperf.measure.tp_megatron). NCCL on GPUs, gloo on CPUs.
+
+Modes: prefill (no_grad, one forward, logits of the last token), decode (one-token steps on a
+DynamicCache holding ctx tokens, growing by one per step; with graphs, a StaticCache captured in
+a CUDA graph), train (forward with the Hugging Face loss, backward, AdamW's default foreach
+step, zero_grad). Each iteration is timed on every rank (CUDA events; a barrier first); the step
+is the slowest rank's time. Rank 0 writes the result after every iteration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def _setup() -> tuple[torch.device, int, int]:
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available() and os.environ.get("GPUPERF_DEVICE", "cuda") == "cuda"
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+    return device, dist.get_rank(), dist.get_world_size()
+
+
+def _config(d: dict[str, Any]) -> Any:
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model(**{k: v for k, v in d.items() if not k.startswith("_")})
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+def build(spec: dict[str, Any], device: torch.device, rank: int, world: int) -> Any:
+    """The model as spec["impl"] runs it, on this rank."""
+    from transformers import LlamaForCausalLM
+
+    cfg, dtype, impl = _config(spec["config"]), _dtype(spec["dtype"]), spec["impl"]
+    torch.manual_seed(0)  # the same weights on every rank where they are replicated
+    if impl == "megatron":
+        from gpuperf.measure import tp_megatron
+
+        return tp_megatron.build(cfg, world, rank, device, dtype)
+    if impl == "dtensor":
+        from torch.distributed.device_mesh import init_device_mesh
+        from transformers.distributed.tensor_parallel import apply_tensor_parallelism
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        with torch.device("meta"):
+            model = LlamaForCausalLM(cfg).to(dtype)
+        mesh = init_device_mesh(device.type, (world,))
+        model = apply_tensor_parallelism(model, mesh)
+        model.to_empty(device=device)
+        _init_local(model)
+        model.model.rotary_emb = LlamaRotaryEmbedding(cfg).to(device)
+        model._tp_size, model._device_mesh = world, mesh
+        return model
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).to(dtype)
+    if impl == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [device.index] if device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids)
+    if impl == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(device.type, (world,))
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    return model
+
+
+@torch.no_grad()
+def _init_local(model: Any) -> None:
+    from torch.distributed.tensor import DTensor
+
+    for name, p in model.named_parameters():
+        local = p.to_local() if isinstance(p, DTensor) else p
+        if name.endswith("norm.weight"):
+            local.fill_(1.0)
+        else:
+            local.normal_(0.0, 0.02)
+
+
+def _inner(model: Any) -> Any:
+    return getattr(model, "module", model)
+
+
+def step_fn(model: Any, spec: dict[str, Any], device: torch.device) -> Any:
+    """A function that runs one step of spec["mode"] (module docstring)."""
+    vocab, b = spec["config"]["vocab_size"], spec["batch"]
+    mode = spec["mode"]
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    if mode == "prefill":
+        _inner(model).eval()
+        ids = torch.randint(0, vocab, (b, spec["seq"]), generator=gen).to(device)
+
+        def prefill() -> None:
+            with torch.no_grad():
+                model(input_ids=ids, use_cache=False, logits_to_keep=1)
+
+        return prefill
+    if mode == "decode":
+        _inner(model).eval()
+        return _decode(model, spec, device, gen)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)  # foreach, states in the params' dtype
+    ids = torch.randint(0, vocab, (b, spec["seq"]), generator=gen).to(device)
+
+    def train() -> None:
+        out = model(input_ids=ids, labels=ids, use_cache=False)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return train
+
+
+def _decode(model: Any, spec: dict[str, Any], device: torch.device, gen: Any) -> Any:
+    from transformers import DynamicCache, StaticCache
+
+    inner = _inner(model)
+    vocab, b, ctx = spec["config"]["vocab_size"], spec["batch"], spec["ctx"]
+    ids = torch.randint(0, vocab, (b, ctx), generator=gen).to(device)
+    tok = torch.randint(0, vocab, (b, 1), generator=gen).to(device)
+    if not spec.get("graphs"):
+        cache = DynamicCache(config=inner.config)
+        with torch.no_grad():
+            model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+
+        def step() -> None:
+            with torch.no_grad():
+                model(input_ids=tok, past_key_values=cache, use_cache=True)
+
+        return step
+    steps = spec["iters"] + spec["warmup"] + 8
+    cache = StaticCache(config=inner.config, max_cache_len=ctx + steps)
+    pos = torch.tensor([ctx], device=device)
+    with torch.no_grad():
+        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+
+    def fwd() -> None:
+        model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(stream):
+        for _ in range(2):  # allocations, handles and NCCL's own warm-up, outside the capture
+            fwd()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        fwd()
+    return graph.replay
+
+
+def _time_once(fn: Any, device: torch.device) -> float:
+    """Milliseconds of one call on this rank, started together with the other ranks."""
+    dist.barrier()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b)
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def check_error(
+    spec: dict[str, Any], model: Any, device: torch.device, rank: int, world: int
+) -> float:
+    """Relative error of the parallel model's last-token logits against the whole model with the
+    same weights (megatron-style TP; both from the same seed). NaN where not implemented."""
+    if spec["impl"] != "megatron" or spec["mode"] == "train":
+        return float("nan")
+    from transformers import LlamaForCausalLM
+
+    from gpuperf.measure import tp_megatron
+
+    cfg = _config(spec["config"])
+    torch.manual_seed(0)
+    with torch.device(device):
+        full = LlamaForCausalLM(cfg).to(_dtype(spec["dtype"])).eval()
+    tp_megatron.shard_from(model, full, world, rank)
+    ids = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(3))
+    ids = ids.to(device)
+    with torch.no_grad():
+        want = full(input_ids=ids, use_cache=False).logits.float()
+        got = model(input_ids=ids, use_cache=False).logits.float()
+    del full
+    return float((got - want).norm() / want.norm())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    spec = json.loads(Path(args.spec).read_text())
+    device, rank, world = _setup()
+    out: dict[str, Any] = {"spec": spec, "world": world, "samples_ms": []}
+    path = Path(args.out)
+    try:
+        from gpuperf.measure.env import environment
+
+        out["env"] = environment(device.type) if rank == 0 else {}
+        if rank == 0:
+            import transformers
+
+            out["env"]["transformers"] = transformers.__version__
+        model = build(spec, device, rank, world)
+        if spec.get("check"):
+            out["check_rel_err"] = check_error(spec, model, device, rank, world)
+        fn = step_fn(model, spec, device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        for _ in range(spec["warmup"]):
+            _time_once(fn, device)
+        for _ in range(spec["iters"]):
+            mine = _time_once(fn, device)
+            every = [None] * world
+            dist.all_gather_object(every, mine)
+            out["samples_ms"].append(max(every))
+            out["rank_samples_ms"] = out.get("rank_samples_ms", []) + [every]
+            if rank == 0:
+                out["measured_ms"] = statistics.median(out["samples_ms"])
+                _write(path, out)
+        peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+        peaks = [None] * world
+        dist.all_gather_object(peaks, peak)
+        out["peak_memory_bytes"] = peaks
+    except Exception as exc:  # noqa: BLE001 - recorded for the launcher, then re-raised
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        out["traceback"] = traceback.format_exc()[-3000:]
+        if rank == 0:
+            _write(path, out)
+        raise
+    if rank == 0:
+        _write(path, out)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, default=str))
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
