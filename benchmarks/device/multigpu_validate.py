@@ -103,6 +103,8 @@ def main() -> int:
     p.add_argument("--groups", default="2gpu,4gpu")
     p.add_argument("--budget-s", type=float, default=520.0)
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--only", default="", help="run only these labels' plans (comma list)")
+    p.add_argument("--profile", action="store_true", help="one profiled step of each plan")
     p.add_argument("--device", default="cuda", help="cpu: a gloo smoke test (tiny models)")
     a = p.parse_args()
     import torch
@@ -126,6 +128,8 @@ def main() -> int:
                 kw = {**kw, **{k: 64 for k in ("seq", "ctx") if k in kw}}
             sc = Scenario(sequence_parallel=False, **kw)
             label = f"{model} {sc.label()} {sc.mode}" + (" graphs" if sc.cuda_graphs else "")
+            if a.only and not any(o.strip() == label for o in a.only.split(",")):
+                continue
             if time.monotonic() - start > a.budget_s or sc.gpus > have:
                 data["skipped"].append(label)
                 print(f"skip {label}", flush=True)
@@ -139,9 +143,12 @@ def main() -> int:
                 pred = api.predict(cfg, gpu=spec, **{k: getattr(sc, k) for k in keys})
             t0 = time.monotonic()
             try:
+                profile = sc.gpus > 1 and a.profile
                 result = run_model(ModelRun(cfg_dict, sc, a.device, iters=a.iters,
-                                            timeout_s=240.0))  # fmt: skip
+                                            timeout_s=240.0, profile=profile))  # fmt: skip
                 run = summary(model, sc, implementation(sc), result, pred)
+                if "profile" in result:
+                    run["profile"] = result["profile"]
                 data.setdefault("env", result.get("env", {}))
                 shown = f"{run['measured_ms']:9.2f} ms"
                 if pred is not None:

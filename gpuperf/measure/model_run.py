@@ -66,6 +66,7 @@ class ModelRun:
     warmup: int = 3
     check: bool = False
     timeout_s: float | None = 900.0
+    profile: bool = False
 
     @property
     def nproc(self) -> int:
@@ -85,6 +86,7 @@ class ModelRun:
             "iters": self.iters,
             "warmup": self.warmup,
             "check": self.check,
+            "profile": self.profile,
         }
 
 
@@ -125,12 +127,16 @@ def run_model(run: ModelRun) -> dict[str, Any]:
         try:
             code = run_workers(cmd, env, log, run.timeout_s)
         except WorkersTimedOut as exc:
+            ranks = sorted(Path(tmp).glob("result.rank*.json"))
+            why = f" ({json.loads(ranks[0].read_text()).get('error')})" if ranks else ""
             raise EnvironmentUnavailable(
                 f"the {implementation(run.scenario)} run timed out after {run.timeout_s:g} s; "
-                f"killed {exc.killed} processes"
+                f"killed {exc.killed} processes{why}"
             ) from None
         result = json.loads(out.read_text()) if out.exists() else {}
+        ranks = sorted(Path(tmp).glob("result.rank*.json"))
         if code != 0 or "error" in result or not result.get("samples_ms"):
-            why = result.get("error") or last_error(log)
+            first = json.loads(ranks[0].read_text()) if ranks else {}
+            why = result.get("error") or first.get("error") or last_error(log)
             raise ModelRunFailed(f"{implementation(run.scenario)} run failed: {why}")
         return result

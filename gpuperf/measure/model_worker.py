@@ -25,6 +25,7 @@ import os
 import statistics
 import time
 import traceback
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,10 @@ def _setup() -> tuple[torch.device, int, int]:
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+    # A collective that never completes (a rank that died) ends the run instead of hanging it.
+    timeout = timedelta(seconds=float(os.environ.get("GPUPERF_COLL_TIMEOUT_S", "180")))
+    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None,
+                            timeout=timeout)  # fmt: skip
     return device, dist.get_rank(), dist.get_world_size()
 
 
@@ -175,7 +179,9 @@ def _decode(model: Any, spec: dict[str, Any], device: torch.device, gen: Any) ->
             fwd()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(graph):
+    # thread_local: NCCL's watchdog thread keeps querying its events during the capture, which
+    # the default (global) mode forbids.
+    with torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
         fwd()
     return graph.replay
 
@@ -259,17 +265,43 @@ def main() -> int:
         peaks = [None] * world
         dist.all_gather_object(peaks, peak)
         out["peak_memory_bytes"] = peaks
+        if spec.get("profile"):  # every rank runs the step (its collectives need them all)
+            dist.barrier()
+            prof = _profile(fn, device)
+            if rank == 0:
+                out["profile"] = prof
     except Exception as exc:  # noqa: BLE001 - recorded for the launcher, then re-raised
-        out["error"] = f"{type(exc).__name__}: {exc}"
+        out["error"] = f"rank {rank}: {type(exc).__name__}: {exc}"
         out["traceback"] = traceback.format_exc()[-3000:]
-        if rank == 0:
-            _write(path, out)
+        _write(path if rank == 0 else path.with_suffix(f".rank{rank}.json"), out)
         raise
     if rank == 0:
         _write(path, out)
     dist.barrier()
     dist.destroy_process_group()
     return 0
+
+
+def _profile(fn: Any, device: torch.device, top: int = 40) -> dict[str, Any]:
+    """One more step under torch.profiler: GPU time and count of the busiest kernels (rank 0's
+    view; other ranks run the step alongside so the collectives complete)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    try:
+        with profile(activities=acts) as prof:
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        rows = []
+        for e in prof.key_averages():
+            t = getattr(e, "device_time_total", 0.0) or getattr(e, "cuda_time_total", 0.0)
+            if e.device_type == torch.autograd.DeviceType.CUDA and t > 0:
+                rows.append({"name": e.key[:160], "count": e.count, "gpu_us": t})
+        rows.sort(key=lambda r: -r["gpu_us"])
+        return {"kernels": rows[:top], "gpu_us_total": sum(r["gpu_us"] for r in rows)}
+    except Exception as exc:  # noqa: BLE001 - a profile is extra; the timing stands
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
