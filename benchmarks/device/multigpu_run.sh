@@ -12,6 +12,7 @@ if [ -n "$COLL" ]; then
   timeout 150 python3 benchmarks/device/plan_collectives.py $D --nproc $COLL 2>&1 | tail -30
 fi
 for plans in ${PLANS:-2gpu}; do
+  pkill -9 -f gpuperf.measure.model_worker; sleep 1  # nothing left over from a killed run
   timeout ${BUDGET_HARD:-560} python3 benchmarks/device/multigpu_validate.py $D --groups $plans \
     --budget-s ${BUDGET:-480} ${PROFILE:-} ${ONLY:+--only "$ONLY"} 2>&1 \
     | grep -v "^W1\|OMP_NUM\|\*\*\*\*" | tee -a $D/log_multigpu.txt | tail -40

@@ -107,7 +107,14 @@ def main() -> int:
     p.add_argument("--profile", action="store_true", help="one profiled step of each plan")
     p.add_argument("--device", default="cuda", help="cpu: a gloo smoke test (tiny models)")
     a = p.parse_args()
+    import signal
+
     import torch
+
+    def stop(signum, frame):  # noqa: ANN001 - `timeout` sends SIGTERM: end the workers too
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
 
     from gpuperf.hardware.detect import detect_gpu
 
