@@ -25,16 +25,29 @@ from gpuperf.perfmodel.accuracy import (  # noqa: E402
     TARGETS,
     e2e_table,
     load_e2e,
+    load_multigpu,
     load_samples,
+    multigpu_table,
     op_table,
     summarize,
 )
 
 
 def result_files(d: Path) -> tuple[list[Path], list[Path]]:
+    """(op and collective files, whole-model files: e2e_* on one GPU, validate_multigpu_*)."""
     files = sorted(d.glob("*.json"))
-    e2e = [f for f in files if f.name.startswith("e2e")]
+    e2e = [f for f in files if f.name.startswith(("e2e", "validate_multigpu"))]
     return [f for f in files if f not in e2e], e2e
+
+
+def whole_model_table(files: list[Path], gpu) -> pd.DataFrame:  # noqa: ANN001
+    """One-GPU runs (e2e_*) and runs of parallel plans (validate_multigpu_*), predicted now."""
+    single = [f for f in files if f.name.startswith("e2e")]
+    multi = [f for f in files if f.name.startswith("validate_multigpu")]
+    parts = [e2e_table(load_e2e(single), gpu)] if single else []
+    if multi:
+        parts.append(multigpu_table(load_multigpu(multi), gpu))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def fmt_summary(s: pd.DataFrame, markdown: bool) -> str:
@@ -136,7 +149,7 @@ def main() -> int:
         gpu = load_gpu(d.name)
         ops_files, e2e_files = result_files(d)
         t = op_table(load_samples(ops_files), gpu)
-        e = e2e_table(load_e2e(e2e_files), gpu) if e2e_files else pd.DataFrame()
+        e = whole_model_table(e2e_files, gpu)
         tables[d.name] = (gpu, t, e)
         say(f"\n## {gpu.display_name} ({d.name}): {len(t)} op rows, {len(e)} whole-model runs\n")
         both = pd.concat([t, e], ignore_index=True)
@@ -159,7 +172,7 @@ def main() -> int:
         d = root / "h200-sxm-141gb"
         ops_files, e2e_files = result_files(d)
         t = op_table(load_samples(ops_files), cross)
-        e = e2e_table(load_e2e(e2e_files), cross) if e2e_files else pd.DataFrame()
+        e = whole_model_table([f for f in e2e_files if f.name.startswith("e2e")], cross)
         both = pd.concat([t, e], ignore_index=True).assign(split="held-out")
         # The H100 results hold no NCCL runs, so its profile has no collective parameters to lend.
         both = both[~both["class"].str.startswith(("collective", "p2p"))]

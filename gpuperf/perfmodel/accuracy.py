@@ -36,6 +36,9 @@ TARGETS: dict[str, float] = {
     "attention prefill": 0.10,
     "attention decode": 0.15,
     "collective >=1MiB": 0.10,
+    "data-parallel training (DDP, FSDP2)": 0.10,
+    "tensor-parallel prefill": 0.15,
+    "tensor-parallel decode": 0.15,
     "whole-model prefill": 0.10,
     "whole-model decode": 0.15,
     "training step": 0.15,
@@ -108,6 +111,88 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
                     )
                 )
     return out
+
+
+@dataclass(frozen=True)
+class MultiGpuRun:
+    """A whole model run as a parallel plan (validate_multigpu_*.json)."""
+
+    model: str
+    config: dict[str, Any]
+    scenario: dict[str, Any]
+    implementation: str
+    measured_ms: float
+    source: str
+
+    @property
+    def label(self) -> str:
+        sc = self.scenario
+        what = "decode graphs" if sc.get("cuda_graphs") else sc["mode"]
+        return f"{self.model} {self.implementation} x{sc['tp'] * sc['dp']} {what}"
+
+
+# The runs comm_overlap_cost is fitted on (benchmarks/fit_multigpu.py); the rest are held out.
+MULTIGPU_CALIBRATION = {("llama3-8b", "ddp", 2)}
+
+
+def is_multigpu_calibration(r: MultiGpuRun) -> bool:
+    sc = r.scenario
+    return (r.model, r.implementation, sc["tp"] * sc["dp"]) in MULTIGPU_CALIBRATION
+
+
+def load_multigpu(files: Iterable[Path]) -> list[MultiGpuRun]:
+    """Every finished, not excluded run of the multi-GPU result files."""
+    out = []
+    for path in files:
+        for run in _list(read_json(path), "runs", path):
+            if run.get("error") or run.get("excluded") or not _ms(run.get("measured_ms"), path):
+                continue
+            out.append(MultiGpuRun(run["model"], run["config"], run["scenario"],
+                                   run["implementation"], run["measured_ms"], path.name))  # fmt: skip
+    return out
+
+
+_SCENARIO_KEYS = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "dtype", "tp", "dp",
+                  "zero", "tp_impl", "sequence_parallel")  # fmt: skip
+
+
+def predict_multigpu(r: MultiGpuRun, gpu: GpuSpec) -> Any:
+    from gpuperf.api import predict
+    from gpuperf.workloads.config import from_hf_dict
+
+    cfg = from_hf_dict(r.config, name=r.model)
+    return predict(cfg, gpu=gpu, **{k: r.scenario[k] for k in _SCENARIO_KEYS if k in r.scenario})
+
+
+def multigpu_class(r: MultiGpuRun) -> str:
+    sc = r.scenario
+    if sc["tp"] * sc["dp"] == 1:
+        return "one GPU of the multi-GPU host"
+    if sc["dp"] > 1:
+        return "data-parallel training (DDP, FSDP2)"
+    if sc["mode"] == "decode":
+        return "tensor-parallel decode"
+    return "tensor-parallel prefill" if sc["mode"] == "prefill" else "tensor-parallel training"
+
+
+def multigpu_table(runs: Sequence[MultiGpuRun], gpu: GpuSpec) -> pd.DataFrame:
+    """Predict each multi-GPU run with the current model."""
+    rows = []
+    for r in runs:
+        p = predict_multigpu(r, gpu)
+        rows.append(
+            {
+                "class": multigpu_class(r),
+                "split": "calibration" if is_multigpu_calibration(r) else "held-out",
+                "name": r.model,
+                "shape": r.label,
+                "predicted_ms": p.total_ms,
+                "measured_ms": r.measured_ms,
+                "ratio": p.total_ms / r.measured_ms,
+                "source": r.source,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def op_table(samples: Sequence[Sample], gpu: GpuSpec, system: Any = None) -> pd.DataFrame:

@@ -149,12 +149,18 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
     t_stage = [f.end + b.end + h for f, b, h in zip(F, B, hop, strict=True)]
     pace = int(np.argmax(t_stage))
     sync = [coster.cost(p) for p in work.sync]
+    kernels = [coster.cost(p) for p in work.sync_kernels]
     opt = [coster.cost(p) for p in work.optimizer]
     post = [coster.cost(p) for p in work.post]
     window = B[pace].gpu if sc.dp_overlap else 0.0
+    slow = coster.overlap_cost
     exposed, sync_total = _sync_exposed(sync, window)
     post_exposed, post_total = _sync_exposed(post, F[pace].gpu)
-    tail = Timed.wait(exposed).then(_seq(opt)).then(Timed.wait(post_exposed))
+    # What hides under the backward still slows it (step.cost.Coster.overlap_cost).
+    exposed += slow * (sync_total - exposed)
+    post_exposed += slow * (post_total - post_exposed)
+    tail = _seq(kernels).then(Timed.wait(exposed)).then(_seq(opt))
+    tail = tail.then(Timed.wait(post_exposed))
     breakdown = dict.fromkeys(_BREAKDOWN, 0.0)
     if sc.pp == 1:
         run = F[0].then(B[0]).times(m).then(tail)
@@ -170,7 +176,7 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
         _classify(c, m, breakdown)
     breakdown["pp_comm"] += m * hop[pace]
     breakdown["bubble"] = bubble
-    breakdown["dp_comm"] += exposed + post_exposed
+    breakdown["dp_comm"] += exposed + post_exposed + sum(c.timed.gpu for c in kernels)
     breakdown["optimizer"] = sum(c.timed.gpu for c in opt)
     breakdown["host"] = max(0.0, total - sum(breakdown.values()))
     sections: list[tuple[Costed, float, str]] = []
@@ -179,16 +185,16 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
     if link is not None:
         sections.append((link, float(m * passes * v), suffix))
     sections += [(c, 1.0, "") for c in _set_hidden(sync, exposed, sync_total)]
-    sections += [(c, 1.0, "") for c in opt]
+    sections += [(c, 1.0, "") for c in kernels + opt]
     sections += [(c, 1.0, "") for c in _set_hidden(post, post_exposed, post_total)]
     extra_rows = []
     if bubble > 0:
         extra_rows.append({"name": "pipeline/bubble", "kind": "bubble", "bound": "idle",
                            "shape": f"pp{sc.pp} v{v} m{m}", "time_ms": bubble * 1e3})  # fmt: skip
     busy = m * (F[pace].gpu + B[pace].gpu + hop[pace]) + exposed + post_exposed
-    busy += sum(c.timed.gpu for c in opt)
+    busy += sum(c.timed.gpu for c in kernels + opt)
     flops = sum(c.flops * mult for c, mult, _ in sections)
-    host = m * (F[pace].host + B[pace].host) + sum(c.timed.host for c in opt)
+    host = m * (F[pace].host + B[pace].host) + sum(c.timed.host for c in kernels + opt)
     kernels = run.kernels
     memory = busiest(cfg, sc, work)
     return StepCost(total, breakdown, busy, host, kernels, flops, memory, pace, sections,

@@ -59,6 +59,24 @@ def _bucketed(name: str, coll: str, total: float, bucket: float, ranks: int, nod
     return tuple(parts)
 
 
+def bucket_kernels(sc: Scenario, params: Params) -> tuple:
+    """PyTorch DDP's own kernels on the gradients, on the compute stream: each bucket's gradients
+    copied into the bucket's flat buffer and divided by the world size before the all-reduce
+    (profiled on 2 H200s, Llama-3-8B: 360 device-to-device copies, 10.4 ms, and 291 bf16 divides,
+    8.0 ms, for 16 GB of gradients; validate_multigpu_2gpu_repeat.json). Megatron's buffers hold
+    the gradients in place and FSDP2 copies per layer (step_work), so only eager DDP has them."""
+    from gpuperf.perfmodel.ops import Copy, Elementwise
+    from gpuperf.workloads.step_work import _part
+
+    if sc.zero != 0 or sc.impl != "eager" or sc.dp * sc.cp == 1:
+        return ()
+    act: DType = "bf16" if BYTES[sc.dtype] == 1 else sc.dtype
+    n = int(params.total)
+    ops = [Copy("dp/bucket_copy", n * grad_bytes(act, True), act),
+           Elementwise("dp/bucket_div", "div", n, 1, 1, act)]  # fmt: skip
+    return (_part(ops),)
+
+
 def sync_parts(cfg: ModelConfig, sc: Scenario, g: Groups, params: Params) -> tuple[tuple, tuple]:
     """(gradient sync Parts, post-step Parts) of the busiest GPU."""
     if sc.zero == 3:

@@ -69,6 +69,7 @@ class StepWork:
     stages: tuple[StageWork, ...]
     microbatches: int
     sync: tuple[Part, ...]  # gradient all-reduce / reduce-scatter (hidden under the backward)
+    sync_kernels: tuple[Part, ...]  # DDP's bucket copies, on the compute stream
     optimizer: tuple[Part, ...]
     post: tuple[Part, ...]  # ZeRO-1/2: parameter all-gather after the step
     groups: Groups
@@ -108,14 +109,15 @@ def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
             boundary = _boundary(d.T * d.hidden * BYTES[d.act], d.act, g.tp, g.tp_nodes,
                                  g.pp_inter_node)  # fmt: skip
         out.append(StageWork(st, fwd, bwd, params, boundary))
-    sync, opt, post = ((), (), ())
+    sync, kernels, opt, post = ((), (), (), ())
     if train:
-        from gpuperf.workloads.dp_ops import optimizer_parts, sync_parts
+        from gpuperf.workloads.dp_ops import bucket_kernels, optimizer_parts, sync_parts
 
         busiest = max(out, key=lambda s: s.params.total).params
         sync, post = sync_parts(cfg, sc, g, busiest)
+        kernels = bucket_kernels(sc, busiest)
         opt = optimizer_parts(cfg, sc, d, g, busiest)
-    return StepWork(tuple(out), sc.microbatches, sync, opt, post, g, d)
+    return StepWork(tuple(out), sc.microbatches, sync, kernels, opt, post, g, d)
 
 
 @functools.lru_cache(maxsize=256)
@@ -264,7 +266,8 @@ def flatten(parts: tuple[Part, ...] | list[Part]) -> list[Op]:
 def single_gpu_ops(work: StepWork) -> list[Op]:
     """The op list of a one-GPU, one-micro-batch step: forward, backward, optimizer."""
     st = work.stages[0]
-    return flatten(st.fwd) + flatten(st.bwd) + flatten(work.sync) + flatten(work.optimizer)
+    return (flatten(st.fwd) + flatten(st.bwd) + flatten(work.sync) + flatten(work.sync_kernels)
+            + flatten(work.optimizer))  # fmt: skip
 
 
 def is_comm(op: Op) -> bool:

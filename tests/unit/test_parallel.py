@@ -154,14 +154,14 @@ def _table1_tflops(a, h, l, t, p, n, B):  # noqa: E741
 
 
 def test_megatron_sc21_table1():
-    """Every configuration expressible; each within 18%, the median within 12% (the rest is the
-    A100's sustained clock, which the uncalibrated profile leaves at boost)."""
+    """Every configuration expressible; each within 15%, the median within 10% (what is left is
+    mostly the A100's sustained clock, which the uncalibrated profile leaves at boost)."""
     errors = []
     for a, h, l, t, p, n, B, X in MEGATRON_TABLE1:  # noqa: E741
         got = _table1_tflops(a, h, l, t, p, n, B) / 1e12
         errors.append(abs(got / X - 1))
-    assert max(errors) < 0.18
-    assert statistics.median(errors) < 0.12
+    assert max(errors) < 0.15
+    assert statistics.median(errors) < 0.10
 
 
 # Korthikanti Table 3 and 5: (name, heads, hidden, layers, head dim, tp, pp, batch, micro-batch,
@@ -185,8 +185,9 @@ def _table5(name, a, h, l, hd, t, p, B, mb, v, recompute, sp):  # noqa: E741
 
 def test_korthikanti_table5_iteration_times():
     """Calculon reports 3.65% mean error here after fitting its A100 to these runs; gpuperf,
-    fitted to nothing here: mean within 8%, each within 15%, and the speed-up of sequence
-    parallelism + selective recomputation over full recomputation within 6 points."""
+    fitted to nothing here (its one multi-GPU parameter, comm_overlap_cost, comes from a DDP run
+    on 2 H200s): mean within 5%, each within 12%, and the speed-up of sequence parallelism +
+    selective recomputation over full recomputation within 6 points."""
     errors = []
     for name, a, h, l, hd, t, p, B, mb, v, full_s, sel_s in KORTHIKANTI_TABLE5:  # noqa: E741
         full = _table5(name, a, h, l, hd, t, p, B, mb, v, "full", False)
@@ -196,5 +197,5 @@ def test_korthikanti_table5_iteration_times():
         speedup = full.total_ms / sel.total_ms - 1
         assert speedup == pytest.approx(full_s / sel_s - 1, abs=0.06)
         assert sel.hfu > sel.mfu and full.hfu > full.mfu * 1.3  # a whole forward again
-    assert max(errors) < 0.15
-    assert statistics.mean(errors) < 0.08
+    assert max(errors) < 0.12
+    assert statistics.mean(errors) < 0.05

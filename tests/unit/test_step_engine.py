@@ -305,11 +305,16 @@ def test_uneven_stages_are_allowed_and_the_slowest_sets_the_pace():
 def test_data_parallel_gradient_sync_hides_under_the_backward():
     one = api.predict("llama3-8b", system="dgx-h100", mode="train", impl="eager", seq=2048)
     ddp = api.predict("llama3-8b", system="dgx-h100", mode="train", impl="eager", seq=2048, dp=8)
-    sync = ddp.table[ddp.table["name"].str.startswith("dp/")]
-    assert len(sync) > 10 and (sync["kind"] == "collective").all()  # 25 MiB buckets
+    dp = ddp.table[ddp.table["name"].str.startswith("dp/")]
+    sync = dp[dp["kind"] == "collective"]
+    assert len(sync) > 10  # 25 MiB buckets
+    # What hides under the backward still costs it comm_overlap_cost of its time.
     exposed = (sync["time_ms"] - sync["overlap_ms"]).sum()
-    assert 0 < exposed < sync["time_ms"].sum() / 2
-    assert ddp.total_ms == pytest.approx(one.total_ms + exposed, rel=1e-6)
+    assert 0.43 * sync["time_ms"].sum() < exposed < sync["time_ms"].sum() / 2
+    copies = dp[dp["kind"] != "collective"]  # DDP's bucket copy and divide, on the GPU
+    assert set(copies["name"]) == {"dp/bucket_copy", "dp/bucket_div"}
+    assert ddp.total_ms == pytest.approx(one.total_ms + exposed + copies["time_ms"].sum(),
+                                         rel=1e-6)  # fmt: skip
 
 
 def test_fsdp_gathers_layer_by_layer_and_shards_memory():
