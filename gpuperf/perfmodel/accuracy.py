@@ -147,8 +147,8 @@ def load_multigpu(files: Iterable[Path]) -> list[MultiGpuRun]:
         for run in _list(read_json(path), "runs", path):
             if run.get("error") or run.get("excluded") or not _ms(run.get("measured_ms"), path):
                 continue
-            out.append(MultiGpuRun(run["model"], run["config"], run["scenario"],
-                                   run["implementation"], run["measured_ms"], path.name))  # fmt: skip
+            fields = ("model", "config", "scenario", "implementation", "measured_ms")
+            out.append(MultiGpuRun(*(run[f] for f in fields), path.name))
     return out
 
 
