@@ -1,0 +1,89 @@
+"""`gpuperf validate MODEL --nproc N`: whole models as parallel plans under torchrun, for real, on
+the CPU (gloo): Megatron-style and DTensor tensor parallelism, DDP and FSDP2 training steps, the
+correctness check against the unsharded model, and the refusals. On GPUs the same code runs with
+NCCL (benchmarks/device/multigpu_validate.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from gpuperf.cli import main  # noqa: E402
+
+TINY = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 512, "max_position_embeddings": 256}  # fmt: skip
+FAST = ["--device", "cpu", "--iters", "2", "--seq", "32", "--ctx", "32", "--format", "json",
+        "--impl", "eager"]  # fmt: skip
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY))
+    return str(path)
+
+
+def run(capsys, *args):
+    try:
+        main(["validate", *args])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_megatron_tp_prefill_matches_the_whole_model(capsys, tiny, tmp_path):
+    save = tmp_path / "tp.json"
+    code, out, err = run(capsys, tiny, "--tp", "2", "--nproc", "2", *FAST, "--save", str(save))
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["implementation"] == "megatron" and r["world"] == 2
+    assert len(r["samples_ms"]) == 2 and r["measured_ms"] > 0
+    assert r["check_rel_err"] < 0.02  # bf16 logits of the shards vs the unsharded model
+    assert json.loads(save.read_text())["plan"] == "tp2 pp1 dp1"
+    assert "predicted_ms" not in r  # the CPU has no profile to predict with
+
+
+@pytest.mark.parametrize(
+    "args, what",
+    [
+        (["--tp", "2", "--tp-impl", "dtensor", "--mode", "decode"], "dtensor"),
+        (["--dp", "2", "--mode", "train"], "ddp"),
+        (["--dp", "2", "--zero", "3", "--mode", "train"], "fsdp"),
+    ],
+)
+def test_implementations_run(capsys, tiny, args, what):
+    code, out, err = run(capsys, tiny, *args, *FAST)
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["implementation"] == what
+    assert all(s > 0 for s in r["samples_ms"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--tp", "2", "--impl", "fused"], "eager kernels"),
+        (["--tp", "2", "--dp", "2", "--mode", "train", "--impl", "eager"], "tensor and data"),
+        (["--tp", "2", "--nproc", "4", "--impl", "eager"], "--nproc 4"),
+        (["--tp", "2", "--mode", "train", "--impl", "eager"], "megatron-style TP"),
+    ],
+)
+def test_refusals_are_one_line_exit_2(capsys, tiny, args, message):
+    code, _, err = run(capsys, tiny, *args, "--device", "cpu")
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_too_few_gpus_is_exit_3(capsys, tiny):
+    import torch
+
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has the GPUs")
+    code, _, err = run(capsys, tiny, "--tp", "2", "--impl", "eager", "--device", "cuda")
+    assert code == 3
