@@ -6,7 +6,7 @@
 Sizes (bf16): tensor-parallel all-reduces of one layer's activations (8 tokens × 4096 in decode,
 2048 × 4096 and 2048 × 8192 in prefill), the gathered logits of an 8-sequence decode step
 (8 × 128256), PyTorch DDP's 25 MiB bucket, and FSDP2's per-layer all-gather and reduce-scatter of
-a 1.1B (TinyLlama) and an 8B (Llama-3-8B) layer. Writes OUT_DIR/coll_plan_<n>gpu.json (rows as
+a 1.1B (TinyLlama) and an 8B (Llama-3-8B) layer. Writes OUT_DIR/plancoll_<n>gpu.json (rows as
 gpuperf measure --save writes them, each with its prediction) as each collective finishes.
 """
 
@@ -49,7 +49,7 @@ def main() -> int:
     failures = 0
     for n in (int(x) for x in a.nproc.split(",")):
         saver: list[ResultsFile] = []
-        path = a.out_dir / f"coll_plan_{n}gpu.json"
+        path = a.out_dir / f"plancoll_{n}gpu.json"
         for coll, sizes in SIZES.items():
             warnings: list[str] = []
             predict = coll_report.predictor(spec, None, warnings)

@@ -161,6 +161,7 @@ class Coster:
         self._rows: dict[tuple, tuple[Any, ...]] = {}
         self._templates: dict[tuple, tuple[tuple, Template]] = {}
         self._parts: dict[tuple[int, bool], tuple[Part, Costed]] = {}
+        self.stages: dict[tuple, tuple] = {}  # step.run._stage's memo
 
     def row(self, op: Op) -> tuple[Any, ...]:
         from gpuperf.perfmodel.roofline import shape_key

@@ -30,6 +30,7 @@ more on the first stage: 1 + (pp-1)/(pp·v) times).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,7 @@ def kv_cache_bytes(cfg: ModelConfig, tokens: int, batch: int, dtype: DType) -> f
     return float(2 * cfg.layers * cfg.kv_heads * cfg.hd * tokens * batch * BYTES[dtype])
 
 
+@functools.lru_cache(maxsize=1024)
 def train_activation_bytes_per_layer(
     cfg: ModelConfig, batch: int, seq: int, dtype: DType = "bf16", dropout: bool = False
 ) -> float:

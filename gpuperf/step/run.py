@@ -62,7 +62,7 @@ class StepCost:
     flops: float  # executed on one GPU of the pacing stage
     memory: dict[str, float]
     stage: int  # the pacing stage
-    sections: list[tuple[Costed, float, str]] = field(default_factory=list)  # (part, ×, suffix)
+    sections: Any = None  # () -> [(Costed part, ×, shape suffix)]: the table's rows, on demand
     extra_rows: list[dict[str, Any]] = field(default_factory=list)  # the bubble
 
 
@@ -90,11 +90,11 @@ def _seq(costed: Sequence[Costed]) -> Timed:
 
 def _sync_exposed(sync: list[Costed], window: float) -> tuple[float, float]:
     """(exposed, total) seconds of the bucketed gradient synchronisation under `window`."""
-    total = sum(float(np.sum(c.time_s)) * c.part.repeat for c in sync)
+    total = sum(c.timed.gpu for c in sync)  # nothing in these Parts hides: full times
     if total <= 0:
         return 0.0, 0.0
     buckets = sum(c.part.repeat for c in sync)
-    last = float(np.sum(sync[-1].time_s))
+    last = sync[-1].tpl.once.gpu
     return max(last, total - window * (1 - 1 / buckets)), total
 
 
@@ -127,6 +127,33 @@ class Engine:
         return step_cost(self.cfg, sc, where, self.coster(sc))
 
 
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    """One stage's micro-batch, costed: its Parts and their runs, by class for one micro-batch."""
+
+    fwd: tuple[Costed, ...]
+    bwd: tuple[Costed, ...]
+    F: Timed
+    B: Timed
+    classes: tuple[tuple[str, float], ...]
+
+
+def _stage(coster: Coster, st: Any, first: int) -> _Stage:
+    """Cost a stage's Parts (memoized by the Parts' identity: builders share them)."""
+    key = (id(st.fwd), id(st.bwd), first)
+    hit = coster.stages.get(key)
+    if hit is not None and hit[0] is st.fwd and hit[1] is st.bwd:
+        return hit[2]
+    fwd = tuple(coster.cost(p, first_step=(j == first)) for j, p in enumerate(st.fwd))
+    bwd = tuple(coster.cost(p) for p in st.bwd)
+    classes = dict.fromkeys(_BREAKDOWN, 0.0)
+    for c in fwd + bwd:
+        _classify(c, 1.0, classes)
+    out = _Stage(fwd, bwd, _seq(fwd), _seq(bwd), tuple(classes.items()))
+    coster.stages[key] = (st.fwd, st.bwd, out)
+    return out
+
+
 def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
               coster: Coster | None = None) -> StepCost:  # fmt: skip
     """The numbers of one step of `sc` (not generate) placed as `where` says."""
@@ -136,68 +163,64 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
     work = build(cfg, sc, where.groups)
     m, v = work.microbatches, sc.virtual_stages
     first = _first_attention(work.stages[0].fwd)
-    fwd = [[coster.cost(p, first_step=(i == 0 and j == first)) for j, p in enumerate(st.fwd)]
-           for i, st in enumerate(work.stages)]  # fmt: skip
-    bwd = [[coster.cost(p) for p in st.bwd] for st in work.stages]
-    F = [_seq(f) for f in fwd]
-    B = [_seq(b) for b in bwd]
+    stages = [_stage(coster, st, first if i == 0 else -1) for i, st in enumerate(work.stages)]
     # Every stage sends or receives each micro-batch's activation (and gradient) once per chunk
     # boundary; the transfers block in Megatron's 1F1B (batched isend/irecv, then wait).
     link = next((coster.cost(st.boundary) for st in work.stages if st.boundary), None)
     passes = 2 if sc.mode == "train" else 1
-    hop = [passes * v * link.timed.gpu if link else 0.0 for _ in work.stages]
-    t_stage = [f.end + b.end + h for f, b, h in zip(F, B, hop, strict=True)]
-    pace = int(np.argmax(t_stage))
+    hop = passes * v * link.timed.gpu if link else 0.0
+    t_stage = [x.F.end + x.B.end + hop for x in stages]
+    pace = max(range(len(t_stage)), key=t_stage.__getitem__)
+    ps = stages[pace]
     sync = [coster.cost(p) for p in work.sync]
     kernels = [coster.cost(p) for p in work.sync_kernels]
     opt = [coster.cost(p) for p in work.optimizer]
     post = [coster.cost(p) for p in work.post]
-    window = B[pace].gpu if sc.dp_overlap else 0.0
+    window = ps.B.gpu if sc.dp_overlap else 0.0
     slow = coster.overlap_cost
     exposed, sync_total = _sync_exposed(sync, window)
-    post_exposed, post_total = _sync_exposed(post, F[pace].gpu)
+    post_exposed, post_total = _sync_exposed(post, ps.F.gpu)
     # What hides under the backward still slows it (step.cost.Coster.overlap_cost).
     exposed += slow * (sync_total - exposed)
     post_exposed += slow * (post_total - post_exposed)
     tail = _seq(kernels).then(Timed.wait(exposed)).then(_seq(opt))
     tail = tail.then(Timed.wait(post_exposed))
-    breakdown = dict.fromkeys(_BREAKDOWN, 0.0)
+    run = ps.F.then(ps.B).times(m).then(tail)
     if sc.pp == 1:
-        run = F[0].then(B[0]).times(m).then(tail)
-        total = run.end
-        bubble = 0.0
+        total, bubble = run.end, 0.0
     else:
         t_max = t_stage[pace]
         total_stage = sum(t * st.stage.count for t, st in zip(t_stage, work.stages, strict=True))
         bubble = (total_stage - t_max) / v
         total = m * t_max + bubble + tail.end
-        run = F[pace].then(B[pace]).times(m).then(tail)
-    for c in fwd[pace] + bwd[pace]:
-        _classify(c, m, breakdown)
-    breakdown["pp_comm"] += m * hop[pace]
+    breakdown = {k: m * t for k, t in ps.classes}
+    breakdown["pp_comm"] += m * hop
     breakdown["bubble"] = bubble
-    breakdown["dp_comm"] += exposed + post_exposed + sum(c.timed.gpu for c in kernels)
+    kernel_s = sum(c.timed.gpu for c in kernels)
+    breakdown["dp_comm"] += exposed + post_exposed + kernel_s
     breakdown["optimizer"] = sum(c.timed.gpu for c in opt)
     breakdown["host"] = max(0.0, total - sum(breakdown.values()))
-    sections: list[tuple[Costed, float, str]] = []
-    suffix = f" ×{m} micro-batches" if m > 1 else ""
-    sections += [(c, float(m), suffix) for c in fwd[pace] + bwd[pace]]
-    if link is not None:
-        sections.append((link, float(m * passes * v), suffix))
-    sections += [(c, 1.0, "") for c in _set_hidden(sync, exposed, sync_total)]
-    sections += [(c, 1.0, "") for c in kernels + opt]
-    sections += [(c, 1.0, "") for c in _set_hidden(post, post_exposed, post_total)]
+    busy = m * (ps.F.gpu + ps.B.gpu + hop) + exposed + post_exposed + kernel_s
+    busy += breakdown["optimizer"]
+    flops = m * sum(c.flops for c in ps.fwd + ps.bwd) + sum(c.flops for c in kernels + opt)
+    host = m * (ps.F.host + ps.B.host) + sum(c.timed.host for c in kernels + opt)
+
+    def sections() -> list[tuple[Costed, float, str]]:
+        suffix = f" ×{m} micro-batches" if m > 1 else ""
+        out = [(c, float(m), suffix) for c in ps.fwd + ps.bwd]
+        if link is not None:
+            out.append((link, float(m * passes * v), suffix))
+        out += [(c, 1.0, "") for c in _set_hidden(sync, exposed, sync_total)]
+        out += [(c, 1.0, "") for c in kernels + opt]
+        out += [(c, 1.0, "") for c in _set_hidden(post, post_exposed, post_total)]
+        return out
+
     extra_rows = []
     if bubble > 0:
         extra_rows.append({"name": "pipeline/bubble", "kind": "bubble", "bound": "idle",
                            "shape": f"pp{sc.pp} v{v} m{m}", "time_ms": bubble * 1e3})  # fmt: skip
-    busy = m * (F[pace].gpu + B[pace].gpu + hop[pace]) + exposed + post_exposed
-    busy += sum(c.timed.gpu for c in kernels + opt)
-    flops = sum(c.flops * mult for c, mult, _ in sections)
-    host = m * (F[pace].host + B[pace].host) + sum(c.timed.host for c in kernels + opt)
-    kernels = run.kernels
     memory = busiest(cfg, sc, work)
-    return StepCost(total, breakdown, busy, host, kernels, flops, memory, pace, sections,
+    return StepCost(total, breakdown, busy, host, run.kernels, flops, memory, pace, sections,
                     extra_rows)  # fmt: skip
 
 
@@ -358,7 +381,7 @@ def _predict_step(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predictio
     total_s = cost.total_s
     kernels = cost.kernels
     pred = Prediction(
-        build=lambda: _rows(cost.sections, cost.extra_rows),
+        build=lambda: _rows(cost.sections(), cost.extra_rows),
         total_ms=total_s * 1e3,
         gpu=where.gpu.name,
         memory=cost.memory,

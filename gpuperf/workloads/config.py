@@ -9,6 +9,7 @@ intermediate, vocab) keep the op builders readable.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -132,6 +133,9 @@ class ModelConfig:
         return self.model_type
 
     def param_breakdown(self) -> dict[str, int]:
+        return dict(_param_breakdown(self))
+
+    def _breakdown(self) -> dict[str, int]:
         """Parameters by part: embed, pos_embed, attn, mlp (all experts), router, norms, lm_head."""
         h, d, L = self.hidden, self.hd, self.layers
         q, kv = self.heads * d, self.kv_heads * d
@@ -176,6 +180,12 @@ def _positive(cfg: ModelConfig, attr: str) -> None:
     value = getattr(cfg, attr)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise InputError(f"{cfg.name}: {attr} must be a positive integer, got {value!r}")
+
+
+@functools.lru_cache(maxsize=256)
+def _param_breakdown(cfg: ModelConfig) -> tuple[tuple[str, int], ...]:
+    """ModelConfig.param_breakdown, computed once per config (the plan search asks it often)."""
+    return tuple(cfg._breakdown().items())
 
 
 def preset_names() -> list[str]:

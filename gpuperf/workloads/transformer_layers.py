@@ -16,6 +16,7 @@ parallelism can divide them later; build_ops uses tp=1.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -58,6 +59,12 @@ class Dims:
         return -(-self.T // self.g.tp) if self.g.sp else self.T
 
 
+@functools.lru_cache(maxsize=512)
+def _layer_groups(g: Groups) -> Groups:
+    """The groups without what a layer's kernels never see (data-parallel and pipeline)."""
+    return replace(g, dp=1, dp_nodes=1, edp=1, edp_nodes=1, pp_inter_node=False)
+
+
 def make_dims(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> Dims:
     """One micro-batch of `sc` on one GPU of groups `g`."""
     act: DType = "bf16" if BYTES[sc.dtype] == 1 else sc.dtype
@@ -68,8 +75,8 @@ def make_dims(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> Dims:
         q_len = sc.seq // g.cp
         T, kv_len = mb * q_len, sc.seq
     tp = g.tp
-    if g.dp > 1 or g.edp > 1 or g.pp_inter_node:  # what a layer's kernels never see
-        g = replace(g, dp=1, dp_nodes=1, edp=1, edp_nodes=1, pp_inter_node=False)
+    if g.dp > 1 or g.edp > 1 or g.pp_inter_node:
+        g = _layer_groups(g)
     return Dims(
         T=T,
         batch=mb,
