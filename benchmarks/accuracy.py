@@ -108,6 +108,27 @@ def fmt_runs(t: pd.DataFrame, markdown: bool) -> str:
     )
 
 
+def multigpu_runs_table(d: Path) -> str:
+    """Every multi-GPU run (and its one-GPU baseline on the same host), Markdown."""
+    from gpuperf.perfmodel.accuracy import is_multigpu_calibration, predict_multigpu
+
+    gpu = load_gpu(d.name)
+    head = ["run", "GPUs", "measured (ms)", "predicted (ms)", "error", "split"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in load_multigpu(sorted(d.glob("validate_multigpu_*.json"))):
+        p = predict_multigpu(r, gpu).total_ms
+        sc = r.scenario
+        split = "calibration" if is_multigpu_calibration(r) else "held out"
+        what = r.label.rsplit(" x", 1)[0] + " " + r.label.rsplit(" ", 1)[-1]
+        if sc.get("cuda_graphs"):
+            what = what.replace(" graphs", "") + " (CUDA graph)"
+        shape = f"b{sc['batch']} " + (f"ctx{sc['ctx']}" if sc["mode"] == "decode" else
+                                      f"s{sc['seq']}")  # fmt: skip
+        out.append(f"| {what} {shape} | {sc['tp'] * sc['dp']} | {r.measured_ms:.1f} | {p:.1f} | "
+                   f"{100 * (p / r.measured_ms - 1):+.1f}% | {split} |")  # fmt: skip
+    return "\n".join(out)
+
+
 def readme_table(summaries: dict[str, pd.DataFrame]) -> str:
     """One Markdown table: per class, held-out median (p90) error per GPU column, and the target."""
     classes = [c for c in TARGETS if any((s["class"] == c).any() for s in summaries.values())]
@@ -137,8 +158,16 @@ def main() -> int:
     ap.add_argument(
         "--readme", action="store_true", help="print only the README's summary table (Markdown)"
     )
+    ap.add_argument(
+        "--multigpu",
+        action="store_true",
+        help="print only the README's table of multi-GPU runs (Markdown)",
+    )
     args = ap.parse_args()
     root = Path(args.results)
+    if args.multigpu:
+        print(multigpu_runs_table(root / "h200-sxm-141gb"))
+        return 0
     gpu_dirs = sorted(p for p in root.iterdir() if p.is_dir())
     if not gpu_dirs:
         print(f"no result folders under {root}")

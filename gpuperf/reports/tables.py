@@ -141,6 +141,10 @@ def rich_table(result: Any, view: pd.DataFrame | None = None) -> Table:
     return table
 
 
+_PLAN_PARTS = {"tp_comm": "TP comm", "cp_comm": "CP comm", "ep_comm": "EP comm",
+               "pp_comm": "PP comm", "dp_comm": "DP comm", "bubble": "bubble"}  # fmt: skip
+
+
 def summary_lines(result: Any) -> list[Text]:
     """Totals under the table: time, throughput, MFU, memory, warnings."""
     lines: list[Text] = []
@@ -155,6 +159,15 @@ def summary_lines(result: Any) -> list[Text]:
         if "kernels" in extra:
             parts.append(f"{extra['kernels']:,} kernels")
         lines.append(Text.assemble(("total      ", "bold"), " · ".join(parts)))
+    if "plan" in extra:
+        where = f"{extra.get('gpus', 1)} GPUs"
+        if extra.get("system"):
+            where += f" of {extra['system']} ({extra.get('nodes', 1)} node(s))"
+        parts = [f"{extra['plan']} on {where}"]
+        parts += [f"{_PLAN_PARTS.get(k, k)} {num(v)} ms"
+                  for k, v in extra.get("breakdown_ms", {}).items()
+                  if k not in ("compute", "host", "optimizer") and v > 0]  # fmt: skip
+        lines.append(Text.assemble(("plan       ", "bold"), " · ".join(parts)))
     if "ttft_ms" in extra:
         lines.append(
             Text.assemble(
@@ -186,7 +199,7 @@ def summary_lines(result: Any) -> list[Text]:
         lines.append(
             Text.assemble(
                 ("memory     ", "bold"),
-                f"{fmt_bytes(need)} of {fmt_bytes(cap)} per GPU ",
+                f"{fmt_bytes(need)} of {fmt_bytes(cap)} usable per GPU ",
                 ("fits" if fits else "DOES NOT FIT", "green" if fits else "bold red"),
                 (f"  ({kinds})", "dim"),
             )

@@ -15,10 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-CONVENTION = (
-    "PaLM: (2N + 4·L·H·Q·T) per token forward, ×3 in training; N = active params that "
-    "multiply (no input embedding), attention counted in full"
-)
+CONVENTION = "PaLM: 2N + 4·L·H·Q·T per token, ×3 in training; N without the input embedding"
 
 
 def _head_dim(cfg: Any) -> int:

@@ -348,7 +348,7 @@ def _extra(sc: Scenario | None, gpu: GpuSpec, kernels: int, busy: float, total: 
 
 def _host_warning(pred: Prediction, sc: Scenario | None, gpu: GpuSpec, kernels: int,
                   busy: float, total: float, host: float) -> None:  # fmt: skip
-    bound = 1.0 - busy / total if total > 0 else 0.0
+    bound = pred.extra.get("host_bound", 1.0 - busy / total if total > 0 else 0.0)
     if sc is None or bound <= HOST_BOUND_WARN:
         return
     d = pred.extra["dispatch_us"] * 1e-6
@@ -388,6 +388,7 @@ def _predict_step(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predictio
         extra=_extra(sc, where.gpu, kernels, cost.busy_s, total_s, cost.host_s),
     )
     pred.extra["breakdown_ms"] = {k: v * 1e3 for k, v in cost.breakdown.items() if v}
+    pred.extra["host_bound"] = cost.breakdown["host"] / total_s if total_s > 0 else 0.0
     if sc.parallel:
         pred.extra["pacing_stage"] = cost.stage
     _host_warning(pred, sc, where.gpu, kernels, cost.busy_s, total_s, cost.host_s)

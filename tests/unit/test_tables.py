@@ -84,7 +84,7 @@ def test_table_has_units_totals_and_summary():
     assert "0.550" in out  # time footer
     assert "0.560 ms" in out and "GPU busy 0.550 ms" in out and "waiting on the host 1.8%" in out
     assert "3,660,000 tokens/s" in out and "MFU 42.0%" in out and "HFU 43.0%" in out
-    assert "14 GiB of 80 GiB per GPU fits" in out
+    assert "14 GiB of 80 GiB usable per GPU fits" in out
     assert "warning" in out and "host-bound: test" in out
     assert "dtype" not in out.split("\n")[2]  # one dtype: shown in the title, not as a column
 
