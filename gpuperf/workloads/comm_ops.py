@@ -90,3 +90,20 @@ def ring_kv(d, step: int, backward: bool = False) -> P2P:  # noqa: ANN001
     nbytes = 2 * chunk * (2 if backward else 1)
     suffix = ".bwd" if backward else ""
     return P2P(f"attn/ring{step}.p2p{suffix}", nbytes, d.kv, d.g.cp_nodes > 1)
+
+
+def overlap_hide(ops: list[Op] | tuple[Op, ...]) -> Hide:
+    """Megatron's TP communication overlap (Transformer Engine's userbuffers, --tp-overlap): each
+    tensor-parallel collective is split into chunks pipelined with the GEMM it feeds or drains:
+    the gather before a column-parallel GEMM hides under it, the reduce after a row-parallel GEMM
+    under that one. Only the collectives next to their GEMM are paired."""
+    hide: Hide = {}
+    for i, op in enumerate(ops):
+        if not isinstance(op, Collective) or op.coll == "alltoall":
+            continue
+        base = op.name.rsplit(".", 1)[0]
+        for j in (i + 1, i - 1):
+            if 0 <= j < len(ops) and ops[j].name in (base, base + ".dgrad", base + ".wgrad"):
+                hide[op.name] = (ops[j].name,)
+                break
+    return hide

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from gpuperf.dtypes import BYTES
 from gpuperf.perfmodel.ops import P2P, Collective, Copy, Op
+from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.groups import SINGLE, Groups
 from gpuperf.workloads.scenario import Scenario
@@ -141,7 +142,11 @@ def _layer_templates(cfg: ModelConfig, d: Dims, eager: bool, train: bool, recomp
         from gpuperf.workloads.transformer_train import layer_backward
 
         layer_bwd, bwd_hide = layer_backward(cfg, d, eager, layer, recompute)
-    return layer, layer_bwd, ring_hide(d), bwd_hide
+    fwd_hide = ring_hide(d)
+    if d.g.tp_overlap:
+        fwd_hide.update(comm_ops.overlap_hide(layer))
+        bwd_hide = {**comm_ops.overlap_hide(layer_bwd), **bwd_hide}
+    return layer, layer_bwd, fwd_hide, bwd_hide
 
 
 @functools.lru_cache(maxsize=2048)

@@ -199,3 +199,14 @@ def test_korthikanti_table5_iteration_times():
         assert sel.hfu > sel.mfu and full.hfu > full.mfu * 1.3  # a whole forward again
     assert max(errors) < 0.12
     assert statistics.mean(errors) < 0.05
+
+
+def test_tp_overlap_hides_the_collectives_under_their_gemms():
+    kw = dict(mode="train", system="dgx-h100", nodes=2, tp=8, dp=2, global_batch=8, seq=4096)
+    plain = api.predict("llama2-70b", **kw)
+    over = api.predict("llama2-70b", tp_overlap=True, **kw)
+    assert over.extra["breakdown_ms"]["tp_comm"] < 0.7 * plain.extra["breakdown_ms"]["tp_comm"]
+    t = over.table
+    gather = t[t["name"] == "L1/mlp/gate_up.allgather"].iloc[0]
+    assert gather["overlap_ms"] == pytest.approx(gather["time_ms"])  # under the gate/up GEMM
+    assert over.total_ms < plain.total_ms
