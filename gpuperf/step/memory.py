@@ -91,16 +91,18 @@ def train_activation_bytes_per_layer(
     return float(total)
 
 
-def _saved_per_layer(cfg: ModelConfig, sc: Scenario) -> float:
-    """Bytes one layer keeps for backward for one micro-batch on one GPU."""
+def _saved_per_layer(cfg: ModelConfig, sc: Scenario, recompute: str | None = None) -> float:
+    """Bytes one layer keeps for backward for one micro-batch on one GPU (with `recompute`
+    instead of the scenario's when given)."""
     tp, sp, cp = sc.tp, bool(sc.sequence_parallel), sc.cp
     b, s = sc.micro_batch or sc.batch, sc.seq // cp
     act = _act_dtype(sc)
     h = cfg.hidden
-    if sc.recompute == "full":  # only the layer's input (sequence-parallel: its shard)
+    recompute = recompute or sc.recompute
+    if recompute == "full":  # only the layer's input (sequence-parallel: its shard)
         return BYTES[act] * b * s * h / (tp if sp else 1)
     full = train_activation_bytes_per_layer(cfg, b, s, act)
-    if sc.attn == "math" and sc.recompute != "selective":
+    if sc.attn == "math" and recompute != "selective":
         full += 4 * cfg.heads * s * s * b  # scores and softmax output, 16-bit each
     if sp:
         return full / tp
@@ -178,18 +180,12 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, work: StepWork, st: StageWork) 
         inflight *= 1 + (sc.pp - 1) / (sc.pp * sc.virtual_stages)
     acts = _saved_per_layer(cfg, sc) * st.stage.layers * inflight
     if sc.recompute == "full":  # one layer is rebuilt in full during its backward
-        acts += _saved_per_layer(cfg, _no_recompute(sc))
+        acts += _saved_per_layer(cfg, sc, "none")
     if st.stage.has_head:
         b = sc.micro_batch or sc.batch
         acts += b * sc.seq // sc.cp * -(-cfg.vocab // sc.tp) * (pb + (4 if act != "fp32" else 0))
     out["activations"] = acts
     return out
-
-
-def _no_recompute(sc: Scenario) -> Scenario:
-    from dataclasses import replace
-
-    return replace(sc, recompute="none")
 
 
 def memory_breakdown(cfg: ModelConfig, sc: Scenario) -> dict[str, float]:
@@ -206,7 +202,9 @@ def memory_breakdown(cfg: ModelConfig, sc: Scenario) -> dict[str, float]:
 def busiest(cfg: ModelConfig, sc: Scenario, work: StepWork) -> dict[str, float]:
     """The memory of the stage that needs the most."""
     per_stage = [stage_memory(cfg, sc, work, st) for st in work.stages]
-    return max(per_stage, key=total_bytes)
+    if len(per_stage) == 1:
+        return per_stage[0]
+    return max(per_stage, key=lambda m: sum(m.values()))
 
 
 def total_bytes(breakdown: dict[str, float]) -> float:
