@@ -373,11 +373,29 @@ def predict(cfg: ModelConfig, sc: Scenario, where: Placement) -> Prediction:
     return pred
 
 
+_COSTERS: dict[tuple, tuple[Any, Coster]] = {}
+
+
+def coster_for(sc: Scenario, where: Placement) -> Coster:
+    """A Coster shared by every prediction on the same GPU, system and host rules (its caches
+    hold op times and costed templates, which depend on nothing else)."""
+    from gpuperf.step import cost
+
+    # The time model is part of the key: what a Coster cached, it cached with it.
+    key = (where.gpu, id(where.system), cost.HostRules.of(sc, where.gpu), cost._op_time)
+    hit = _COSTERS.get(key)
+    if hit is None or hit[0] is not where.system:
+        if len(_COSTERS) > 32:
+            _COSTERS.clear()
+        hit = _COSTERS[key] = (where.system, Coster(where.gpu, where.system, sc))
+    return hit[1]
+
+
 def _predict_step(cfg: ModelConfig, sc: Scenario, where: Placement) -> Prediction:
     from gpuperf.step.mfu import model_flops_per_token, recompute_flops_per_token
     from gpuperf.step.result import Prediction
 
-    cost = step_cost(cfg, sc, where)
+    cost = step_cost(cfg, sc, where, coster_for(sc, where))
     total_s = cost.total_s
     kernels = cost.kernels
     pred = Prediction(

@@ -188,9 +188,20 @@ def _param_breakdown(cfg: ModelConfig) -> tuple[tuple[str, int], ...]:
     return tuple(cfg._breakdown().items())
 
 
+@functools.lru_cache(maxsize=1)
+def _preset_names() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in PRESET_DIR.glob("*.json")))
+
+
 def preset_names() -> list[str]:
     """Names of the bundled presets, sorted."""
-    return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+    return list(_preset_names())
+
+
+@functools.lru_cache(maxsize=64)
+def _preset(name: str) -> dict[str, Any]:
+    """A bundled preset's config dict, read once (presets ship with the package)."""
+    return _read_json(PRESET_DIR / f"{name}.json")
 
 
 def load_model(spec: str) -> ModelConfig:
@@ -205,7 +216,7 @@ def hf_config(spec: str) -> tuple[dict[str, Any], str, str]:
     names = {n.lower(): n for n in preset_names()}
     key = spec.strip().lower()
     if key in names:
-        return _read_json(PRESET_DIR / f"{names[key]}.json"), names[key], ""
+        return dict(_preset(names[key])), names[key], ""
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
