@@ -35,6 +35,13 @@ DEFAULT_GPU = "h100"
 PARALLEL = PARALLEL_FIELDS
 
 
+def _of_type(value: Any, what: str, cls_name: str) -> Any:
+    """`value` when it is the loaded object (by class name: no import), else InputError."""
+    if type(value).__name__ != cls_name:
+        raise InputError(f"{what} must be a name, a path or a {cls_name}, got {value!r}")
+    return value
+
+
 def resolve_gpu(gpu: GpuLike | None, system: SystemSpec | None = None) -> GpuSpec:
     """A GpuSpec from a name, alias, path, "auto", or a GpuSpec; None means the system's GPU
     (or h100 without a system)."""
@@ -44,12 +51,14 @@ def resolve_gpu(gpu: GpuLike | None, system: SystemSpec | None = None) -> GpuSpe
         from gpuperf.hardware.loader import load_gpu
 
         return load_gpu(os.fspath(gpu))
-    return gpu
+    return _of_type(gpu, "gpu", "GpuSpec")
 
 
 def resolve_system(system: SystemLike | None) -> SystemSpec | None:
-    if system is None or not isinstance(system, str | os.PathLike):
-        return system
+    if system is None:
+        return None
+    if not isinstance(system, str | os.PathLike):
+        return _of_type(system, "system", "SystemSpec")
     from gpuperf.hardware.loader import load_system
 
     return load_system(os.fspath(system))
@@ -60,7 +69,7 @@ def resolve_model(model: ModelLike) -> ModelConfig:
         from gpuperf.workloads.config import load_model
 
         return load_model(os.fspath(model))
-    return model
+    return _of_type(model, "model", "ModelConfig")
 
 
 def _dtype(value: str | None) -> Any:

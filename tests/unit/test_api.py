@@ -103,3 +103,20 @@ def test_predict_op_other_kinds(seen):
 def test_predict_op_bad_input(kind, params, message):
     with pytest.raises(InputError, match=message):
         api.predict_op(kind, **params)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"model": None}, "model must be a name"),
+        ({"model": "llama2-7b", "gpu": 42}, "gpu must be a name"),
+        ({"model": "llama2-7b", "system": 3}, "system must be a name"),
+        ({"model": "llama2-7b", "cuda_graphs": "no"}, "cuda_graphs must be true or false"),
+        ({"model": "llama2-7b", "tp": True}, "tp must be a positive integer"),
+        ({"model": "llama2-7b", "zero": 1.0, "dp": 2, "mode": "train"}, "zero must be"),
+        ({"model": "llama2-7b", "nodes": 0, "system": "dgx-h100"}, "nodes must be"),
+    ],
+)
+def test_wrong_types_are_input_errors(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        api.predict(**kwargs)
