@@ -88,9 +88,17 @@ class Sample:
     source: str = ""
 
 
+# Op fields added after the split was first drawn, with their defaults: left out of the hash
+# while at the default, so that adding a field does not move old shapes between the sets.
+_ADDED_FIELDS = {"nodes": 0, "inter_node": False}
+
+
 def shape_hash(op: Op) -> int:
     d = op_to_dict(op)
     d.pop("name", None)
+    for key, default in _ADDED_FIELDS.items():
+        if d.get(key, default) == default:
+            d.pop(key, None)
     return zlib.crc32(json.dumps(d, sort_keys=True).encode())
 
 
