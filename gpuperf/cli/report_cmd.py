@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from gpuperf.cli.plan_opts import plan_options
 from gpuperf.cli.scenario_opts import scenario_options
 from gpuperf.errors import InputError
 
@@ -16,6 +17,7 @@ Examples:
   gpuperf report llama2-7b --gpu h100 -o report.html
   gpuperf report llama2-70b --gpu h100,h200,a100 --mode decode --batch 16 --ctx 4096 -o cmp.html
   gpuperf report llama2-7b --seq 2048 --measured gemm_models.json --measured attention.json
+  gpuperf report llama2-70b --mode train --system dgx-h100 --nodes 2 --tp 8 --pp 2 --global-batch 16
   gpuperf report --from results/gemm.json -o measured.html
   gpuperf predict llama2-7b --format json > p.json && gpuperf report --from p.json -o p.html
 """
@@ -66,6 +68,7 @@ def _gpus(value: str | None) -> list[str]:
 )
 @click.option("--system", default=None, help="Node profile (dgx-h100, or a .toml).")
 @scenario_options
+@plan_options
 def report(
     model: str | None,
     gpu: str | None,

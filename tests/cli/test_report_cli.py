@@ -144,3 +144,14 @@ def test_report_measured_joined_by_work(capsys, tmp_path):
     assert len(qkv_rows) == 32 and all('data-v="0.5"' in r for r in qkv_rows)
     norm_rows = [r for r in rows if 'data-v="0.25"' in r]
     assert len(norm_rows) == 1 and "<td>L0/attn/norm</td>" in norm_rows[0]
+
+
+def test_report_of_a_parallel_plan(capsys, tmp_path):
+    out_file = tmp_path / "plan.html"
+    code, out, err = run(capsys, "report", "llama2-70b", "--mode", "train", "--system",
+                         "dgx-h100", "--nodes", "2", "--tp", "8", "--pp", "2", "--global-batch",
+                         "16", "--micro-batch", "1", "-o", str(out_file))  # fmt: skip
+    assert code == 0, err
+    page = out_file.read_text()
+    assert "pipeline bubble" in page and 'id="fig-step"' in page and 'id="ops"' in page
+    assert "attn/out.reducescatter" in page  # the plan's collectives are rows of its op table
