@@ -69,7 +69,7 @@ class HostRules:
 # backward against ~72 ms alone). Fitted on that one run (DDP, 2 H200s, Llama-3-8B); the other
 # DDP and FSDP2 runs on 2 and 4 GPUs are held out (benchmarks/fit_multigpu.py). A profile's
 # [model.extra] comm_overlap_cost overrides it; other GPUs take the H200's value (assumed).
-COMM_OVERLAP_COST = 0.432
+COMM_OVERLAP_COST = 0.486
 
 
 def overlap_cost(gpu: GpuSpec) -> float:

@@ -412,7 +412,7 @@ def _predict_step(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predictio
     _host_warning(pred, sc, where.gpu, kernels, cost.busy_s, total_s, cost.host_s)
     per_token, pred.mfu_convention = model_flops_per_token(cfg, sc)
     redo = recompute_flops_per_token(cfg, sc)
-    throughput(pred, where.gpu, sc, sc.tokens, sc.tokens, per_token, redo)
+    throughput(pred, where.gpu, sc, sc.tokens, sc.tokens, per_token, redo, total_s)
     return pred
 
 
@@ -430,9 +430,10 @@ def rates(gpu: GpuSpec, sc: Scenario, total_s: float, tokens: int, out_tokens: i
 
 
 def throughput(pred: Prediction, gpu: GpuSpec, sc: Scenario, tokens: int, out_tokens: int,
-               per_token: float, redo_per_token: float = 0.0) -> None:  # fmt: skip
+               per_token: float, redo_per_token: float = 0.0,
+               total_s: float | None = None) -> None:  # fmt: skip
     """Set the Prediction's tokens/s, MFU and HFU (see rates)."""
-    total_s = pred.total_ms * 1e-3
+    total_s = pred.total_ms * 1e-3 if total_s is None else total_s
     got = rates(gpu, sc, total_s, tokens, out_tokens, per_token, redo_per_token)
     pred.tokens_per_s, pred.mfu, pred.hfu = got
     pred.extra["tokens_per_s_per_gpu"] = pred.tokens_per_s / sc.gpus

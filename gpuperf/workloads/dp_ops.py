@@ -6,7 +6,8 @@ Gradients per parameter, one rule for memory and communication:
   reduce them in the parameters' dtype.
 - eager (PyTorch DDP / FSDP2 on a model held in its dtype): gradients in the parameters' dtype.
 
-Buckets: PyTorch DDP all-reduces 25 MiB buckets (`bucket_cap_mb`) as the backward produces them;
+Buckets: PyTorch DDP all-reduces buckets of at least 25 MiB (`bucket_cap_mb`; whole parameters,
+so a larger parameter is a bucket of its own: ddp_buckets) as the backward produces them;
 Megatron's DDP buckets 40M parameters (at least 1M per DP rank). ZeRO-1/2 (Megatron's distributed
 optimizer) reduce-scatter the same buckets and all-gather the updated parameters after the step.
 ZeRO-3 / FSDP2 gathers and scatters layer by layer (step_work._fsdp_layer_ops).
@@ -59,6 +60,75 @@ def _bucketed(name: str, coll: str, total: float, bucket: float, ranks: int, nod
     return tuple(parts)
 
 
+TORCH_DDP_FIRST_BUCKET_BYTES = 2**20  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
+
+
+def _param_sizes(cfg: ModelConfig) -> list[int]:
+    """Elements of each parameter tensor, in the reverse of Hugging Face's registration order
+    (the order DDP fills its buckets in: the gradients of the last layers arrive first)."""
+    h, d = cfg.hidden, cfg.hd
+    q, kv, f = cfg.heads * d, cfg.kv_heads * d, cfg.intermediate
+    norm = h * (2 if cfg.norm == "layernorm" else 1)
+    mlp = [h * f, h * f, f * h] if cfg.mlp == "swiglu" else [h * f, f * h]  # gate, up, down
+    layer = [h * q, h * kv, h * kv, q * h, *mlp, norm, norm]  # q k v o, mlp, two norms
+    ends_first = [cfg.vocab * h] + ([cfg.max_position_embeddings * h]
+                                    if cfg.positions == "learned" else [])  # fmt: skip
+    ends_last = [norm] + ([] if cfg.tie_word_embeddings else [cfg.vocab * h])
+    sizes = ends_first + layer * cfg.layers + ends_last
+    return sizes[::-1]
+
+
+@functools.lru_cache(maxsize=64)
+def ddp_buckets(cfg: ModelConfig, grad_b: int) -> tuple[int, ...]:
+    """Bytes of each PyTorch DDP bucket, in the order they are reduced: parameters fill a bucket
+    until it holds bucket_cap_mb (25 MiB; the first 1 MiB), so a parameter larger than that is a
+    bucket of its own (profiled: Llama-3-8B's 16 GB of gradients went in 162 all-reduces, five a
+    layer and the two embeddings, not 640 of 25 MiB)."""
+    out, cur, cap = [], 0, TORCH_DDP_FIRST_BUCKET_BYTES
+    for n in _param_sizes(cfg):
+        cur += n * grad_b
+        if cur >= cap:
+            out.append(cur)
+            cur, cap = 0, TORCH_DDP_BUCKET_BYTES
+    if cur:
+        out.append(cur)
+    return tuple(out)
+
+
+def _periodic(sizes: tuple[int, ...], longest: int = 12) -> tuple[int, int, int]:
+    """(start, period, repeats) of the longest periodic stretch of `sizes` (the layers' buckets
+    repeat), so that its Parts stay few."""
+    best = (0, 1, 1)
+    for start in range(min(longest, len(sizes))):
+        for p in range(1, longest + 1):
+            r = 1
+            while sizes[start + r * p : start + (r + 1) * p] == sizes[start : start + p]:
+                r += 1
+            if r > 1 and r * p > best[1] * best[2]:
+                best = (start, p, r)
+    return best
+
+
+def _ddp_parts(cfg: ModelConfig, gb: int, ranks: int, nodes: int, dtype: DType) -> tuple:
+    from gpuperf.workloads.step_work import _part
+
+    if ranks <= 1:
+        return ()
+    sizes = ddp_buckets(cfg, gb)
+    start, p, r = _periodic(sizes)
+
+    def ops(chunk: tuple[int, ...]) -> list[Collective]:
+        return [Collective("dp/grad_allreduce", "allreduce", n, ranks, dtype, nodes)  # type: ignore[arg-type]
+                for n in chunk]  # fmt: skip
+
+    parts = [_part(ops(sizes[:start]))] if start else []
+    parts.append(_part(ops(sizes[start : start + p]), repeat=r))
+    rest = sizes[start + p * r :]
+    if rest:
+        parts.append(_part(ops(rest)))
+    return tuple(parts)
+
+
 def bucket_kernels(sc: Scenario, params: Params) -> tuple:
     """PyTorch DDP's own kernels on the gradients, on the compute stream: each bucket's gradients
     copied into the bucket's flat buffer and divided by the world size before the all-reduce
@@ -86,6 +156,8 @@ def sync_parts(cfg: ModelConfig, sc: Scenario, g: Groups, params: Params) -> tup
     gdt: DType = "fp32" if gb == 4 else act
     bucket = bucket_bytes(sc, gb)
     coll = "allreduce" if sc.zero == 0 else "reducescatter"
+    if sc.impl == "eager" and sc.zero == 0 and sc.gpus == sc.dp * sc.cp and not cfg.is_moe:
+        return _ddp_parts(cfg, gb, g.dp, g.dp_nodes, gdt), ()  # PyTorch DDP on a whole model
     sync = _bucketed(f"dp/grad_{coll}", coll, params.dense * gb, bucket, g.dp, g.dp_nodes, gdt)
     sync += _bucketed(f"dp/expert_grad_{coll}", coll, params.expert * gb, bucket, g.edp,
                       g.edp_nodes, gdt)  # fmt: skip

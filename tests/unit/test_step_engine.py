@@ -307,10 +307,11 @@ def test_data_parallel_gradient_sync_hides_under_the_backward():
     ddp = api.predict("llama3-8b", system="dgx-h100", mode="train", impl="eager", seq=2048, dp=8)
     dp = ddp.table[ddp.table["name"].str.startswith("dp/")]
     sync = dp[dp["kind"] == "collective"]
-    assert len(sync) > 10  # 25 MiB buckets
-    # What hides under the backward still costs it comm_overlap_cost of its time.
+    assert len(sync) == 162  # whole parameters a bucket: five a layer and the two embeddings
+    # What hides under the backward still costs it comm_overlap_cost of its time; the last
+    # bucket (the embedding's) shows in full.
     exposed = (sync["time_ms"] - sync["overlap_ms"]).sum()
-    assert 0.43 * sync["time_ms"].sum() < exposed < sync["time_ms"].sum() / 2
+    assert 0.486 * sync["time_ms"].sum() < exposed < 0.6 * sync["time_ms"].sum()
     copies = dp[dp["kind"] != "collective"]  # DDP's bucket copy and divide, on the GPU
     assert set(copies["name"]) == {"dp/bucket_copy", "dp/bucket_div"}
     assert ddp.total_ms == pytest.approx(one.total_ms + exposed + copies["time_ms"].sum(),
