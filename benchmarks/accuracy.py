@@ -124,7 +124,8 @@ def multigpu_runs_table(d: Path) -> str:
             what = what.replace(" graphs", "") + " (CUDA graph)"
         shape = f"b{sc['batch']} " + (f"ctx{sc['ctx']}" if sc["mode"] == "decode" else
                                       f"s{sc['seq']}")  # fmt: skip
-        out.append(f"| {what} {shape} | {sc['tp'] * sc['dp']} | {r.measured_ms:.1f} | {p:.1f} | "
+        gpus = sc["tp"] * sc["dp"] * sc.get("pp", 1)
+        out.append(f"| {what} {shape} | {gpus} | {r.measured_ms:.1f} | {p:.1f} | "
                    f"{100 * (p / r.measured_ms - 1):+.1f}% | {split} |")  # fmt: skip
     return "\n".join(out)
 

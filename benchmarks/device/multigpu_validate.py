@@ -94,6 +94,10 @@ PLAN = [
     ("4gpu", "llama-1.1b", dict(E, mode="train", batch=4, seq=2048, dp=4, zero=3)),
     ("4gpu", "llama3-8b", dict(E, mode="train", batch=1, seq=2048, dp=4)),
     ("4gpu", "llama3-8b", dict(E, mode="train", batch=1, seq=2048, dp=4, zero=3)),
+    # --- a pipeline of 2 stages × tensor parallelism of 2 (1F1B, 8 micro-batches) ------------
+    ("4gpu", "llama3-8b", dict(E, mode="prefill", batch=8, micro_batch=1, seq=2048, pp=2, tp=2)),
+    ("4gpu", "llama3-8b", dict(E, mode="train", batch=8, micro_batch=1, seq=2048, pp=2, tp=2)),
+    ("2gpu", "llama3-8b", dict(E, mode="train", batch=8, micro_batch=1, seq=2048, pp=2)),
 ]  # fmt: skip
 
 
@@ -145,8 +149,8 @@ def main() -> int:
             cfg = from_hf_dict(cfg_dict, name=model)
             pred = None
             if spec is not None:
-                keys = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "tp", "dp", "zero",
-                        "tp_impl", "sequence_parallel")  # fmt: skip
+                keys = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "tp", "dp", "pp",
+                        "micro_batch", "zero", "tp_impl", "sequence_parallel")  # fmt: skip
                 pred = api.predict(cfg, gpu=spec, **{k: getattr(sc, k) for k in keys})
             t0 = time.monotonic()
             try:

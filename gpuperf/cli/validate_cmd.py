@@ -30,7 +30,9 @@ EXAMPLES = (
     "  gpuperf validate llama3-8b --mode decode --batch 16 --ctx 4096\n"
     "  gpuperf validate llama2-7b --impl eager --mode decode --ctx 2048 --format json\n"
     "  gpuperf validate llama3-8b --impl eager --tp 2 --nproc 2 --mode prefill\n"
-    "  gpuperf validate llama-1.1b.json --impl eager --mode train --dp 2 --zero 3 --nproc 2"
+    "  gpuperf validate llama-1.1b.json --impl eager --mode train --dp 2 --zero 3 --nproc 2\n"
+    "  gpuperf validate llama3-8b --impl eager --mode train --pp 2 --tp 2 --batch 8 "
+    "--micro-batch 1"
 )
 
 
@@ -40,7 +42,8 @@ EXAMPLES = (
     "skipped; with --impl eager one whole eager decoder layer also runs end to end. With "
     "--nproc N: the whole model (a Hugging Face Llama with random weights, eager kernels) runs "
     "as the plan says under torchrun on N GPUs -- DDP (--dp), FSDP2 (--dp --zero 3), DTensor "
-    "(--tp --tp-impl dtensor) or Megatron-style TP (--tp) -- and the step time (the slowest "
+    "(--tp --tp-impl dtensor), Megatron-style TP (--tp) or a 1F1B pipeline (--pp, with "
+    "--micro-batch) -- and the step time (the slowest "
     "rank, median of --iters) and peak memory per GPU are printed beside the prediction.\n\n"
     + EXAMPLES
 )
@@ -69,6 +72,19 @@ EXAMPLES = (
 )
 @click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs.")
 @click.option("--dp", type=SIZE, default="1", show_default=True, help="Data-parallel GPUs.")
+@click.option(
+    "--pp",
+    type=SIZE,
+    default="1",
+    show_default=True,
+    help="Pipeline stages (1F1B in training; Megatron-style TP inside).",
+)
+@click.option(
+    "--micro-batch",
+    type=SIZE,
+    default=None,
+    help="Sequences per micro-batch [default: --batch, one].",
+)
 @click.option(
     "--zero",
     type=click.Choice(["0", "3"]),
@@ -100,11 +116,12 @@ EXAMPLES = (
 )
 @common_options
 def validate(
-    model: str, mode: str, nproc: int | None, tp: int, dp: int, zero: str, tp_impl: str,
-    cuda_graphs: bool, iters: int, timeout: float, **kw: Any,
+    model: str, mode: str, nproc: int | None, tp: int, dp: int, pp: int, micro_batch: int | None,
+    zero: str, tp_impl: str, cuda_graphs: bool, iters: int, timeout: float, **kw: Any,
 ) -> None:  # fmt: skip
-    parallel = dict(tp=tp, dp=dp, zero=int(zero), tp_impl=tp_impl, cuda_graphs=cuda_graphs)
-    whole = nproc is not None or tp > 1 or dp > 1 or mode == "train" or cuda_graphs
+    parallel = dict(tp=tp, dp=dp, pp=pp, micro_batch=micro_batch, zero=int(zero),
+                    tp_impl=tp_impl, cuda_graphs=cuda_graphs)  # fmt: skip
+    whole = nproc is not None or tp > 1 or dp > 1 or pp > 1 or mode == "train" or cuda_graphs
     if not whole:
         _validate_layer(model, mode, **kw)
         return

@@ -25,15 +25,15 @@ def whole_model(model: str, mode: str, nproc: int | None, parallel: dict[str, An
     sc = Scenario(mode=mode, batch=batch, seq=seq, ctx=ctx, dtype=dtype, impl=impl,
                   sequence_parallel=False, **parallel)  # type: ignore[arg-type]  # fmt: skip
     if nproc is not None and nproc != sc.gpus:
-        raise InputError(f"--nproc {nproc} but the plan (tp·dp) uses {sc.gpus} GPUs")
+        raise InputError(f"--nproc {nproc} but the plan (tp·pp·dp) uses {sc.gpus} GPUs")
     what = implementation(sc)
     dev = resolve_device(device)
     warnings: list[str] = []
     spec = gpu_for_prediction(gpu, dev, warnings)
     pred = None
     if spec is not None:
-        keys = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "tp", "dp", "zero",
-                "tp_impl", "sequence_parallel")  # fmt: skip
+        keys = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "tp", "dp", "pp",
+                "micro_batch", "zero", "tp_impl", "sequence_parallel")  # fmt: skip
         kw = {k: getattr(sc, k) for k in keys}
         pred = api.predict(cfg, gpu=spec, dtype=dtype, **kw)
     click.echo(f"running {name} as {what} on {sc.gpus} {dev} rank(s)...", err=True)

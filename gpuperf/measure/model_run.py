@@ -28,6 +28,8 @@ def implementation(sc: Any) -> str:
     why = _unsupported(sc)
     if why:
         raise InputError(f"whole-model runs do not cover {why}")
+    if sc.pp > 1:
+        return "pipeline"
     if sc.tp > 1:
         return sc.tp_impl
     if sc.dp > 1:
@@ -39,17 +41,21 @@ def _unsupported(sc: Any) -> str:
     checks = [
         (sc.impl != "eager", "--impl fused (they run Hugging Face's eager kernels: --impl eager)"),
         (sc.mode == "generate", "--mode generate (time prefill and decode steps apart)"),
-        (sc.pp > 1 or sc.cp > 1 or sc.ep > 1, "pipeline, context or expert parallelism"),
+        (sc.cp > 1 or sc.ep > 1, "context or expert parallelism"),
+        (sc.pp > 1 and (sc.dp > 1 or sc.tp_impl != "megatron" or sc.mode == "decode"),
+         "pipelines with data parallelism, DTensor or decode (megatron-style TP inside stages, "
+         "prefill and train)"),
+        (sc.pp > 1 and sc.schedule != "1f1b", "the interleaved schedule"),
         (sc.zero in (1, 2), "ZeRO-1/2 (use --zero 0 for DDP or --zero 3 for FSDP2)"),
         (sc.tp > 1 and sc.dp > 1, "tensor and data parallelism together"),
         (sc.tp > 1 and sc.sequence_parallel, "sequence parallelism (--no-sequence-parallel)"),
-        (sc.mode == "train" and sc.tp > 1 and sc.tp_impl == "megatron",
-         "training with megatron-style TP (forward only; --tp-impl dtensor trains)"),
+        (sc.mode == "train" and sc.tp > 1 and sc.tp_impl == "megatron" and sc.pp == 1,
+         "training with megatron-style TP outside a pipeline (--tp-impl dtensor trains)"),
         (sc.mode != "train" and sc.dp > 1, "data parallelism outside training"),
         (sc.mode == "train" and sc.cuda_graphs, "CUDA graphs in training"),
         (sc.cuda_graphs and sc.mode != "decode", "CUDA graphs outside decode"),
         (sc.cuda_graphs and sc.tp > 1 and sc.tp_impl == "dtensor", "CUDA graphs with DTensor"),
-        (sc.microbatches > 1, "several micro-batches"),
+        (sc.microbatches > 1 and sc.pp == 1, "several micro-batches outside a pipeline"),
         (sc.attn != "flash", "--attn math (Hugging Face runs SDPA)"),
     ]  # fmt: skip
     return next((why for bad, why in checks if bad), "")
@@ -79,6 +85,9 @@ class ModelRun:
             "impl": implementation(sc),
             "mode": sc.mode,
             "batch": sc.batch,
+            "micro_batch": sc.micro_batch,
+            "pp": sc.pp,
+            "tp": sc.tp,
             "seq": sc.seq,
             "ctx": sc.ctx,
             "dtype": sc.dtype,

@@ -64,6 +64,12 @@ def build(spec: dict[str, Any], device: torch.device, rank: int, world: int) -> 
 
     cfg, dtype, impl = _config(spec["config"]), _dtype(spec["dtype"]), spec["impl"]
     torch.manual_seed(0)  # the same weights on every rank where they are replicated
+    if impl == "pipeline":
+        from gpuperf.measure.pp_runner import Layout, Pipeline, Stage
+
+        stage = Stage(cfg, Layout(spec["pp"], spec["tp"]), device, dtype)
+        micro = spec["batch"] // spec["micro_batch"]
+        return Pipeline(stage, micro, spec["batch"], spec["seq"], cfg.hidden_size, dtype, device)
     if impl == "megatron":
         from gpuperf.measure import tp_megatron
 
@@ -121,6 +127,8 @@ def step_fn(model: Any, spec: dict[str, Any], device: torch.device) -> Any:
     vocab, b = spec["config"]["vocab_size"], spec["batch"]
     mode = spec["mode"]
     gen = torch.Generator(device="cpu").manual_seed(1)
+    if spec["impl"] == "pipeline":
+        return _pipeline_step(model, spec, device, gen)
     if mode == "prefill":
         _inner(model).eval()
         ids = torch.randint(0, vocab, (b, spec["seq"]), generator=gen).to(device)
@@ -140,6 +148,25 @@ def step_fn(model: Any, spec: dict[str, Any], device: torch.device) -> Any:
     def train() -> None:
         out = model(input_ids=ids, labels=ids, use_cache=False)
         out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return train
+
+
+def _pipeline_step(pipe: Any, spec: dict[str, Any], device: torch.device, gen: Any) -> Any:
+    """A pipeline's step: every micro-batch through the stages (1F1B and AdamW in training)."""
+    vocab, mb = spec["config"]["vocab_size"], spec["micro_batch"]
+    ids = [torch.randint(0, vocab, (mb, spec["seq"]), generator=gen).to(device)
+           for _ in range(pipe.m)]  # fmt: skip
+    if spec["mode"] == "prefill":
+        pipe.stage.eval()
+        return lambda: pipe.infer(ids)
+    pipe.stage.train()
+    opt = torch.optim.AdamW(pipe.stage.parameters(), lr=1e-5)
+
+    def train() -> None:
+        pipe.train(ids)
         opt.step()
         opt.zero_grad(set_to_none=True)
 

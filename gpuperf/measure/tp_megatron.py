@@ -9,6 +9,7 @@ vocabulary-parallel (a masked lookup of this rank's rows, then an all-reduce); t
 column-parallel over the vocabulary and its logits are all-gathered.
 
 `shard_from(full)` copies a whole model's weights into the shards (the correctness check).
+The tensor-parallel group is the whole world unless `build` is given one (a pipeline stage's).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+_GROUP: list[Any] = [None]  # the tensor-parallel process group (None: the whole world)
+
 
 class _Copy(torch.autograd.Function):  # "f": into the tensor-parallel region
     @staticmethod
@@ -28,7 +31,7 @@ class _Copy(torch.autograd.Function):  # "f": into the tensor-parallel region
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         grad = grad.contiguous()
-        dist.all_reduce(grad)
+        dist.all_reduce(grad, group=_GROUP[0])
         return grad
 
 
@@ -36,7 +39,7 @@ class _Reduce(torch.autograd.Function):  # "g": out of the tensor-parallel regio
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
         x = x.contiguous()
-        dist.all_reduce(x)
+        dist.all_reduce(x, group=_GROUP[0])
         return x
 
     @staticmethod
@@ -59,10 +62,22 @@ class VocabEmbedding(nn.Module):
         return _Reduce.apply(out.masked_fill(outside.unsqueeze(-1), 0.0))
 
 
+class _Gather(torch.autograd.Function):  # the vocabulary shards' logits, whole; backward: ours
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        group = _GROUP[0]
+        ctx.rank, ctx.n = dist.get_rank(group), x.shape[-1]
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad[..., ctx.rank * ctx.n : (ctx.rank + 1) * ctx.n].contiguous()
+
+
 def _gather_logits(module: nn.Module, inputs: Any, out: torch.Tensor) -> torch.Tensor:
-    parts = [torch.empty_like(out) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, out.contiguous())
-    return torch.cat(parts, dim=-1)
+    return _Gather.apply(out)
 
 
 def local_config(cfg: Any, tp: int) -> Any:
@@ -77,10 +92,12 @@ def local_config(cfg: Any, tp: int) -> Any:
     return local
 
 
-def build(cfg: Any, tp: int, rank: int, device: Any, dtype: Any) -> nn.Module:
-    """A Llama shard with Megatron's collectives (module docstring)."""
+def build(cfg: Any, tp: int, rank: int, device: Any, dtype: Any, group: Any = None) -> nn.Module:
+    """A Llama shard with Megatron's collectives (module docstring); `rank` is the rank in the
+    tensor-parallel `group`."""
     from transformers import LlamaForCausalLM
 
+    _GROUP[0] = group
     if cfg.num_key_value_heads % tp or cfg.vocab_size % tp:
         raise ValueError("megatron-style TP here needs tp to divide the KV heads and the vocab")
     local_cfg = local_config(cfg, tp)

@@ -39,6 +39,7 @@ TARGETS: dict[str, float] = {
     "data-parallel training (DDP, FSDP2)": 0.10,
     "tensor-parallel prefill": 0.15,
     "tensor-parallel decode": 0.15,
+    "pipeline-parallel prefill and training": 0.15,
     "whole-model prefill": 0.10,
     "whole-model decode": 0.15,
     "training step": 0.15,
@@ -128,7 +129,8 @@ class MultiGpuRun:
     def label(self) -> str:
         sc = self.scenario
         what = "decode graphs" if sc.get("cuda_graphs") else sc["mode"]
-        return f"{self.model} {self.implementation} x{sc['tp'] * sc['dp']} {what}"
+        gpus = sc["tp"] * sc["dp"] * sc.get("pp", 1)
+        return f"{self.model} {self.implementation} x{gpus} {what}"
 
 
 # The runs comm_overlap_cost is fitted on (benchmarks/fit_multigpu.py); the rest are held out.
@@ -153,7 +155,7 @@ def load_multigpu(files: Iterable[Path]) -> list[MultiGpuRun]:
 
 
 _SCENARIO_KEYS = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "dtype", "tp", "dp",
-                  "zero", "tp_impl", "sequence_parallel")  # fmt: skip
+                  "pp", "micro_batch", "zero", "tp_impl", "sequence_parallel")  # fmt: skip
 
 
 def predict_multigpu(r: MultiGpuRun, gpu: GpuSpec) -> Any:
@@ -166,8 +168,10 @@ def predict_multigpu(r: MultiGpuRun, gpu: GpuSpec) -> Any:
 
 def multigpu_class(r: MultiGpuRun) -> str:
     sc = r.scenario
-    if sc["tp"] * sc["dp"] == 1:
+    if sc["tp"] * sc["dp"] * sc.get("pp", 1) == 1:
         return "one GPU of the multi-GPU host"
+    if sc.get("pp", 1) > 1:
+        return "pipeline-parallel prefill and training"
     if sc["dp"] > 1:
         return "data-parallel training (DDP, FSDP2)"
     if sc["mode"] == "decode":

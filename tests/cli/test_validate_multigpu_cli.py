@@ -87,3 +87,13 @@ def test_too_few_gpus_is_exit_3(capsys, tiny):
         pytest.skip("this machine has the GPUs")
     code, _, err = run(capsys, tiny, "--tp", "2", "--impl", "eager", "--device", "cuda")
     assert code == 3
+
+
+@pytest.mark.parametrize("extra", [[], ["--tp", "2"]])
+def test_pipeline_1f1b_training_runs(capsys, tiny, extra):
+    args = ["--pp", "2", *extra, "--mode", "train", "--batch", "4", "--micro-batch", "1", *FAST]
+    code, out, err = run(capsys, tiny, *args)
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["implementation"] == "pipeline" and r["world"] == 2 * (2 if extra else 1)
+    assert r["plan"].startswith("tp2 pp2" if extra else "tp1 pp2")
