@@ -6,7 +6,8 @@ shapes. Megatron's conjugate functions (Shoeybi et al. 2019 §3) join the shards
 of each attention and MLP block (identity forward, all-reduce of the gradient backward) and "g"
 after o_proj and down_proj (all-reduce forward, identity backward). The embedding is
 vocabulary-parallel (a masked lookup of this rank's rows, then an all-reduce); the lm_head is
-column-parallel over the vocabulary and its logits are all-gathered.
+column-parallel over the vocabulary ("f" before it: its input gradient is summed over ranks)
+and its logits are all-gathered.
 
 `shard_from(full)` copies a whole model's weights into the shards (the correctness check).
 The tensor-parallel group is the whole world unless `build` is given one (a pipeline stage's).
@@ -109,6 +110,7 @@ def build(cfg: Any, tp: int, rank: int, device: Any, dtype: Any, group: Any = No
     model.model.embed_tokens = VocabEmbedding(emb, rank * v)
     head = nn.Linear(cfg.hidden_size, v, bias=False, device=device, dtype=dtype)
     model.lm_head = head
+    head.register_forward_pre_hook(lambda mod, args: (_Copy.apply(args[0]),))  # "f"
     head.register_forward_hook(_gather_logits)
     for layer in model.model.layers:
         for block in (layer.self_attn, layer.mlp):
