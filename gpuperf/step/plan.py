@@ -60,6 +60,10 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
             raise InputError(f"ep={sc.ep} does not divide the {cfg.num_experts} experts")
 
 
+# One server's GPUs: a plan without --system runs in one node on the GPU's own links.
+MAX_GPUS_WITHOUT_SYSTEM = 8
+
+
 def place(
     cfg: ModelConfig,
     sc: Scenario,
@@ -75,6 +79,11 @@ def place(
             raise InputError("--nodes needs --system (e.g. dgx-h100) to know the network")
         if gpus > 1 and gpu.nvlink_bw <= 0 and gpu.pcie_bw <= 0:
             raise InputError(f"{gpu.name} has no GPU-to-GPU link in its profile; give --system")
+        if gpus > MAX_GPUS_WITHOUT_SYSTEM:
+            raise InputError(
+                f"the plan spans {gpus} GPUs; beyond {MAX_GPUS_WITHOUT_SYSTEM} (one node) give "
+                "--system (e.g. dgx-h100) and --nodes so the network between nodes is known"
+            )
         return Placement(gpu, None, 1, groups_for(sc, None))
     gpn = system.gpus_per_node
     if nodes is None:

@@ -66,7 +66,7 @@ def groups_for(sc: Scenario, gpus_per_node: int | None) -> Groups:
         dp_nodes=group_nodes(dp * cp, tp, gpn),
         edp=dp * cp // ep,
         edp_nodes=group_nodes(dp * cp // ep, tp * ep, gpn),
-        pp_inter_node=sc.pp > 1 and tp * cp * dp >= gpn,
+        pp_inter_node=sc.pp > 1 and sc.gpus > gpn,
         sp=bool(sc.sequence_parallel),
         tp_impl=sc.tp_impl,
         tp_overlap=sc.tp_overlap,

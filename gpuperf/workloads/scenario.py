@@ -91,7 +91,7 @@ class Scenario:
     zero: int = 0
     dp_overlap: bool | None = None  # None: on for eager (PyTorch DDP), off for fused (Megatron)
     recompute: Recompute = "none"
-    sequence_parallel: bool | None = None  # None: on for megatron TP in training
+    sequence_parallel: bool | None = None  # None: on for fused megatron TP in training
     tp_impl: TpImpl = "megatron"
     tp_overlap: bool = False
     schedule: Schedule = "1f1b"
@@ -143,7 +143,8 @@ class Scenario:
                 f"{self.micro_batch}"
             )
         if sp is None:
-            sp = self.tp > 1 and self.tp_impl == "megatron" and self.mode == "train"
+            sp = (self.tp > 1 and self.tp_impl == "megatron" and self.mode == "train"
+                  and self.impl == "fused")  # fmt: skip
             object.__setattr__(self, "sequence_parallel", sp)
         self._check_combinations()
 
@@ -152,16 +153,28 @@ class Scenario:
             raise InputError("sequence parallelism needs tp > 1")
         if self.sequence_parallel and self.tp_impl != "megatron":
             raise InputError("sequence parallelism is a megatron TP feature (tp_impl=megatron)")
+        if self.sequence_parallel and self.impl == "eager":
+            raise InputError(
+                "sequence parallelism needs fused kernels (Megatron-LM's); the eager Hugging Face "
+                "modules run megatron TP without it"
+            )
         if self.tp_overlap and (self.tp == 1 or self.tp_impl != "megatron"):
             raise InputError("tp_overlap needs megatron tensor parallelism (tp > 1)")
+        if self.tp_overlap and not self.sequence_parallel:
+            raise InputError(
+                "tp_overlap overlaps sequence parallelism's all-gather and reduce-scatter with the "
+                "matmuls (Megatron-LM's tp_comm_overlap): it needs sequence_parallel"
+            )
         if self.schedule == "interleaved" and self.pp == 1:
             raise InputError("the interleaved schedule needs pp > 1")
         if self.virtual_stages > 1 and self.schedule != "interleaved":
             raise InputError("virtual_stages > 1 needs schedule=interleaved")
         if self.mode != "train" and (self.zero or self.recompute != "none"):
             raise InputError("zero and recompute apply to training only")
-        if self.zero and self.dp == 1:
-            raise InputError(f"zero={self.zero} shards over data-parallel ranks: it needs dp > 1")
+        if self.zero and self.dp * self.cp == 1:
+            raise InputError(
+                f"zero={self.zero} shards over data- and context-parallel ranks: it needs dp·cp > 1"
+            )
         if self.ep > 1 and self.dp % self.ep:
             raise InputError(f"ep={self.ep} must divide dp={self.dp} (EP groups come from DP)")
         if self.cp > 1 and self.mode in ("decode", "generate"):

@@ -98,7 +98,9 @@ def test_mixtral_expert_parallel_issue_example():
         (dict(tp=8, dp=8, schedule="interleaved", virtual_stages=2, nodes=8), "pp > 1"),
         (dict(tp=16), "spans nodes"),
         (dict(cp=3, seq=4096), "multiple of 2·cp"),
-        (dict(zero=1), "dp > 1"),
+        (dict(zero=1), "dp·cp > 1"),
+        (dict(tp=8, dp=2, tp_overlap=True, sequence_parallel=False), "needs sequence_parallel"),
+        (dict(tp=8, dp=2, impl="eager", sequence_parallel=True), "fused kernels"),
     ],
 )
 def test_invalid_plans_say_why(kw, message):
@@ -210,3 +212,32 @@ def test_tp_overlap_hides_the_collectives_under_their_gemms():
     gather = t[t["name"] == "L1/mlp/gate_up.allgather"].iloc[0]
     assert gather["overlap_ms"] == pytest.approx(gather["time_ms"])  # under the gate/up GEMM
     assert over.total_ms < plain.total_ms
+
+
+def test_zero_shards_over_context_parallel_ranks_too():
+    p = api.predict("llama2-70b", mode="train", system="dgx-h100", tp=8, cp=2, zero=1)
+    assert (
+        p.memory["optimizer"]
+        < api.predict("llama2-70b", mode="train", system="dgx-h100", tp=8, cp=2).memory["optimizer"]
+        / 1.9
+    )
+
+
+def test_eager_megatron_tp_training_runs_without_sequence_parallelism():
+    p = api.predict("llama2-7b", mode="train", gpu="h100", tp=2, impl="eager")
+    assert p.scenario["sequence_parallel"] is False
+    fused = api.predict("llama2-7b", mode="train", gpu="h100", tp=2)
+    assert fused.scenario["sequence_parallel"] is True
+
+
+def test_more_than_one_node_without_a_system_is_refused():
+    with pytest.raises(InputError, match="--system"):
+        api.predict("llama2-70b", mode="train", gpu="h100", tp=8, dp=2)
+
+
+def test_pipeline_boundaries_cross_nodes_only_when_the_plan_does():
+    from gpuperf.workloads.groups import groups_for
+    from gpuperf.workloads.scenario import Scenario
+
+    assert not groups_for(Scenario(mode="train", tp=2, pp=4), 8).pp_inter_node
+    assert groups_for(Scenario(mode="train", tp=2, pp=8), 8).pp_inter_node
