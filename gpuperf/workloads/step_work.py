@@ -108,7 +108,7 @@ def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
         boundary = None
         if sc.pp > 1 and not st.has_head:
             boundary = _boundary(d.T * d.hidden * BYTES[d.act], d.act, g.tp, g.tp_nodes,
-                                 g.pp_inter_node)  # fmt: skip
+                                 g.pp_inter_node, g.sp)  # fmt: skip
         out.append(StageWork(st, fwd, bwd, params, boundary))
     sync, kernels, opt, post = ((), (), (), ())
     if train:
@@ -122,12 +122,13 @@ def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
 
 
 @functools.lru_cache(maxsize=256)
-def _boundary(nbytes: int, act: str, tp: int, tp_nodes: int, inter_node: bool) -> Part:
+def _boundary(nbytes: int, act: str, tp: int, tp_nodes: int, inter_node: bool, sp: bool) -> Part:
     """A stage's activation to the next stage (and its gradient back): with TP, Megatron's
     scatter/gather (Narayanan et al. SC21 §4.1) sends 1/tp from each rank and all-gathers it on
-    the other side over NVLink."""
+    the other side over NVLink; under sequence parallelism the activation is split over the
+    sequence already and each rank sends its own part (no gather)."""
     ops: list[Op] = [P2P("pp/send", max(1, nbytes // tp), act, inter_node)]  # type: ignore[arg-type]
-    if tp > 1:
+    if tp > 1 and not sp:
         ops.append(Collective("pp/allgather", "allgather", nbytes, tp, act, tp_nodes))  # type: ignore[arg-type]
     return _part(ops)
 

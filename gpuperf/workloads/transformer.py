@@ -113,8 +113,8 @@ def prologue(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
 def epilogue(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> list[Op]:
     """Final norm, then lm_head: last token per sequence (prefill), every token (decode, train).
     Under tensor parallelism the lm_head is column-parallel over the vocabulary: Megatron's
-    training keeps the logits split (vocab-parallel cross-entropy); inference, and Hugging Face's
-    tp_plan always, gather them."""
+    fused training keeps the logits split (vocab-parallel cross-entropy); inference, Hugging Face's
+    tp_plan and the eager Megatron-style hooks (whose loss is Hugging Face's) gather them."""
     T, h = d.T, d.hidden
     if eager:
         ops = eager_norm(cfg, "final_norm", d.rows, h, d.act)
@@ -127,8 +127,10 @@ def epilogue(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> list[Op]:
         ops.append(Copy("logits_gather", rows * h * BYTES[d.act], d.act))
     vocab = -(-cfg.vocab // d.g.tp)
     ops.append(Gemm("lm_head", rows, vocab, h, d.act))
-    if d.g.tp > 1 and (mode != "train" or d.g.tp_impl == "dtensor"):
+    if d.g.tp > 1 and (mode != "train" or d.g.tp_impl == "dtensor" or eager):
         nbytes = rows * vocab * d.g.tp * BYTES[d.act]
         ops.append(Collective("lm_head.allgather", "allgather", nbytes, d.g.tp, d.act,
                               d.g.tp_nodes))  # fmt: skip
+        if eager and d.g.tp_impl == "megatron":  # torch.cat of the gathered shards
+            ops.append(Copy("lm_head.cat", nbytes, d.act))
     return ops

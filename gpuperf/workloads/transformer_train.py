@@ -176,7 +176,8 @@ def loss_ops(cfg: ModelConfig, d: Dims, eager: bool) -> tuple[list[Op], list[Op]
     """Cross-entropy over every token's logits: (forward kernels, backward kernels). Under TP the
     logits stay split over the vocabulary (Megatron's vocab-parallel cross-entropy): three
     all-reduces of one fp32 per token (the max, the sum of exponentials, the target logit)."""
-    split = d.g.tp if d.g.tp_impl == "megatron" else 1  # DTensor gathers the logits first
+    # DTensor, and the eager Megatron-style hooks, gather the logits first (epilogue).
+    split = d.g.tp if d.g.tp_impl == "megatron" and not eager else 1
     T, V, a = d.T, -(-cfg.vocab // split), d.act
     if not eager:
         fwd: list[Op] = [Norm("loss/ce", "softmax", T, V, a)]  # type: ignore[arg-type]
@@ -288,6 +289,8 @@ def head_backward(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     T, h, a = d.T, d.hidden, d.act
     ops: list[Op] = loss_ops(cfg, d, eager)[1]
     vocab = -(-cfg.vocab // d.g.tp)
+    if eager and d.g.tp > 1 and d.g.tp_impl == "megatron":  # the gather's backward: our slice
+        ops.append(Copy("lm_head.slice", T * vocab * BYTES[a], a))
     dgrad, wgrad = gemm_backward(Gemm("lm_head", T, vocab, h, a))  # type: ignore[arg-type]
     ops += comm_ops.col_in_backward(d, dgrad, wgrad)[0]
     if eager:
@@ -299,9 +302,11 @@ def head_backward(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
 
 
 def tail_backward(cfg: ModelConfig, d: Dims) -> list[Op]:
-    """The embedding's gradient (scatter-add of the token rows)."""
+    """The embedding's gradient (scatter-add of the token rows); under sequence parallelism the
+    gradient of its reduce-scatter is all-gathered first."""
     T, h, a = d.T, d.hidden, d.act
-    ops: list[Op] = [_ew("embed.bwd", "embedding_backward", T * h, a)]
+    ops: list[Op] = comm_ops.row_out_backward(d, "embed") if d.g.tp_impl == "megatron" else []
+    ops.append(_ew("embed.bwd", "embedding_backward", T * h, a))
     if cfg.positions == "learned":
         ops.append(_ew("pos_embed.bwd", "embedding_backward", T * h, a))
     return ops

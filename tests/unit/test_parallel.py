@@ -147,7 +147,8 @@ def _table1_tflops(a, h, l, t, p, n, B):  # noqa: E741
     dp = n // (t * p)
     kw = dict(mode="train", tp=t, pp=p, dp=dp, global_batch=B, micro_batch=1, seq=s,
               recompute="full", system="dgx-a100", nodes=max(1, n // 8), dtype="fp16",
-              attn="math")  # fmt: skip
+              attn="math", sequence_parallel=False if t > 1 else None)  # fmt: skip
+    # (SC21's Megatron-LM predates sequence parallelism: the TP layers all-reduce.)
     if p > 1 and l % (2 * p) == 0 and (B // dp) % p == 0:
         kw.update(schedule="interleaved", virtual_stages=2)
     r = api.predict(_gpt(h, l, a), **kw)
