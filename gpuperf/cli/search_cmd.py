@@ -57,7 +57,8 @@ def _cell(key: str, value: Any) -> str:
               help="fused (Megatron / vLLM kernels) or eager PyTorch.")  # fmt: skip
 @click.option("--global-batch", type=SIZE, default="1024", show_default=True, help="Train: seqs.")
 @click.option("--seq", type=SIZE, default="4096", show_default=True, help="Sequence length.")
-@click.option("--batch", type=SIZE, default="1", show_default=True, help="Inference: sequences.")
+@click.option("--batch", type=SIZE, default="1", show_default=True,
+              help="Inference: sequences over all replicas.")  # fmt: skip
 @click.option("--ctx", type=SIZE, default="4096", show_default=True, help="Decode: KV context.")
 @click.option("--top", type=SIZE, default="10", show_default=True, help="Plans to show.")
 @output_options

@@ -76,8 +76,13 @@ def overlap_cost(gpu: GpuSpec) -> float:
     return float(gpu.params.extra.get("comm_overlap_cost", COMM_OVERLAP_COST))
 
 
-def _op_time(op: Op, gpu: GpuSpec, system: SystemSpec | None) -> Any:
-    """perfmodel's time of one kernel or collective (a seam tests replace)."""
+def _op_time(op: Op, gpu: GpuSpec, system: SystemSpec | None, nvls: bool = False) -> Any:
+    """perfmodel's time of one kernel or collective (a seam tests replace); nvls: NCCL may pick
+    NVLink SHARP for the collectives (NCCL_NVLS_ENABLE=1)."""
+    if nvls and op.kind == "collective":
+        from gpuperf.perfmodel.comm import collective_time
+
+        return collective_time(op, gpu, system, nvls=True)  # type: ignore[arg-type]
     from gpuperf.perfmodel.roofline import op_time
 
     return op_time(op, gpu, system)
@@ -157,6 +162,7 @@ class Coster:
         self.gpu, self.system, self.sc = gpu, system, sc
         self.compute_gpu = sustained(gpu) if sc is not None else gpu
         self.rules = HostRules.of(sc, gpu)
+        self.nvls = bool(sc is not None and sc.nvls)
         self.overlap_cost = overlap_cost(gpu)
         self._rows: dict[tuple, tuple[Any, ...]] = {}
         self._templates: dict[tuple, tuple[tuple, Template]] = {}
@@ -170,7 +176,10 @@ class Coster:
         r = self._rows.get(key)
         if r is None:
             comm = op.kind in _COMM
-            t = _op_time(op, self.gpu if comm else self.compute_gpu, self.system)
+            if comm and self.nvls:
+                t = _op_time(op, self.gpu, self.system, nvls=True)
+            else:
+                t = _op_time(op, self.gpu if comm else self.compute_gpu, self.system)
             c = op.cost()
             r = self._rows[key] = (
                 op.kind, op.shape, getattr(op, "dtype", ""), c.flops, c.bytes, c.intensity,

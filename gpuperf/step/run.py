@@ -112,15 +112,15 @@ class Engine:
         from gpuperf.step.cost import HostRules
 
         self.cfg, self.gpu, self.system = cfg, gpu, system
-        self._costers: dict[HostRules, Coster] = {}
+        self._costers: dict[tuple[HostRules, bool], Coster] = {}
 
     def coster(self, sc: Scenario) -> Coster:
         from gpuperf.step.cost import HostRules
 
-        rules = HostRules.of(sc, self.gpu)
-        c = self._costers.get(rules)
+        key = (HostRules.of(sc, self.gpu), sc.nvls)
+        c = self._costers.get(key)
         if c is None:
-            c = self._costers[rules] = Coster(self.gpu, self.system, sc)
+            c = self._costers[key] = Coster(self.gpu, self.system, sc)
         return c
 
     def cost(self, sc: Scenario, where: Placement) -> StepCost:
@@ -179,7 +179,9 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
     window = ps.B.gpu if sc.dp_overlap else 0.0
     slow = coster.overlap_cost
     exposed, sync_total = _sync_exposed(sync, window)
-    post_exposed, post_total = _sync_exposed(post, ps.F.gpu)
+    # ZeRO-1/2's parameter all-gather overlaps the next step's forward only when the gradient
+    # reduction overlaps too (Megatron-LM's overlap_param_gather goes with overlap_grad_reduce).
+    post_exposed, post_total = _sync_exposed(post, ps.F.gpu if sc.dp_overlap else 0.0)
     # What hides under the backward still slows it (step.cost.Coster.overlap_cost).
     exposed += slow * (sync_total - exposed)
     post_exposed += slow * (post_total - post_exposed)
@@ -220,8 +222,8 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
         extra_rows.append({"name": "pipeline/bubble", "kind": "bubble", "bound": "idle",
                            "shape": f"pp{sc.pp} v{v} m{m}", "time_ms": bubble * 1e3})  # fmt: skip
     memory = busiest(cfg, sc, work)
-    return StepCost(total, breakdown, busy, host, run.kernels, flops, memory, pace, sections,
-                    extra_rows)  # fmt: skip
+    return StepCost(total, breakdown, busy, host, run.kernels, flops, memory,
+                    work.stages[pace].stage.index, sections, extra_rows)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------ the table
@@ -377,12 +379,12 @@ _COSTERS: dict[tuple, tuple[Any, Coster]] = {}
 
 
 def coster_for(sc: Scenario, where: Placement) -> Coster:
-    """A Coster shared by every prediction on the same GPU, system and host rules (its caches
-    hold op times and costed templates, which depend on nothing else)."""
+    """A Coster shared by every prediction on the same GPU, system, host rules and NVLS setting
+    (its caches hold op times and costed templates, which depend on nothing else)."""
     from gpuperf.step import cost
 
     # The time model is part of the key: what a Coster cached, it cached with it.
-    key = (where.gpu, id(where.system), cost.HostRules.of(sc, where.gpu), cost._op_time)
+    key = (where.gpu, id(where.system), cost.HostRules.of(sc, where.gpu), sc.nvls, cost._op_time)
     hit = _COSTERS.get(key)
     if hit is None or hit[0] is not where.system:
         if len(_COSTERS) > 32:

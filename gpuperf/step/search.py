@@ -1,4 +1,4 @@
-"""Plan search: enumerate tp, pp, dp, cp, ep, micro-batch, ZeRO stage, recomputation and schedule
+"""Plan search: enumerate tp, pp, dp, ep, micro-batch, ZeRO stage, recomputation and schedule
 for a model on N GPUs, drop what does not fit, rank by step time, and say why the best wins.
 
 Every plan is costed by the step engine that `gpuperf predict` uses (step.run.Engine), so a
@@ -89,7 +89,9 @@ def enumerate_plans(
     global_batch: int = 1, seq: int = 2048, batch: int = 1, ctx: int = 2048,
     impl: str = "fused",
 ) -> Iterator[Scenario]:  # fmt: skip
-    """Every plan shape worth trying; ones the model cannot take are filtered later."""
+    """Every plan shape worth trying; ones the model cannot take are filtered later. Training
+    splits `global_batch`, inference `batch`, over the data-parallel replicas (a dp that does not
+    divide it is skipped)."""
     gpn = system.gpus_per_node
     tps = [t for t in _divisors(min(gpus, gpn)) if cfg.heads % t == 0]
     experts = _divisors(cfg.num_experts) if cfg.is_moe else [1]
@@ -100,8 +102,11 @@ def enumerate_plans(
             dp = gpus // (tp * pp)
             for ep in (e for e in experts if dp % e == 0):
                 base = dict(mode=mode, tp=tp, pp=pp, dp=dp, ep=ep, seq=seq, impl=impl)
-                if mode != "train":
-                    yield _scenario(base, batch=batch, ctx=ctx)
+                if mode != "train":  # `batch` sequences over all replicas
+                    if batch % dp == 0:
+                        plan = _scenario(base, batch=batch // dp, ctx=ctx)
+                        if plan is not None:
+                            yield plan
                     continue
                 if global_batch % dp:
                     continue

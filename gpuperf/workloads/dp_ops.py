@@ -39,7 +39,7 @@ def grad_bytes(act: DType, eager: bool) -> int:
 def bucket_bytes(sc: Scenario, gb: int) -> float:
     if sc.impl == "eager":
         return TORCH_DDP_BUCKET_BYTES
-    return max(MEGATRON_BUCKET_PARAMS, 1_000_000 * sc.dp) * gb
+    return max(MEGATRON_BUCKET_PARAMS, 1_000_000 * sc.dp * sc.cp) * gb  # the dp·cp group
 
 
 @functools.lru_cache(maxsize=1024)

@@ -65,7 +65,8 @@ def groups_for(sc: Scenario, gpus_per_node: int | None) -> Groups:
         dp=dp * cp,
         dp_nodes=group_nodes(dp * cp, tp, gpn),
         edp=dp * cp // ep,
-        edp_nodes=group_nodes(dp * cp // ep, tp * ep, gpn),
+        # The expert-dp group: every cp rank (stride tp) of every dp/ep-th dp rank.
+        edp_nodes=group_nodes(cp, tp, gpn) * group_nodes(dp // ep, tp * cp * ep, gpn),
         pp_inter_node=sc.pp > 1 and sc.gpus > gpn,
         sp=bool(sc.sequence_parallel),
         tp_impl=sc.tp_impl,

@@ -103,7 +103,7 @@ def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
     out = []
     for st in stages(cfg.layers, sc.pp):
         params = gpu_params(cfg, sc, st)
-        fsdp = (params, g.dp, g.dp_nodes) if sc.zero == 3 else None
+        fsdp = (params, g.dp, g.dp_nodes, g.edp, g.edp_nodes) if sc.zero == 3 else None
         fwd, bwd = _stage_parts(cfg, d, eager, sc.mode, sc.recompute, st, fsdp)
         boundary = None
         if sc.pp > 1 and not st.has_head:
@@ -153,7 +153,8 @@ def _layer_templates(cfg: ModelConfig, d: Dims, eager: bool, train: bool, recomp
 @functools.lru_cache(maxsize=2048)
 def _stage_parts(cfg: ModelConfig, d: Dims, eager: bool, mode: str, recompute: str, st: Stage,
                  fsdp: tuple | None) -> tuple[tuple[Part, ...], tuple[Part, ...]]:  # fmt: skip
-    """A stage's forward and backward Parts; fsdp: (params, dp ranks, dp nodes) under ZeRO-3."""
+    """A stage's forward and backward Parts; fsdp: (params, dp ranks, dp nodes, expert-dp ranks,
+    expert-dp nodes) under ZeRO-3."""
     train = mode == "train"
     layer, layer_bwd, fwd_hide, bwd_hide = _layer_templates(cfg, d, eager, train, recompute)
     fsdp = _fsdp_layer_ops(d, st, *fsdp) if fsdp is not None else None
@@ -166,23 +167,32 @@ def _forward_parts(cfg, d, eager, mode, st, layer, hide, fsdp) -> list[Part]:  #
     from gpuperf.workloads.transformer import epilogue, prologue
 
     parts: list[Part] = []
-    if st.has_embed:
-        pre = prologue(cfg, d, eager)
-        if fsdp:  # the root's parameters and the first layer's, gathered before anything runs
-            pre = [*fsdp.first, *pre]
+    pre = prologue(cfg, d, eager) if st.has_embed else []
+    if fsdp:  # the root's parameters and the first layer's, gathered before anything runs
+        pre = [*fsdp.first, *pre]
+    if pre:
         parts.append(_part(pre))
-    body, body_hide = list(layer), dict(hide)
-    if fsdp:
-        body += fsdp.fwd
-        body_hide.update(fsdp.fwd_hide)
+
+    def body(last: bool) -> tuple[list[Op], dict]:
+        if not fsdp:
+            return list(layer), dict(hide)
+        if last:  # the last layer has no next layer to prefetch
+            return [*layer, *fsdp.fwd[-1:]], dict(hide)
+        return [*layer, *fsdp.fwd], {**hide, **fsdp.fwd_hide}
+
     n, first = st.layers, st.first
     if n and first == 0 and not eager and not cfg.parallel_residual:
         # vLLM's first layer has no residual yet: a plain norm, not the fused add + norm.
-        plain = [replace(body[0], residual=False), *body[1:]]  # type: ignore[call-arg]
-        parts.append(_part(plain, body_hide, layer0=0))
+        ops, h = body(n == 1)
+        plain = [replace(ops[0], residual=False), *ops[1:]]  # type: ignore[call-arg]
+        parts.append(_part(plain, h, layer0=0))
         n, first = n - 1, 1
-    if n:
-        parts.append(_part(body, body_hide, repeat=n, layer0=first))
+    if n and fsdp:
+        if n > 1:
+            parts.append(_part(*body(False), repeat=n - 1, layer0=first))
+        parts.append(_part(*body(True), layer0=first + n - 1))
+    elif n:
+        parts.append(_part(*body(False), repeat=n, layer0=first))
     if st.has_head:
         post = epilogue(cfg, d, eager, mode)
         if mode == "train":
@@ -217,10 +227,13 @@ def _backward_parts(cfg, d, eager, st, layer_bwd, hide, fsdp) -> list[Part]:  # 
 @dataclass(frozen=True, slots=True)
 class _Fsdp:
     """FSDP2 / ZeRO-3 kernels of one layer (Zhao et al. 2023, PyTorch FSDP2 `fully_shard`):
-    forward: all-gather the next layer's parameters (prefetch, hidden under this layer), copy them
-    out of the gather buffer; backward: all-gather again (parameters were freed after the
-    forward), copy out, then copy the gradients into the reduce-scatter buffer and reduce-scatter
-    them (hidden under the backward of the layer before)."""
+    before the first layer, the stage's root parameters (embedding, final norm, lm_head: what it
+    holds of them) and the first layer's are gathered, exposed; forward: each layer but the last
+    all-gathers the next layer's parameters (prefetch, hidden under it) and copies its own out of
+    the gather buffer; backward: all-gather again (parameters were freed after the forward),
+    copy out, then copy the gradients into the reduce-scatter buffer and reduce-scatter them
+    (hidden under the backward of the layer before); the root's gradients are reduce-scattered
+    last. Dense weights are sharded over the dp·cp ranks, experts over the expert-dp ranks."""
 
     first: list[Op]
     fwd: list[Op]
@@ -231,27 +244,43 @@ class _Fsdp:
     last: list[Op]
 
 
-def _fsdp_layer_ops(d: Dims, st: Stage, params: Params, dp: int, dp_nodes: int) -> _Fsdp:
+def _fsdp_layer_ops(d: Dims, st: Stage, params: Params, dp: int, dp_nodes: int, edp: int,
+                    edp_nodes: int) -> _Fsdp:  # fmt: skip
     pb = BYTES[d.act]
-    layer_bytes = max(1, int((params.layer_dense + params.layer_expert) * pb))
-    root_bytes = max(1, int((params.dense - st.layers * params.layer_dense) * pb))
+    dense = max(1, int(params.layer_dense * pb))
+    expert = int(params.layer_expert * pb)
+    root = int((params.dense - st.layers * params.layer_dense) * pb)
 
-    def ag(name: str, nbytes: int) -> Collective:
-        return Collective(name, "allgather", nbytes, dp, d.act, dp_nodes)
+    def coll(name: str, kind: str, nbytes: int, ranks: int, nodes: int) -> list[Op]:
+        if nbytes <= 0 or ranks <= 1:
+            return []
+        return [Collective(name, kind, nbytes, ranks, d.act, nodes)]  # type: ignore[arg-type]
 
-    def rs(name: str, nbytes: int) -> Collective:  # gradients reduced in the parameters' dtype
-        return Collective(name, "reducescatter", nbytes, dp, d.act, dp_nodes)
+    def gather(name: str) -> list[Op]:  # one layer's parameters
+        return coll(name, "allgather", dense, dp, dp_nodes) + coll(
+            name + "_experts", "allgather", expert, edp, edp_nodes
+        )
 
+    def scatter(name: str) -> list[Op]:  # gradients reduced in the parameters' dtype
+        return coll(name, "reducescatter", dense, dp, dp_nodes) + coll(
+            name + "_experts", "reducescatter", expert, edp, edp_nodes
+        )
+
+    layer_bytes = dense + expert
+    nxt, bwd_ag, rs = (
+        gather("fsdp/allgather.next"),
+        gather("fsdp/allgather.bwd"),
+        scatter("fsdp/reducescatter"),
+    )
     return _Fsdp(
-        first=[ag("fsdp/allgather_root", root_bytes), ag("fsdp/allgather", layer_bytes)],
-        fwd=[ag("fsdp/allgather.next", layer_bytes), Copy("fsdp/copy_out", layer_bytes, d.act)],
-        fwd_hide={"fsdp/allgather.next": (ALL,)},
-        bwd_pre=[ag("fsdp/allgather.bwd", layer_bytes),
-                 Copy("fsdp/copy_out.bwd", layer_bytes, d.act)],
-        bwd_post=[Copy("fsdp/grad_copy_in", layer_bytes, d.act),
-                  rs("fsdp/reducescatter", layer_bytes)],
-        bwd_hide={"fsdp/allgather.bwd": (ALL,), "fsdp/reducescatter": (ALL,)},
-        last=[rs("fsdp/reducescatter_root", root_bytes)],
+        first=[*coll("fsdp/allgather_root", "allgather", root, dp, dp_nodes),
+               *gather("fsdp/allgather")],
+        fwd=[*nxt, Copy("fsdp/copy_out", layer_bytes, d.act)],
+        fwd_hide={op.name: (ALL,) for op in nxt},
+        bwd_pre=[*bwd_ag, Copy("fsdp/copy_out.bwd", layer_bytes, d.act)],
+        bwd_post=[Copy("fsdp/grad_copy_in", layer_bytes, d.act), *rs],
+        bwd_hide={op.name: (ALL,) for op in bwd_ag + rs},
+        last=coll("fsdp/reducescatter_root", "reducescatter", root, dp, dp_nodes),
     )  # fmt: skip
 
 

@@ -249,6 +249,8 @@ def layer_backward(
     redo: list[Op] = []
     if recompute == "full":
         redo = list(layer)
+        for p2p, under in ring_hide(d).items():  # the recomputed ring hides as the forward's
+            hide[p2p + ".recompute"] = tuple(u + ".recompute" for u in under)
     elif recompute == "selective":  # Megatron's core-attention recompute (flash or not)
         redo = [op for op in layer if isinstance(op, Attention) or op.name.startswith(_MATH)]
     redo = [replace(op, name=op.name + ".recompute") for op in redo]  # type: ignore[call-arg]

@@ -242,3 +242,42 @@ def test_pipeline_boundaries_cross_nodes_only_when_the_plan_does():
 
     assert not groups_for(Scenario(mode="train", tp=2, pp=4), 8).pp_inter_node
     assert groups_for(Scenario(mode="train", tp=2, pp=8), 8).pp_inter_node
+
+
+def test_nvls_lets_nccl_pick_nvlink_sharp_on_hopper_only():
+    kw = dict(mode="prefill", tp=8, batch=8)
+    off = api.predict("llama2-70b", system="dgx-h100", **kw)
+    on = api.predict("llama2-70b", system="dgx-h100", nvls=True, **kw)
+    assert on.extra["breakdown_ms"]["tp_comm"] < 0.8 * off.extra["breakdown_ms"]["tp_comm"]
+    a100 = [api.predict("llama2-70b", system="dgx-a100", nvls=n, **kw) for n in (False, True)]
+    a100 = [p.total_ms for p in a100]
+    assert a100[0] == a100[1]  # NVLS needs NVSwitch 3 (sm90+)
+
+
+def test_inference_search_splits_the_batch_over_replicas():
+    from gpuperf.hardware.loader import load_system
+    from gpuperf.step.search import enumerate_plans
+    from gpuperf.workloads.config import load_model
+
+    plans = list(enumerate_plans(load_model("llama2-7b"), load_system("dgx-h100"), 8,
+                                 mode="decode", batch=8))  # fmt: skip
+    assert plans and all(sc.batch * sc.dp == 8 for sc in plans)
+    assert {sc.dp for sc in plans} == {1, 2, 4, 8}
+
+
+def test_recomputed_ring_transfers_hide_like_the_forward_ones():
+    p = api.predict("llama2-70b", mode="train", system="dgx-h100", nodes=4, tp=8, cp=4,
+                    recompute="full", seq=16384)  # fmt: skip
+    t = p.table
+    redo = t[t["name"].str.endswith(".p2p.recompute")]
+    assert len(redo) == 3 * 80
+    assert (redo["overlap_ms"] == redo["time_ms"]).all()
+
+
+def test_expert_gradients_span_the_nodes_of_their_group():
+    from gpuperf.workloads.groups import groups_for
+    from gpuperf.workloads.scenario import Scenario
+
+    # tp2 cp2 dp8 ep2 on 8-GPU nodes: the expert-dp group (cp2 × dp4, dp stride 8) spans 4 nodes.
+    g = groups_for(Scenario(mode="train", tp=2, cp=2, dp=8, ep=2, seq=4096), 8)
+    assert g.edp == 8 and g.edp_nodes == 4
