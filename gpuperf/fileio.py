@@ -5,29 +5,55 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from gpuperf.errors import InputError
 
 
-def write_text(path: str | os.PathLike[str], text: str, *, atomic: bool = False) -> Path:
-    """Write `text` to `path` (creating its folder); with `atomic`, through a rename, so a reader
-    never sees half a file. An unwritable path is the user's input: InputError."""
+def check_writable(path: str | os.PathLike[str]) -> Path:
+    """Fail now, before any work, if `path` cannot be written (a folder, a missing or read-only
+    parent that cannot be created): the output is checked before the work starts."""
     out = Path(path)
     if out.is_dir():
         raise InputError(f"{out} is a directory; give a file name")
+    parent = out.parent if str(out.parent) else Path(".")
     try:
-        if out.parent and not out.parent.exists():
-            out.parent.mkdir(parents=True, exist_ok=True)
-        if atomic:
-            tmp = out.with_name(out.name + ".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, out)
-        else:
-            out.write_text(text, encoding="utf-8")
+        parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    if not parent.is_dir():
+        raise InputError(f"cannot write {out}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise InputError(f"cannot write {out}: permission denied")
+    return out
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write `text` to `path` (creating its folder) through a temporary file in the same folder
+    and a rename: a reader never sees half a file, and a failed write leaves the old file as it
+    was. An unwritable path is the user's input: InputError. Every file gpuperf writes goes
+    through here."""
+    out = check_writable(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if out.exists():
+            os.chmod(tmp, out.stat().st_mode & 0o777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return out
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from gpuperf.errors import InputError
-from gpuperf.fileio import read_json_object, write_text
+from gpuperf.fileio import check_writable, read_json_object, write_text
 
 
 @click.command(
@@ -58,6 +58,7 @@ def calibrate(
 
     if output.suffix != ".toml":
         raise InputError(f"output {output} must end in .toml")
+    check_writable(output)  # before the (minutes of) measuring and fitting
     fit_names: list[str] | None = None  # live: only what the measured ops constrain
     host_s: float | None = None  # live: measured per-kernel host dispatch
     plan_s: float | None = None  # attention plan per new shape (probe file, or measured live)

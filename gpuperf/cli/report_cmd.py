@@ -83,8 +83,10 @@ def report(
 
     MODEL is a preset (llama2-7b) or a Hugging Face config.json; or give --from FILE instead.
     """
+    from gpuperf.fileio import check_writable
     from gpuperf.reports.html import write_report
 
+    check_writable(output)  # before any work
     gpus = _gpus(gpu)
     if sources:
         if model is not None:

@@ -27,6 +27,10 @@ def whole_model(model: str, mode: str, nproc: int | None, parallel: dict[str, An
     if nproc is not None and nproc != sc.gpus:
         raise InputError(f"--nproc {nproc} but the plan (tp·pp·dp) uses {sc.gpus} GPUs")
     what = implementation(sc)
+    if save:
+        from gpuperf.fileio import check_writable
+
+        check_writable(save)  # before the run
     dev = resolve_device(device)
     warnings: list[str] = []
     spec = gpu_for_prediction(gpu, dev, warnings)
@@ -46,7 +50,7 @@ def whole_model(model: str, mode: str, nproc: int | None, parallel: dict[str, An
 
         from gpuperf.fileio import json_safe, write_text
 
-        write_text(save, json.dumps(json_safe(out), indent=1), atomic=True)
+        write_text(save, json.dumps(json_safe(out), indent=1))
     render(out, fmt)
 
 

@@ -66,9 +66,7 @@ class ResultsFile:
 
     def write(self) -> None:
         """Rewrite the file (atomic rename) with everything added so far."""
-        write_text(
-            self.path, json.dumps(json_safe(self.data), indent=1, allow_nan=False), atomic=True
-        )
+        write_text(self.path, json.dumps(json_safe(self.data), indent=1, allow_nan=False))
 
 
 def pct_peak(m: Measurement, gpu: Any) -> float | None:

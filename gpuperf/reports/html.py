@@ -25,6 +25,7 @@ from typing import Any
 
 from gpuperf import __version__
 from gpuperf.errors import InputError
+from gpuperf.fileio import check_writable, write_text
 from gpuperf.reports.html_data import ReportItem, join_measured, spec_for
 
 # plotly.js config: no logo link, no MathJax typesetting, no topojson fetch (geo maps).
@@ -52,17 +53,10 @@ def write_report(
     measured: measurements to draw beside the predictions (a results file path or dict, a
     DataFrame with name and measured_ms), one per result or one for all.
     """
-    out = Path(path)
-    if out.is_dir():
-        raise InputError(f"{out} is a directory; give a file name like report.html")
-    text = render_html(results, gpus=gpus, measured=measured)
-    try:
-        if out.parent and not out.parent.exists():
-            out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
-    return out
+    if Path(path).is_dir():
+        raise InputError(f"{path} is a directory; give a file name like report.html")
+    check_writable(path)
+    return write_text(path, render_html(results, gpus=gpus, measured=measured))
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -104,11 +104,17 @@ def test_bad_input_exits_2_with_one_line(capsys, tmp_path, args, message):
     assert not (tmp_path / "x.html").exists()
 
 
-def test_unwritable_output_exits_2(capsys, tmp_path, fast_model):
+def test_unwritable_output_exits_2_before_any_work(capsys, tmp_path, fast_model, monkeypatch):
+    from gpuperf import api
+
+    def no_work(*a, **k):
+        raise AssertionError("predicted before checking the output")
+
+    monkeypatch.setattr(api, "predict", no_work)
     blocker = tmp_path / "file"
     blocker.write_text("")
     code, _, err = run(capsys, "report", "llama2-7b", "-o", str(blocker / "r.html"))
-    assert code == 2 and "cannot write" in err
+    assert code == 2 and "cannot write" in err and len(err.strip().splitlines()) == 1
 
 
 def test_help_has_examples(capsys):

@@ -111,6 +111,21 @@ def test_calibrate_cli_refuses_cpu_without_allow(capsys, tmp_path):
     assert not (tmp_path / "x.toml").exists()
 
 
+def test_calibrate_cli_checks_its_output_before_measuring(capsys, tmp_path, monkeypatch):
+    def no_work(*a, **k):
+        raise AssertionError("measured before checking the output")
+
+    monkeypatch.setattr(calib, "calibration_ops", no_work)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    args = ["calibrate", "-o", str(blocker / "p.toml"), "--gpu", "h100", "--device", "cpu",
+            "--allow-cpu"]  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
 def test_calibrate_cli_on_cpu_writes_a_profile(capsys, tmp_path):
     out = tmp_path / "cpu.toml"
     args = ["calibrate", "-o", str(out), "--gpu", "h100", "--device", "cpu", "--allow-cpu"]

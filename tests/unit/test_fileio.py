@@ -7,16 +7,56 @@ import numpy as np
 import pytest
 
 from gpuperf.errors import InputError
-from gpuperf.fileio import json_safe, read_json_object, write_text
+from gpuperf.fileio import check_writable, json_safe, read_json_object, write_text
 
 
-def test_write_text_atomic_and_errors(tmp_path):
-    p = write_text(tmp_path / "a" / "b.json", "{}", atomic=True)
-    assert p.read_text() == "{}" and not (tmp_path / "a" / "b.json.tmp").exists()
+def test_write_text_creates_the_folder_and_refuses_what_it_cannot_write(tmp_path):
+    p = write_text(tmp_path / "a" / "b.json", "{}")
+    assert p.read_text() == "{}" and sorted(x.name for x in p.parent.iterdir()) == ["b.json"]
     with pytest.raises(InputError, match="is a directory"):
         write_text(tmp_path, "x")
     with pytest.raises(InputError, match="cannot write"):
         write_text("/proc/gpuperf-test/x.json", "x")
+
+
+def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    import os
+
+    out = tmp_path / "profile.toml"
+    out.write_text("old = 1\n")
+    out.chmod(0o640)
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(InputError, match="No space left"):
+        write_text(out, "new = 2\n" * 1000)
+    assert out.read_text() == "old = 1\n"
+    assert [x.name for x in tmp_path.iterdir()] == ["profile.toml"]  # no temporary left
+    monkeypatch.undo()
+    write_text(out, "new = 2\n")
+    assert out.read_text() == "new = 2\n" and (out.stat().st_mode & 0o777) == 0o640
+
+
+def test_check_writable_fails_before_the_work(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os_access_writable(ro):  # running as root: permissions do not bind
+            pytest.skip("permissions are not enforced for this user")
+        with pytest.raises(InputError, match="permission denied"):
+            check_writable(ro / "x.html")
+    finally:
+        ro.chmod(0o700)
+    assert check_writable(tmp_path / "new" / "x.html") == tmp_path / "new" / "x.html"
+
+
+def os_access_writable(path):
+    import os
+
+    return os.access(path, os.W_OK)
 
 
 @pytest.mark.parametrize(
