@@ -17,3 +17,23 @@ class EnvironmentUnavailable(GpuperfError, RuntimeError):
     """This machine cannot run it: no GPU, no torch, too few GPUs."""
 
     exit_code = 3
+
+
+class Interrupted(GpuperfError):
+    """Ctrl-C (exit 130) or SIGTERM (exit 143) during a run; what was done is kept."""
+
+    exit_code = 130
+
+    def __init__(self, message: str, signal_name: str = "SIGINT") -> None:
+        super().__init__(message)
+        self.exit_code = 143 if signal_name == "SIGTERM" else 130
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be so the same clean-up runs (gpuperf.cli.main)."""
+
+
+def interrupted(exc: BaseException, what: str) -> Interrupted:
+    """The Interrupted error for a KeyboardInterrupt (or Terminated) caught during `what`."""
+    name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+    return Interrupted(f"{what}: stopped by {name}", name)

@@ -6,12 +6,14 @@ Subcommands are imported only when invoked, so `gpuperf predict` never pays for 
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
 
 import click
 
 from gpuperf import __version__
-from gpuperf.errors import GpuperfError
+from gpuperf.errors import GpuperfError, Terminated
 
 # command name -> "module:attribute" (a click.Command), imported on first use.
 COMMANDS: dict[str, str] = {
@@ -55,16 +57,33 @@ def cli() -> None:
     """
 
 
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: turns library errors into one-line messages and exit codes (0/1/2/3)."""
+    """Entry point: turns library errors into one-line messages and exit codes (0/1/2/3; 130 on
+    Ctrl-C, 143 on SIGTERM, which runs the same clean-up as Ctrl-C)."""
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        _main(argv)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="gpuperf", standalone_mode=False)
     except GpuperfError as exc:
         click.echo(f"gpuperf: error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("gpuperf: aborted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as exc:
+        term = isinstance(exc.__cause__ or exc.__context__, Terminated)
+        click.echo(f"gpuperf: aborted ({'SIGTERM' if term else 'SIGINT'})", err=True)
+        sys.exit(143 if term else 130)
     except click.ClickException as exc:
         click.echo(f"gpuperf: error: {exc.format_message()}", err=True)
         sys.exit(2 if isinstance(exc, click.UsageError | click.BadParameter) else exc.exit_code)

@@ -13,7 +13,7 @@ import click
 
 from gpuperf.cli.common import output_options
 from gpuperf.cli.ops_grammar import dtype_option, op_commands, sweep
-from gpuperf.errors import EnvironmentUnavailable, GpuperfError, InputError
+from gpuperf.errors import EnvironmentUnavailable, GpuperfError, InputError, interrupted
 
 BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
 
@@ -131,6 +131,9 @@ def run_ops(
                 m = measure_op(op, dev, budget, None if backend == "auto" else backend)
             except (EnvironmentUnavailable, WrongResult, InputError) as exc:
                 failure = exc
+                break
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: show and keep what was done
+                failure = interrupted(exc, f"measured {len(done)} of {len(ops)}")
                 break
             done.append(m)
             predicted = float(prediction.table["time_ms"].iloc[i]) if prediction else None
@@ -267,6 +270,8 @@ def run_collective_cmd(
             )
         except GpuperfError as exc:
             failure = exc
+        except KeyboardInterrupt as exc:  # the workers are gone already (measure.launch)
+            failure = interrupted(exc, f"{coll}: measured {len(rows)} of {len(nbytes)} sizes")
     if rows:
         env = env or (saver[0].data["env"] if saver else {})
         coll_report.render(coll, launch.world, rows, env, warnings, fmt)

@@ -1,7 +1,8 @@
 """Start torchrun workers, watch them, end them: one way for every multi-process run.
 
-The launcher runs in its own session; on a timeout or Ctrl-C every process of the run (torchrun,
-its ranks, and anything they started) is killed. `poll` is called while the workers run (to
+The launcher runs in its own session; on a timeout, Ctrl-C or SIGTERM every process of the run
+(torchrun, its ranks, and anything they started) is killed, and if gpuperf itself is killed
+torchrun gets SIGTERM from the kernel (PR_SET_PDEATHSIG). `poll` is called while the workers run (to
 report rows as they land in the output file).
 """
 
@@ -80,6 +81,15 @@ def last_error(log: Path) -> str:
     return (exits[-1] if exits else lines[-1] if lines else "no output")[:300]
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when gpuperf dies, even by SIGKILL (Linux
+    PR_SET_PDEATHSIG; torchrun ends its ranks on SIGTERM, and they have their own)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))
+
+
 def run_workers(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float | None,
                 poll: Callable[[], None] | None = None) -> int:  # fmt: skip
     """Run `cmd` (torchrun) with its output in `log`; its exit code. Raises WorkersTimedOut."""
@@ -87,7 +97,7 @@ def run_workers(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float
     with open(log, "wb") as logf:
         proc = subprocess.Popen(
             cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_die_with_parent,
         )  # fmt: skip
         try:
             while proc.poll() is None:
