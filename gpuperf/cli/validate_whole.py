@@ -75,11 +75,15 @@ def summary(name: str, sc: Any, what: str, result: dict[str, Any], pred: Any) ->
         "peak_memory_bytes": result.get("peak_memory_bytes"),
         "check_rel_err": result.get("check_rel_err"),
     }
+    if result.get("rank_host_ms"):  # the host's part of each step: the busiest rank's
+        out["host_ms"] = median(max(step) for step in result["rank_host_ms"])
+        out["rank_host_ms"] = result["rank_host_ms"]
     if pred is not None:
         out.update(
             predicted_ms=pred.total_ms,
             error_pct=100 * (pred.total_ms / measured - 1),
             predicted_memory_bytes=sum(pred.memory.values()),
+            predicted_host_ms=pred.extra.get("host_ms"),
             predicted_breakdown_ms=pred.extra.get("breakdown_ms", {}),
             gpu_profile=pred.gpu,
         )
@@ -98,6 +102,7 @@ def render(out: dict[str, Any], fmt: str) -> None:
     peak = max(out["peak_memory_bytes"] or [0]) / gib
     rows = [
         ("step (ms)", out["measured_ms"], out.get("predicted_ms"), out.get("error_pct")),
+        ("host part of a step (ms)", out.get("host_ms"), out.get("predicted_host_ms"), None),
         ("peak memory per GPU (GiB)", peak or None,
          (out.get("predicted_memory_bytes") or 0) / gib or None, None),
     ]  # fmt: skip

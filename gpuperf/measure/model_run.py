@@ -9,6 +9,7 @@ megatron (plain-PyTorch TP). What none of them runs is refused with the reason.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -122,6 +123,16 @@ def check_devices(run: ModelRun) -> None:
         )
 
 
+def stages(log: Path) -> str:
+    """Where each rank last was, from the workers' log ("rank 0: warm-up, rank 1: build")."""
+    last: dict[int, str] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = re.search(r"\[gpuperf rank (\d+)\] (.*)", line)
+        if m:
+            last[int(m.group(1))] = m.group(2).strip()
+    return ", ".join(f"rank {r}: {w}" for r, w in sorted(last.items())) or "no rank started"
+
+
 def run_model(run: ModelRun) -> dict[str, Any]:
     """Run it; the result rank 0 wrote (samples_ms: the slowest rank per iteration)."""
     implementation(run.scenario)
@@ -132,15 +143,20 @@ def run_model(run: ModelRun) -> dict[str, Any]:
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={run.nproc}",
                "--standalone", "-m", "gpuperf.measure.model_worker", "--spec", str(spec),
                "--out", str(out)]  # fmt: skip
-        env = child_env({"GPUPERF_DEVICE": run.device})
+        extra = {"GPUPERF_DEVICE": run.device}
+        if run.scenario.cuda_graphs and run.nproc > 1:
+            # No NCCL calls run beside a replayed graph, so NCCL's support for mixing them
+            # (which can deadlock CUDA, NCCL's CUDA-graph notes) is not needed.
+            extra["NCCL_GRAPH_MIXING_SUPPORT"] = "0"
+        env = child_env(extra)
         try:
             code = run_workers(cmd, env, log, run.timeout_s)
         except WorkersTimedOut as exc:
             ranks = sorted(Path(tmp).glob("result.rank*.json"))
             why = f" ({json.loads(ranks[0].read_text()).get('error')})" if ranks else ""
             raise EnvironmentUnavailable(
-                f"the {implementation(run.scenario)} run timed out after {run.timeout_s:g} s; "
-                f"killed {exc.killed} processes{why}"
+                f"the {implementation(run.scenario)} run timed out after {run.timeout_s:g} s "
+                f"({stages(log)}); killed {exc.killed} processes{why}"
             ) from None
         result = json.loads(out.read_text()) if out.exists() else {}
         ranks = sorted(Path(tmp).glob("result.rank*.json"))

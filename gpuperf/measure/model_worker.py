@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 import traceback
 from datetime import timedelta
@@ -142,7 +143,7 @@ def step_fn(model: Any, spec: dict[str, Any], device: torch.device) -> Any:
         _inner(model).eval()
         return _decode(model, spec, device, gen)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)  # foreach, states in the params' dtype
+    opt = torch.optim.AdamW(_param_groups(model), lr=1e-5)  # foreach, states in the params' dtype
     ids = torch.randint(0, vocab, (b, spec["seq"]), generator=gen).to(device)
 
     def train() -> None:
@@ -152,6 +153,17 @@ def step_fn(model: Any, spec: dict[str, Any], device: torch.device) -> Any:
         opt.zero_grad(set_to_none=True)
 
     return train
+
+
+def _param_groups(model: Any) -> list[dict[str, Any]]:
+    """The parameters in groups that AdamW's foreach kernels can take whole: DTensors apart from
+    plain tensors (HF's tp_plan leaves the norms plain, and foreach refuses the mix)."""
+    from torch.distributed.tensor import DTensor
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    split = [[p for p in params if isinstance(p, DTensor)],
+             [p for p in params if not isinstance(p, DTensor)]]  # fmt: skip
+    return [{"params": group} for group in split if group]
 
 
 def _pipeline_step(pipe: Any, spec: dict[str, Any], device: torch.device, gen: Any) -> Any:
@@ -199,34 +211,50 @@ def _decode(model: Any, spec: dict[str, Any], device: torch.device, gen: Any) ->
     def fwd() -> None:
         model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True)
 
+    rank = dist.get_rank()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
+    _stage(rank, "graph warm-up on a side stream")
     with torch.no_grad(), torch.cuda.stream(stream):
         for _ in range(2):  # allocations, handles and NCCL's own warm-up, outside the capture
             fwd()
     torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    dist.barrier()
+    _stage(rank, "graph capture")
     graph = torch.cuda.CUDAGraph()
     # thread_local: NCCL's watchdog thread keeps querying its events during the capture, which
     # the default (global) mode forbids.
     with torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
         fwd()
+    _stage(rank, "graph captured")
     return graph.replay
 
 
-def _time_once(fn: Any, device: torch.device) -> float:
-    """Milliseconds of one call on this rank, started together with the other ranks."""
+def _time_once(fn: Any, device: torch.device) -> tuple[float, float]:
+    """Milliseconds of one call on this rank, started together with the other ranks: the step
+    (CUDA events) and the host's part, until the call returned with its work queued (a step that
+    is host-bound has the two about equal)."""
     dist.barrier()
     if device.type == "cuda":
         torch.cuda.synchronize()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
+        t0 = time.perf_counter()
         fn()
+        host = (time.perf_counter() - t0) * 1e3
         b.record()
         b.synchronize()
-        return a.elapsed_time(b)
+        return a.elapsed_time(b), host
     t0 = time.perf_counter()
     fn()
-    return (time.perf_counter() - t0) * 1e3
+    ms = (time.perf_counter() - t0) * 1e3
+    return ms, ms
+
+
+def _stage(rank: int, what: str) -> None:
+    """A line in the workers' log: where a rank was when a run hangs (the launcher shows it)."""
+    print(f"[gpuperf rank {rank}] {what}", file=sys.stderr, flush=True)
 
 
 def check_error(
@@ -271,20 +299,26 @@ def main() -> int:
             import transformers
 
             out["env"]["transformers"] = transformers.__version__
+        _stage(rank, "build")
         model = build(spec, device, rank, world)
         if spec.get("check"):
+            _stage(rank, "check")
             out["check_rel_err"] = check_error(spec, model, device, rank, world)
+        _stage(rank, "step setup" + (" and graph capture" if spec.get("graphs") else ""))
         fn = step_fn(model, spec, device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
+        _stage(rank, "warm-up")
         for _ in range(spec["warmup"]):
             _time_once(fn, device)
+        _stage(rank, "timed steps")
         for _ in range(spec["iters"]):
             mine = _time_once(fn, device)
             every = [None] * world
             dist.all_gather_object(every, mine)
-            out["samples_ms"].append(max(every))
-            out["rank_samples_ms"] = out.get("rank_samples_ms", []) + [every]
+            out["samples_ms"].append(max(ms for ms, _ in every))
+            out["rank_samples_ms"] = out.get("rank_samples_ms", []) + [[ms for ms, _ in every]]
+            out["rank_host_ms"] = out.get("rank_host_ms", []) + [[h for _, h in every]]
             if rank == 0:
                 out["measured_ms"] = statistics.median(out["samples_ms"])
                 _write(path, out)
@@ -304,7 +338,13 @@ def main() -> int:
         raise
     if rank == 0:
         _write(path, out)
+    _stage(rank, "done")
     dist.barrier()
+    if spec.get("graphs") and world > 1:
+        # Destroying a communicator whose collectives a CUDA graph captured can hang
+        # (pytorch/pytorch#115388); the result is written, so leave without it.
+        sys.stderr.flush()
+        os._exit(0)
     dist.destroy_process_group()
     return 0
 
