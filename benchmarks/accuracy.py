@@ -113,20 +113,24 @@ def multigpu_runs_table(d: Path) -> str:
     from gpuperf.perfmodel.accuracy import is_multigpu_calibration, predict_multigpu
 
     gpu = load_gpu(d.name)
-    head = ["run", "GPUs", "measured (ms)", "predicted (ms)", "error", "split"]
+    head = ["run", "GPUs", "measured (ms)", "predicted (ms)", "error", "split", "file"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in load_multigpu(sorted(d.glob("validate_multigpu_*.json"))):
         p = predict_multigpu(r, gpu).total_ms
         sc = r.scenario
         split = "calibration" if is_multigpu_calibration(r) else "held out"
         what = r.label.rsplit(" x", 1)[0] + " " + r.label.rsplit(" ", 1)[-1]
+        if sc.get("pp", 1) > 1:
+            what = what.replace("pipeline", f"pipeline pp{sc['pp']}×tp{sc['tp']} 1F1B "
+                                f"{sc['batch'] // sc['micro_batch']} micro-batches")  # fmt: skip
         if sc.get("cuda_graphs"):
             what = what.replace(" graphs", "") + " (CUDA graph)"
         shape = f"b{sc['batch']} " + (f"ctx{sc['ctx']}" if sc["mode"] == "decode" else
                                       f"s{sc['seq']}")  # fmt: skip
         gpus = sc["tp"] * sc["dp"] * sc.get("pp", 1)
+        src = r.source.removeprefix("validate_multigpu_").removesuffix(".json")
         out.append(f"| {what} {shape} | {gpus} | {r.measured_ms:.1f} | {p:.1f} | "
-                   f"{100 * (p / r.measured_ms - 1):+.1f}% | {split} |")  # fmt: skip
+                   f"{100 * (p / r.measured_ms - 1):+.1f}% | {split} | {src} |")  # fmt: skip
     return "\n".join(out)
 
 

@@ -133,10 +133,17 @@ def main() -> int:
     spec = detect_gpu(0) if a.device == "cuda" else None
     have = torch.cuda.device_count() if a.device == "cuda" else 4
     a.out_dir.mkdir(parents=True, exist_ok=True)
+    host = {}
+    if a.device == "cuda":  # this host's CPU, as `gpuperf calibrate` measures it (one process)
+        from gpuperf.measure.calibration import measure_attn_plan, measure_host_dispatch
+
+        host = {"host_dispatch_bare_s": measure_host_dispatch("cuda:0"),
+                "host_attn_plan_s": measure_attn_plan("cuda:0")}  # fmt: skip
+        print(f"host: {host}", flush=True)
     start = time.monotonic()
     for group in a.groups.split(","):
         path = a.out_dir / f"validate_multigpu_{group}.json"
-        data: dict = {"runs": [], "skipped": []}
+        data: dict = {"runs": [], "skipped": [], "host": host}
         for g, model, kw in PLAN:
             if g != group:
                 continue

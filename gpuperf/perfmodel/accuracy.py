@@ -38,7 +38,9 @@ TARGETS: dict[str, float] = {
     "collective >=1MiB": 0.10,
     "data-parallel training (DDP, FSDP2)": 0.10,
     "tensor-parallel prefill": 0.15,
-    "tensor-parallel decode": 0.15,
+    "tensor-parallel decode, eager": 0.15,
+    "tensor-parallel decode, CUDA graph": 0.15,
+    "tensor-parallel training": 0.15,
     "pipeline-parallel prefill and training": 0.15,
     "whole-model prefill": 0.10,
     "whole-model decode": 0.15,
@@ -175,7 +177,7 @@ def multigpu_class(r: MultiGpuRun) -> str:
     if sc["dp"] > 1:
         return "data-parallel training (DDP, FSDP2)"
     if sc["mode"] == "decode":
-        return "tensor-parallel decode"
+        return "tensor-parallel decode, " + ("CUDA graph" if sc.get("cuda_graphs") else "eager")
     return "tensor-parallel prefill" if sc["mode"] == "prefill" else "tensor-parallel training"
 
 

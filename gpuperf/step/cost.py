@@ -5,8 +5,11 @@ Host costs (per kernel, on the CPU that issues it):
 - eager PyTorch: host_dispatch_s per kernel (a replayed CUDA graph: none on the host, but
   graph_launch_s of GPU idle between kernels);
 - a collective call through torch.distributed: host_collective_s more;
+- every host cost grows with the ranks that share the host (1 + k*log2(ranks), k =
+  host_rank_slowdown);
 - DTensor tensor parallelism: host_dtensor_op_s more for each sharded GEMM (sharding propagation
-  and redistribution in Python around the local kernel);
+  and redistribution in Python around the local kernel) and for each optimizer op on each
+  DTensor parameter;
 - an eager decode step on a growing cache: host_decode_layer_s at the first kernel of each layer,
   and host_attn_plan_s once per step at the first attention kernel (cuDNN plans the new length).
 """
@@ -14,6 +17,7 @@ Host costs (per kernel, on the CPU that issues it):
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +49,7 @@ class HostRules:
     dtensor: float = 0.0
 
     @staticmethod
-    def of(sc: Scenario | None, gpu: GpuSpec) -> HostRules:
+    def of(sc: Scenario | None, gpu: GpuSpec, system: SystemSpec | None = None) -> HostRules:
         if sc is None:
             return HostRules()
         p = gpu.params
@@ -54,13 +58,50 @@ class HostRules:
             return HostRules(graph_gap=p.graph_launch_s)
         eager_decode = sc.impl == "eager" and sc.mode == "decode"
         dtensor = sc.tp > 1 and sc.tp_impl == "dtensor"
+        slow = host_slowdown(gpu, ranks_per_host(sc, system))
+        dt = float(extra.get("host_dtensor_op_s", HOST_DTENSOR_OP_S)) if dtensor else 0.0
         return HostRules(
-            per_kernel=p.host_dispatch_s,
-            layer_first=p.host_decode_layer_s if eager_decode else 0.0,
-            attn_plan=p.host_attn_plan_s if eager_decode else 0.0,
-            comm=float(extra.get("host_collective_s", 0.0)),
-            dtensor=float(extra.get("host_dtensor_op_s", 0.0)) if dtensor else 0.0,
+            per_kernel=slow * p.host_dispatch_s,
+            layer_first=slow * p.host_decode_layer_s if eager_decode else 0.0,
+            attn_plan=slow * p.host_attn_plan_s if eager_decode else 0.0,
+            comm=slow * float(extra.get("host_collective_s", HOST_COLLECTIVE_S)),
+            dtensor=slow * dt,
         )
+
+
+# Host costs beyond one launch, measured on the 4-H200 host by benchmarks/device/
+# host_probe_multigpu.py (host_probe_multigpu.json), none fitted to a whole-model run; a
+# profile's [model.extra] overrides each, other GPUs' hosts take these values (assumed).
+# - A plain torch.distributed all-reduce issues in 15.5 us, a one-element add in 6.9 us: the
+#   collective's bookkeeping (work object, events, NCCL's enqueue) costs 8.6 us more.
+HOST_COLLECTIVE_S = 8.6e-6
+# - A column-parallel linear on a DTensor weight (input from_local, output to_local), as HF's
+#   tp_plan runs each projection, issues in 131.5 us against 18.2 us for the same local linear:
+#   sharding propagation and the DTensor wrapping in Python.
+HOST_DTENSOR_OP_S = 113e-6
+# - Every rank on a host issues slower as more ranks share it (one process per GPU, each with
+#   its NCCL proxy and watchdog threads; shared caches): per call, 1.23x / 1.51x for a launch,
+#   1.34x / 1.71x for a Python loop, 1.04x / 1.48x for a linear, 1.07x / 1.59x for a DTensor
+#   linear at 2 / 4 ranks. Host costs scale by 1 + k*log2(ranks on the host), k the median of
+#   those eight ratios' k (0.25).
+HOST_RANK_SLOWDOWN = 0.25
+
+
+def _is_optimizer(op: Op) -> bool:
+    return op.name.startswith("optimizer/")
+
+
+def ranks_per_host(sc: Scenario, system: SystemSpec | None) -> int:
+    """The processes of one job on a host (one per GPU): a node's share of the plan. Inference
+    replicas (dp outside training) are separate servers, not assumed to share a host, so the
+    same work on one GPU and as a replica costs the same."""
+    ranks = sc.gpus if sc.mode == "train" else sc.gpus // sc.dp
+    return ranks if system is None else max(1, min(ranks, system.gpus_per_node))
+
+
+def host_slowdown(gpu: GpuSpec, ranks: int) -> float:
+    k = float(gpu.params.extra.get("host_rank_slowdown", HOST_RANK_SLOWDOWN))
+    return 1.0 + k * math.log2(max(ranks, 1))
 
 
 # Each second of communication hidden under compute still costs the compute this fraction of a
@@ -161,7 +202,7 @@ class Coster:
     def __init__(self, gpu: GpuSpec, system: SystemSpec | None, sc: Scenario | None) -> None:
         self.gpu, self.system, self.sc = gpu, system, sc
         self.compute_gpu = sustained(gpu) if sc is not None else gpu
-        self.rules = HostRules.of(sc, gpu)
+        self.rules = HostRules.of(sc, gpu, system)
         self.nvls = bool(sc is not None and sc.nvls)
         self.overlap_cost = overlap_cost(gpu)
         self._rows: dict[tuple, tuple[Any, ...]] = {}
@@ -224,7 +265,7 @@ class Coster:
             kind = op.kind
             if kind in _COMM:
                 host[i] += rules.comm
-            elif kind == "gemm" and rules.dtensor and layered:
+            elif rules.dtensor and (layered and kind == "gemm" or _is_optimizer(op)):
                 host[i] += rules.dtensor
             if first_step and plan_at < 0 and kind == "attention" and rules.attn_plan:
                 plan_at = i

@@ -117,7 +117,7 @@ class Engine:
     def coster(self, sc: Scenario) -> Coster:
         from gpuperf.step.cost import HostRules
 
-        key = (HostRules.of(sc, self.gpu), sc.nvls)
+        key = (HostRules.of(sc, self.gpu, self.system), sc.nvls)
         c = self._costers.get(key)
         if c is None:
             c = self._costers[key] = Coster(self.gpu, self.system, sc)
@@ -384,7 +384,8 @@ def coster_for(sc: Scenario, where: Placement) -> Coster:
     from gpuperf.step import cost
 
     # The time model is part of the key: what a Coster cached, it cached with it.
-    key = (where.gpu, id(where.system), cost.HostRules.of(sc, where.gpu), sc.nvls, cost._op_time)
+    rules = cost.HostRules.of(sc, where.gpu, where.system)
+    key = (where.gpu, id(where.system), rules, sc.nvls, cost._op_time)
     hit = _COSTERS.get(key)
     if hit is None or hit[0] is not where.system:
         if len(_COSTERS) > 32:

@@ -176,12 +176,23 @@ def optimizer_parts(cfg: ModelConfig, sc: Scenario, d, g: Groups, params: Params
     n = params.total
     if sc.zero >= 1:
         n = params.dense / g.dp + params.expert / g.edp
-    return _optimizer(math.ceil(n), d, sc.impl == "eager")
+    eager = sc.impl == "eager"
+    tensors = 1
+    if eager and g.tp > 1 and sc.tp_impl == "dtensor":
+        # DTensor runs each foreach op of AdamW through its dispatch once per DTensor parameter
+        # (the step engine charges host_dtensor_op_s for each): a layer's seven projections,
+        # the embedding and the lm_head.
+        tensors = DTENSOR_PARAMS_PER_LAYER * math.ceil(cfg.layers / sc.pp) + 2
+    return _optimizer(math.ceil(n), d, eager, tensors)
+
+
+DTENSOR_PARAMS_PER_LAYER = 7  # q, k, v, o, gate, up, down under Hugging Face's tp_plan
 
 
 @functools.lru_cache(maxsize=1024)
-def _optimizer(n: int, d, eager: bool) -> tuple:  # noqa: ANN001
+def _optimizer(n: int, d, eager: bool, tensors: int = 1) -> tuple:  # noqa: ANN001
+    """AdamW's kernels over n parameters; with tensors > 1, one repeat per tensor (DTensor)."""
     from gpuperf.workloads.step_work import _part
     from gpuperf.workloads.transformer_train import optimizer_ops
 
-    return (_part(optimizer_ops(n, d, eager)),)
+    return (_part(optimizer_ops(math.ceil(n / tensors), d, eager), repeat=tensors),)

@@ -302,9 +302,22 @@ def test_uneven_stages_are_allowed_and_the_slowest_sets_the_pace():
     assert even.total_ms > uneven.total_ms * 0.9
 
 
+def _without_rank_slowdown(system: str):  # noqa: ANN202 - a SystemSpec
+    """The system with hosts that issue as fast for eight ranks as for one."""
+    from dataclasses import replace
+
+    from gpuperf.hardware.loader import load_system
+
+    sys_spec = load_system(system)
+    gpu = sys_spec.gpu
+    extra = {**gpu.params.extra, "host_rank_slowdown": 0.0}
+    return replace(sys_spec, gpu=replace(gpu, params=replace(gpu.params, extra=extra)))
+
+
 def test_data_parallel_gradient_sync_hides_under_the_backward():
-    one = api.predict("llama3-8b", system="dgx-h100", mode="train", impl="eager", seq=2048)
-    ddp = api.predict("llama3-8b", system="dgx-h100", mode="train", impl="eager", seq=2048, dp=8)
+    dgx = _without_rank_slowdown("dgx-h100")  # the sync alone: the same host as one GPU's
+    one = api.predict("llama3-8b", system=dgx, mode="train", impl="eager", seq=2048)
+    ddp = api.predict("llama3-8b", system=dgx, mode="train", impl="eager", seq=2048, dp=8)
     dp = ddp.table[ddp.table["name"].str.startswith("dp/")]
     sync = dp[dp["kind"] == "collective"]
     assert len(sync) == 162  # whole parameters a bucket: five a layer and the two embeddings
@@ -428,3 +441,15 @@ def test_collective_ops_carry_their_group():
     assert any(s.endswith("×8") for s in shapes) and any(s.endswith("×2") for s in shapes)
     assert [op for op in build_ops(load_model("llama2-7b"), Scenario())
             if isinstance(op, Collective)] == []  # fmt: skip # one GPU issues none
+
+
+def test_ranks_sharing_a_host_issue_slower_and_inference_replicas_do_not():
+    kw = dict(mode="decode", impl="eager", ctx=2048)
+    one = api.predict("llama3-8b", system="dgx-h100", **kw)
+    tp8 = api.predict("llama3-8b", system="dgx-h100", tp=8, **kw)
+    replicas = api.predict("llama3-8b", system="dgx-h100", dp=8, batch=8, **kw)
+    assert replicas.extra["host_ms"] == pytest.approx(one.extra["host_ms"], rel=1e-9)
+    # eight ranks: every host cost 1 + 0.25 * log2(8) = 1.75 times one rank's
+    base = api.predict("llama3-8b", system=_without_rank_slowdown("dgx-h100"), tp=8, **kw)
+    assert tp8.extra["host_ms"] == pytest.approx(1.75 * base.extra["host_ms"], rel=1e-6)
+    assert tp8.total_ms > one.total_ms  # host-bound: the slower host shows
