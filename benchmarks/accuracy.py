@@ -15,6 +15,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,14 +110,30 @@ def fmt_runs(t: pd.DataFrame, markdown: bool) -> str:
 
 
 def multigpu_runs_table(d: Path) -> str:
-    """Every multi-GPU run (and its one-GPU baseline on the same host), Markdown."""
-    from gpuperf.perfmodel.accuracy import is_multigpu_calibration, predict_multigpu
+    """Every multi-GPU run (and its one-GPU baseline on the same host), Markdown; where the file
+    measured its machine's host first, the prediction with that host too; then per class the
+    median error of those runs both ways."""
+    from gpuperf.perfmodel.accuracy import (
+        is_multigpu_calibration,
+        multigpu_class,
+        on_host,
+        predict_multigpu,
+    )
 
     gpu = load_gpu(d.name)
-    head = ["run", "GPUs", "measured (ms)", "predicted (ms)", "error", "split", "file"]
+    head = ["run", "GPUs", "measured (ms)", "predicted (ms)", "error", "with its host", "split",
+            "file"]  # fmt: skip
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    by_class: dict[str, list[tuple[float, float]]] = {}
     for r in load_multigpu(sorted(d.glob("validate_multigpu_*.json"))):
         p = predict_multigpu(r, gpu).total_ms
+        here = on_host(gpu, r.host)
+        err = p / r.measured_ms - 1
+        hosted = "–"
+        if here is not None:
+            err_here = predict_multigpu(r, here).total_ms / r.measured_ms - 1
+            hosted = f"{100 * err_here:+.1f}%"
+            by_class.setdefault(multigpu_class(r), []).append((err, err_here))
         sc = r.scenario
         split = "calibration" if is_multigpu_calibration(r) else "held out"
         what = r.label.rsplit(" x", 1)[0] + " " + r.label.rsplit(" ", 1)[-1]
@@ -130,7 +147,13 @@ def multigpu_runs_table(d: Path) -> str:
         gpus = sc["tp"] * sc["dp"] * sc.get("pp", 1)
         src = r.source.removeprefix("validate_multigpu_").removesuffix(".json")
         out.append(f"| {what} {shape} | {gpus} | {r.measured_ms:.1f} | {p:.1f} | "
-                   f"{100 * (p / r.measured_ms - 1):+.1f}% | {split} | {src} |")  # fmt: skip
+                   f"{100 * err:+.1f}% | {hosted} | {split} | {src} |")  # fmt: skip
+    out += ["", "| class (runs whose machine's host was measured) | n | median error, "
+            "profile's host | median error, its host |", "|---|---|---|---|"]  # fmt: skip
+    for cls, errs in sorted(by_class.items()):
+        a = float(np.median([abs(e) for e, _ in errs]))
+        b = float(np.median([abs(e) for _, e in errs]))
+        out.append(f"| {cls} | {len(errs)} | {100 * a:.1f}% | {100 * b:.1f}% |")
     return "\n".join(out)
 
 

@@ -126,6 +126,7 @@ class MultiGpuRun:
     implementation: str
     measured_ms: float
     source: str
+    host: dict[str, float] | None = None  # that machine's host, measured before the runs
 
     @property
     def label(self) -> str:
@@ -148,12 +149,37 @@ def load_multigpu(files: Iterable[Path]) -> list[MultiGpuRun]:
     """Every finished, not excluded run of the multi-GPU result files."""
     out = []
     for path in files:
-        for run in _list(read_json(path), "runs", path):
+        data = read_json(path)
+        host = data.get("host") if isinstance(data, dict) else None
+        for run in _list(data, "runs", path):
             if run.get("error") or run.get("excluded") or not _ms(run.get("measured_ms"), path):
                 continue
             fields = ("model", "config", "scenario", "implementation", "measured_ms")
-            out.append(MultiGpuRun(*(run[f] for f in fields), path.name))
+            out.append(MultiGpuRun(*(run[f] for f in fields), path.name, host or None))
     return out
+
+
+# The bare-kernel host time (gpuperf.measure.calibration.measure_host_dispatch) of the host whose
+# Hugging Face runs set a profile's host constants: the live calibration on that H200 machine
+# (benchmarks/results/h200-sxm-141gb/live_calibration_1gpu.toml).
+PROFILE_HOST_BARE_S = {"h200-sxm-141gb": 9.36375e-06}
+
+
+def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
+    """The profile with another machine's host: its per-kernel constants scaled by that host's
+    bare dispatch over the profile host's, its cuDNN plan time as measured. None when either
+    host is unknown."""
+    ref = PROFILE_HOST_BARE_S.get(gpu.name)
+    if not host or ref is None or not host.get("host_dispatch_bare_s"):
+        return None
+    from dataclasses import replace
+
+    k = host["host_dispatch_bare_s"] / ref
+    p = gpu.params
+    params = replace(p, host_dispatch_s=p.host_dispatch_s * k,
+                     host_decode_layer_s=p.host_decode_layer_s * k,
+                     host_attn_plan_s=host.get("host_attn_plan_s", p.host_attn_plan_s))  # fmt: skip
+    return replace(gpu, params=params)
 
 
 _SCENARIO_KEYS = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "dtype", "tp", "dp",
@@ -186,8 +212,10 @@ def multigpu_table(runs: Sequence[MultiGpuRun], gpu: GpuSpec) -> pd.DataFrame:
     rows = []
     for r in runs:
         p = predict_multigpu(r, gpu)
+        here = on_host(gpu, r.host)
         rows.append(
             {
+                "host_ratio": predict_multigpu(r, here).total_ms / r.measured_ms if here else None,
                 "class": multigpu_class(r),
                 "split": "calibration" if is_multigpu_calibration(r) else "held-out",
                 "name": r.model,

@@ -56,6 +56,8 @@ def test_megatron_tp_prefill_matches_the_whole_model(capsys, tiny, tmp_path):
         (["--tp", "2", "--tp-impl", "dtensor", "--mode", "decode"], "dtensor"),
         (["--dp", "2", "--mode", "train"], "ddp"),
         (["--dp", "2", "--zero", "3", "--mode", "train"], "fsdp"),
+        # foreach AdamW over HF's tp_plan: DTensors and plain tensors in separate groups
+        (["--tp", "2", "--tp-impl", "dtensor", "--mode", "train"], "dtensor"),
     ],
 )
 def test_implementations_run(capsys, tiny, args, what):
@@ -64,6 +66,9 @@ def test_implementations_run(capsys, tiny, args, what):
     r = json.loads(out)
     assert r["implementation"] == what
     assert all(s > 0 for s in r["samples_ms"])
+    # each rank's host time per step, the busiest rank's median beside the step
+    assert len(r["rank_host_ms"]) == len(r["samples_ms"]) and len(r["rank_host_ms"][0]) == 2
+    assert 0 < r["host_ms"] <= max(r["samples_ms"]) * 1.5
 
 
 @pytest.mark.parametrize(
@@ -97,3 +102,14 @@ def test_pipeline_1f1b_training_runs(capsys, tiny, extra):
     r = json.loads(out)
     assert r["implementation"] == "pipeline" and r["world"] == 2 * (2 if extra else 1)
     assert r["plan"].startswith("tp2 pp2" if extra else "tp1 pp2")
+
+
+def test_a_timed_out_run_says_where_each_rank_was(tmp_path):
+    from gpuperf.measure.model_run import stages
+
+    log = tmp_path / "log"
+    log.write_text("[gpuperf rank 1] build\nnoise\n[gpuperf rank 0] build\n"
+                   "[default0]:[gpuperf rank 0] graph capture\n")  # fmt: skip
+    assert stages(log) == "rank 0: graph capture, rank 1: build"
+    log.write_text("torchrun: nothing yet\n")
+    assert stages(log) == "no rank started"

@@ -70,3 +70,22 @@ def test_runs_marked_excluded_are_kept_out(tmp_path):
     seen = dict(run, measured_ms=15.0, excluded="kv lengths seen before")
     (tmp_path / "e2e.json").write_text(json.dumps({"env": {}, "runs": [run, seen]}))
     assert [r.measured_s for r in load_e2e([tmp_path / "e2e.json"])] == [0.04]
+
+
+def test_a_run_is_predicted_with_the_host_its_machine_measured(tmp_path):
+    from gpuperf.perfmodel.accuracy import PROFILE_HOST_BARE_S, load_multigpu, on_host
+
+    gpu = load_gpu("h200")
+    ref = PROFILE_HOST_BARE_S[gpu.name]
+    here = on_host(gpu, {"host_dispatch_bare_s": 2 * ref, "host_attn_plan_s": 0.05})
+    assert here.params.host_dispatch_s == pytest.approx(2 * gpu.params.host_dispatch_s)
+    assert here.params.host_decode_layer_s == pytest.approx(2 * gpu.params.host_decode_layer_s)
+    assert here.params.host_attn_plan_s == 0.05
+    assert on_host(gpu, None) is None
+    assert on_host(load_gpu("a100"), {"host_dispatch_bare_s": 1e-5}) is None  # host unknown
+    # the file's host reaches its runs
+    run = {"model": "m", "config": {}, "scenario": {}, "implementation": "single",
+           "measured_ms": 1.0}  # fmt: skip
+    path = tmp_path / "validate_multigpu_x.json"
+    path.write_text(json.dumps({"runs": [run], "host": {"host_dispatch_bare_s": 1e-5}}))
+    assert load_multigpu([path])[0].host == {"host_dispatch_bare_s": 1e-5}

@@ -453,3 +453,27 @@ def test_ranks_sharing_a_host_issue_slower_and_inference_replicas_do_not():
     base = api.predict("llama3-8b", system=_without_rank_slowdown("dgx-h100"), tp=8, **kw)
     assert tp8.extra["host_ms"] == pytest.approx(1.75 * base.extra["host_ms"], rel=1e-6)
     assert tp8.total_ms > one.total_ms  # host-bound: the slower host shows
+
+
+def test_dtensor_runs_adamw_once_per_dtensor_parameter_on_the_host():
+    from dataclasses import replace
+
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.step.cost import HOST_DTENSOR_OP_S, host_slowdown
+
+    gpu = load_gpu("h200")
+    free = replace(gpu, params=replace(gpu.params, extra={**gpu.params.extra,
+                                                          "host_dtensor_op_s": 0.0}))  # fmt: skip
+    kw = dict(mode="train", impl="eager", seq=2048, tp=2, tp_impl="dtensor",
+              sequence_parallel=False)  # fmt: skip
+    with_dt, without = (
+        api.predict("llama3-8b", gpu=gpu, **kw),
+        api.predict("llama3-8b", gpu=free, **kw),
+    )
+    gemms = with_dt.table[
+        (with_dt.table["kind"] == "gemm") & with_dt.table["name"].str.startswith("L")
+    ]
+    tensors = 7 * 32 + 2  # seven projections a layer, the embedding, the lm_head
+    opt_ops = 8  # AdamW's foreach ops (transformer_train.optimizer_ops)
+    want = host_slowdown(gpu, 2) * HOST_DTENSOR_OP_S * (len(gemms) + opt_ops * tensors) * 1e3
+    assert with_dt.extra["host_ms"] - without.extra["host_ms"] == pytest.approx(want, rel=1e-6)
