@@ -91,6 +91,9 @@ PLAN = [
     ("4gpu", "llama3-70b-8l", dict(E, mode="prefill", batch=1, seq=2048, tp=4,
                                    tp_impl="dtensor")),
     ("4gpu", "llama3-70b-8l", dict(E, mode="train", batch=1, seq=2048, tp=4, tp_impl="dtensor")),
+    ("4gpu", "llama3-70b-8l", dict(E, mode="decode", batch=1, ctx=2048, tp=4)),
+    ("4gpu", "llama3-70b-8l", dict(E, mode="decode", batch=1, ctx=2048, tp=4, tp_impl="dtensor")),
+    ("4gpu", "llama3-8b", dict(E, mode="train", batch=1, seq=2048, tp=4, tp_impl="dtensor")),
     # --- a pipeline of 2 stages × tensor parallelism of 2 (1F1B, 8 micro-batches) ------------
     ("4gpu", "llama3-8b", dict(E, mode="prefill", batch=8, micro_batch=1, seq=2048, pp=2, tp=2)),
     ("4gpu", "llama3-8b", dict(E, mode="train", batch=8, micro_batch=1, seq=2048, pp=2, tp=2)),
