@@ -75,8 +75,8 @@ class ModelConfig:
                 f"{self.name}: num_key_value_heads ({self.num_key_value_heads}) must divide "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
-        if self.num_experts < 0 or self.num_experts_per_tok < 0:
-            raise InputError(f"{self.name}: expert counts must not be negative")
+        _positive(self, "num_experts", zero=True)  # a fraction of an expert is a typo
+        _positive(self, "num_experts_per_tok", zero=True)
         if self.num_experts and not 1 <= self.num_experts_per_tok <= self.num_experts:
             raise InputError(
                 f"{self.name}: num_experts_per_tok ({self.num_experts_per_tok}) must be between 1 "
@@ -176,10 +176,17 @@ class ModelConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _positive(cfg: ModelConfig, attr: str) -> None:
+MAX_SIZE = 2**31  # a width, count or length beyond this is a typo, and its sums overflow floats
+
+
+def _positive(cfg: ModelConfig, attr: str, zero: bool = False) -> None:
+    """An integer (not a bool, not a float), positive (or zero where `zero`), at most MAX_SIZE."""
     value = getattr(cfg, attr)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise InputError(f"{cfg.name}: {attr} must be a positive integer, got {value!r}")
+    low = 0 if zero else 1
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_SIZE:
+        what = "a non-negative" if zero else "a positive"
+        raise InputError(f"{cfg.name}: {attr} must be {what} integer up to {MAX_SIZE}, "
+                         f"got {value!r}"[:300])  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)
@@ -267,6 +274,15 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
             raise InputError(f"{source}: missing {keys[0]!r} (model_type {mtype or '?'})")
         return default
 
+    def flag(key: str, default: bool) -> bool:
+        """A JSON boolean; a string such as "false" is refused, not read as true."""
+        v = d.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise InputError(f"{source}: {key!r} must be true or false, not {v!r}")
+        return v
+
     try:
         if mtype in _LLAMA_LIKE:
             return ModelConfig(
@@ -280,7 +296,7 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
                 intermediate_size=get("intermediate_size"),
                 vocab_size=get("vocab_size"),
                 max_position_embeddings=get("max_position_embeddings", default=2048),
-                tie_word_embeddings=bool(get("tie_word_embeddings", default=False)),
+                tie_word_embeddings=flag("tie_word_embeddings", False),
                 qkv_bias=bool(get("attention_bias", default=mtype.startswith("qwen2"))),
                 linear_bias=bool(get("mlp_bias", default=False)),
                 num_experts=get("num_local_experts", "num_experts", default=0),
@@ -300,7 +316,7 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
                 intermediate_size=get("n_inner", "intermediate_size", default=4 * h),
                 vocab_size=get("vocab_size"),
                 max_position_embeddings=get("n_positions", "max_position_embeddings"),
-                tie_word_embeddings=bool(get("tie_word_embeddings", default=True)),
+                tie_word_embeddings=flag("tie_word_embeddings", True),
                 mlp="gelu",
                 norm="layernorm",
                 positions="learned",
@@ -319,7 +335,7 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
                 intermediate_size=get("intermediate_size"),
                 vocab_size=get("vocab_size"),
                 max_position_embeddings=get("max_position_embeddings", default=2048),
-                tie_word_embeddings=bool(get("tie_word_embeddings", default=False)),
+                tie_word_embeddings=flag("tie_word_embeddings", False),
                 mlp="gelu",
                 norm="layernorm",
                 linear_bias=True,

@@ -152,3 +152,28 @@ def test_validation():
     with pytest.raises(InputError, match="num_experts_per_tok"):
         _cfg(num_experts=2, num_experts_per_tok=3)
     assert _cfg(num_key_value_heads=1).kv_heads == 1  # MQA
+
+
+@pytest.mark.parametrize("value", ["false", "true", 0, 1])
+def test_tie_word_embeddings_must_be_a_json_boolean(value):
+    from gpuperf.errors import InputError
+    from gpuperf.workloads.config import from_hf_dict, hf_config
+
+    d = {**hf_config("llama3-8b")[0], "tie_word_embeddings": value}
+    with pytest.raises(InputError, match="'tie_word_embeddings' must be true or false"):
+        from_hf_dict(d, name="x")
+    assert from_hf_dict({**d, "tie_word_embeddings": False}, name="x").tie_word_embeddings is False
+    assert from_hf_dict({**d, "tie_word_embeddings": True}, name="x").tie_word_embeddings is True
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("num_local_experts", 7.5), ("num_experts_per_tok", 1.5), ("intermediate_size", 10**400),
+     ("num_hidden_layers", 1e12), ("hidden_size", True)],
+)  # fmt: skip
+def test_sizes_are_bounded_integers(field, value):
+    from gpuperf.workloads.config import from_hf_dict, hf_config
+
+    d = {**hf_config("mixtral-8x7b")[0], field: value}
+    with pytest.raises(InputError, match="integer up to"):
+        from_hf_dict(d, name="x")
