@@ -13,8 +13,9 @@ from typing import Any
 import click
 
 from gpuperf.dtypes import DTYPES, parse_dtype
+from gpuperf.errors import InputError
 from gpuperf.perfmodel.ops import Op
-from gpuperf.units import parse_sweep
+from gpuperf.units import MAX_POINTS, parse_sweep
 from gpuperf.workloads import single_op
 
 _SIZES = click.argument("sizes", nargs=-1, required=True)
@@ -65,6 +66,18 @@ def _apply(func: Callable[..., Any], decorators: Sequence[Decorator]) -> Callabl
     return func
 
 
+def grid(*dims: Sequence[int]) -> itertools.product:
+    """Every combination of the sweeps; InputError when there are more than MAX_POINTS (the
+    cap is on the product, not on each sweep: 10,000 × 10,000 is 10^8 ops)."""
+    n = 1
+    for d in dims:
+        n *= len(d)
+    if n > MAX_POINTS:
+        sizes = " × ".join(str(len(d)) for d in dims)
+        raise InputError(f"the sweeps make {sizes} = {n:,} points; at most {MAX_POINTS:,}")
+    return itertools.product(*dims)
+
+
 def op_commands(run: RunOps, common: Sequence[Decorator], verb: str) -> list[click.Command]:
     """gemm, attention, elementwise, norm and copy subcommands; each calls run(ops, **common_kw)."""
     cmds: list[click.Command] = []
@@ -76,7 +89,7 @@ def op_commands(run: RunOps, common: Sequence[Decorator], verb: str) -> list[cli
         if len(dims) == 1:
             ops: list[Op] = [single_op.gemm(m, dtype=dtype) for m in dims[0]]
         else:
-            ops = [single_op.gemm(m, n, k, dtype) for m, n, k in itertools.product(*dims)]
+            ops = [single_op.gemm(m, n, k, dtype) for m, n, k in grid(*dims)]
         run(ops, **kw)
 
     cmds.append(
@@ -167,7 +180,7 @@ def op_commands(run: RunOps, common: Sequence[Decorator], verb: str) -> list[cli
     )
 
     def norm_cmd(fn: str, rows: list[int], cols: list[int], dtype: str, **kw: Any) -> None:
-        ops = [single_op.norm(fn, r, c, dtype) for r, c in itertools.product(rows, cols)]
+        ops = [single_op.norm(fn, r, c, dtype) for r, c in grid(rows, cols)]
         run(ops, **kw)
 
     cmds.append(

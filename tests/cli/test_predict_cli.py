@@ -174,3 +174,17 @@ def main_code(args):
     except SystemExit as exc:
         return exc.code
     return 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["norm", "rmsnorm", "--rows", "1:10000:+1", "--cols", "1:10000:+1"],
+        ["gemm", "1:9999:+1", "1:9999:+1", "1"],
+        ["gemm", "1:200:+1", "1:200:+1", "1"],  # each sweep small, the product 40,000
+    ],
+)
+def test_sweep_products_are_capped_before_any_work(capsys, args):
+    code, out, err = run(capsys, "predict", *args, "--gpu", "h100")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "points; at most 10,000" in err
