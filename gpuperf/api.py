@@ -165,6 +165,11 @@ def _check_gpu_in_system(gpu: GpuSpec, system: SystemSpec | None) -> None:
 OP_KINDS = ("gemm", "attention", "elementwise", "norm", "copy")
 
 
+# predict_op's size arguments: integers only (a bool is not a size, nor is a float).
+_OP_SIZES = frozenset(("m", "n", "k", "numel", "rows", "cols", "nbytes", "batch", "heads", "seq",
+                       "head_dim", "kv_heads", "kv_len", "ranks"))  # fmt: skip
+
+
 def predict_op(
     kind: str, gpu: GpuLike | None = None, system: SystemLike | None = None, **params: Any
 ) -> Prediction:
@@ -203,8 +208,13 @@ def predict_op(
     except TypeError as exc:
         raise InputError(f"{kind}: {exc}") from None
     for key, value in params.items():
-        if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
-            raise InputError(f"{kind}: {key} must be positive, got {value}")
+        if key in _OP_SIZES and not (key == "kv_heads" and value is None):
+            if not isinstance(value, int) or isinstance(value, bool):  # m=True, m=-5.0, nan
+                raise InputError(f"{kind}: {key} must be an integer, got {value!r}"[:200])
+            if not 0 < value <= 2**62:
+                raise InputError(f"{kind}: {key} must be positive (at most 2^62), got {value}")
+        elif key == "causal" and not isinstance(value, bool):
+            raise InputError(f"{kind}: causal must be True or False, got {value!r}"[:200])
     op = builder(**params)
     sys_spec = resolve_system(system)
     return predict_ops([op], resolve_gpu(gpu, sys_spec), None, sys_spec)

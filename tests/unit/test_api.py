@@ -120,3 +120,14 @@ def test_predict_op_bad_input(kind, params, message):
 def test_wrong_types_are_input_errors(kwargs, message):
     with pytest.raises(InputError, match=message):
         api.predict(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kind, kw",
+    [("gemm", {"m": -5.0}), ("gemm", {"m": True}), ("copy", {"nbytes": -1.0}),
+     ("norm", {"fn": "rmsnorm", "rows": 4, "cols": float("nan")}), ("gemm", {"m": 4096.0}),
+     ("attention", {"batch": 1, "heads": 8, "seq": 128, "causal": "no"})],
+)  # fmt: skip
+def test_predict_op_refuses_sizes_that_are_not_integers(kind, kw):
+    with pytest.raises(InputError, match="must be"):
+        api.predict_op(kind, gpu="h100", **kw)
