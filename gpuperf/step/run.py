@@ -310,7 +310,7 @@ def predict_ops(ops: Sequence[Op], gpu: GpuSpec, scenario: Scenario | None = Non
         memory_capacity=gpu.hbm_bytes,
         gpu=gpu.name,
         scenario=asdict(scenario) if scenario is not None else {},
-        extra=_extra(scenario, gpu, len(ops), busy, total_s, timed.host),
+        extra=_extra(scenario, gpu, system, len(ops), busy, total_s, timed.host),
     )
     pred.hfu = _hfu_of_ops(sum(c.flops for c in costed), total_s, gpu, costed)
     _host_warning(pred, scenario, gpu, len(ops), busy, total_s, timed.host)
@@ -332,11 +332,11 @@ def _peak(gpu: GpuSpec, dtype: str) -> float | None:
         return None
 
 
-def _extra(sc: Scenario | None, gpu: GpuSpec, kernels: int, busy: float, total: float,
-           host: float) -> dict[str, Any]:  # fmt: skip
+def _extra(sc: Scenario | None, gpu: GpuSpec, system: SystemSpec | None, kernels: int,
+           busy: float, total: float, host: float) -> dict[str, Any]:  # fmt: skip
     from gpuperf.step.cost import HostRules
 
-    rules = HostRules.of(sc, gpu)
+    rules = HostRules.of(sc, gpu, system)  # the rules the step was costed with
     d = rules.per_kernel if sc is not None and not sc.cuda_graphs else (
         gpu.params.graph_launch_s if sc is not None else 0.0)  # fmt: skip
     return {
@@ -406,7 +406,7 @@ def _predict_step(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predictio
         total_ms=total_s * 1e3,
         gpu=where.gpu.name,
         memory=cost.memory,
-        extra=_extra(sc, where.gpu, kernels, cost.busy_s, total_s, cost.host_s),
+        extra=_extra(sc, where.gpu, where.system, kernels, cost.busy_s, total_s, cost.host_s),
     )
     pred.extra["breakdown_ms"] = {k: v * 1e3 for k, v in cost.breakdown.items() if v}
     pred.extra["host_bound"] = cost.breakdown["host"] / total_s if total_s > 0 else 0.0

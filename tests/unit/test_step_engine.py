@@ -477,3 +477,12 @@ def test_dtensor_runs_adamw_once_per_dtensor_parameter_on_the_host():
     opt_ops = 8  # AdamW's foreach ops (transformer_train.optimizer_ops)
     want = host_slowdown(gpu, 2) * HOST_DTENSOR_OP_S * (len(gemms) + opt_ops * tensors) * 1e3
     assert with_dt.extra["host_ms"] - without.extra["host_ms"] == pytest.approx(want, rel=1e-6)
+
+
+def test_the_reported_dispatch_is_the_one_the_step_was_costed_with():
+    from gpuperf.hardware.loader import load_system
+
+    gpu = load_system("dgx-h100").gpu
+    kw = dict(mode="train", impl="eager", seq=2048, tp=8, dp=4, system="dgx-h100", nodes=4)
+    p = api.predict("llama3-8b", **kw)  # 32 ranks, 8 on each host: 1 + 0.25 * log2(8)
+    assert p.extra["dispatch_us"] == pytest.approx(1.75 * gpu.params.host_dispatch_s * 1e6)
