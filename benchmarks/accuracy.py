@@ -144,9 +144,8 @@ def multigpu_runs_table(d: Path) -> str:
             what = what.replace(" graphs", "") + " (CUDA graph)"
         shape = f"b{sc['batch']} " + (f"ctx{sc['ctx']}" if sc["mode"] == "decode" else
                                       f"s{sc['seq']}")  # fmt: skip
-        gpus = sc["tp"] * sc["dp"] * sc.get("pp", 1)
         src = r.source.removeprefix("validate_multigpu_").removesuffix(".json")
-        out.append(f"| {what} {shape} | {gpus} | {r.measured_ms:.1f} | {p:.1f} | "
+        out.append(f"| {what} {shape} | {r.gpus} | {r.measured_ms:.1f} | {p:.1f} | "
                    f"{100 * err:+.1f}% | {hosted} | {split} | {src} |")  # fmt: skip
     out += ["", "| class (runs whose machine's host was measured) | n | median error, "
             "profile's host | median error, its host |", "|---|---|---|---|"]  # fmt: skip

@@ -31,6 +31,7 @@ from gpuperf import api  # noqa: E402
 from gpuperf.cli.validate_whole import summary  # noqa: E402
 from gpuperf.fileio import json_safe, write_text  # noqa: E402
 from gpuperf.measure.model_run import ModelRun, implementation, run_model  # noqa: E402
+from gpuperf.perfmodel.accuracy import SCENARIO_KEYS  # noqa: E402
 from gpuperf.workloads.config import from_hf_dict, hf_config  # noqa: E402
 from gpuperf.workloads.scenario import Scenario  # noqa: E402
 
@@ -166,9 +167,7 @@ def main() -> int:
             cfg = from_hf_dict(cfg_dict, name=model)
             pred = None
             if spec is not None:
-                keys = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "tp", "dp", "pp",
-                        "micro_batch", "zero", "tp_impl", "sequence_parallel")  # fmt: skip
-                pred = api.predict(cfg, gpu=spec, **{k: getattr(sc, k) for k in keys})
+                pred = api.predict(cfg, gpu=spec, **{k: getattr(sc, k) for k in SCENARIO_KEYS})
             t0 = time.monotonic()
             try:
                 profile = sc.gpus > 1 and a.profile

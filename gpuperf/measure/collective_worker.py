@@ -175,10 +175,9 @@ def _die_with_parent() -> None:
 
 
 def _write(path: str, rows: list[dict[str, Any]], env: dict[str, Any]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"env": env, "rows": rows}, f)
-    os.replace(tmp, path)
+    from gpuperf.fileio import write_text
+
+    write_text(path, json.dumps({"env": env, "rows": rows}))
 
 
 def main(argv: list[str] | None = None) -> int:

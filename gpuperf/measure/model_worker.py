@@ -373,9 +373,9 @@ def _profile(fn: Any, device: torch.device, top: int = 40) -> dict[str, Any]:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, default=str))
-    os.replace(tmp, path)
+    from gpuperf.fileio import write_text
+
+    write_text(path, json.dumps(data, default=str))
 
 
 if __name__ == "__main__":

@@ -129,11 +129,14 @@ class MultiGpuRun:
     host: dict[str, float] | None = None  # that machine's host, measured before the runs
 
     @property
-    def label(self) -> str:
+    def gpus(self) -> int:
         sc = self.scenario
-        what = "decode graphs" if sc.get("cuda_graphs") else sc["mode"]
-        gpus = sc["tp"] * sc["dp"] * sc.get("pp", 1)
-        return f"{self.model} {self.implementation} x{gpus} {what}"
+        return sc["tp"] * sc["dp"] * sc.get("pp", 1)
+
+    @property
+    def label(self) -> str:
+        what = "decode graphs" if self.scenario.get("cuda_graphs") else self.scenario["mode"]
+        return f"{self.model} {self.implementation} x{self.gpus} {what}"
 
 
 # The runs comm_overlap_cost is fitted on (benchmarks/fit_multigpu.py); the rest are held out.
@@ -141,8 +144,7 @@ MULTIGPU_CALIBRATION = {("llama3-8b", "ddp", 2)}
 
 
 def is_multigpu_calibration(r: MultiGpuRun) -> bool:
-    sc = r.scenario
-    return (r.model, r.implementation, sc["tp"] * sc["dp"]) in MULTIGPU_CALIBRATION
+    return (r.model, r.implementation, r.gpus) in MULTIGPU_CALIBRATION
 
 
 def load_multigpu(files: Iterable[Path]) -> list[MultiGpuRun]:
@@ -150,12 +152,14 @@ def load_multigpu(files: Iterable[Path]) -> list[MultiGpuRun]:
     out = []
     for path in files:
         data = read_json(path)
-        host = data.get("host") if isinstance(data, dict) else None
+        host = data.get("host") or None
+        if host is not None and not isinstance(host, dict):
+            raise InputError(f"{path}: 'host' must be an object")
         for run in _list(data, "runs", path):
             if run.get("error") or run.get("excluded") or not _ms(run.get("measured_ms"), path):
                 continue
             fields = ("model", "config", "scenario", "implementation", "measured_ms")
-            out.append(MultiGpuRun(*(run[f] for f in fields), path.name, host or None))
+            out.append(MultiGpuRun(*(run[f] for f in fields), path.name, host))
     return out
 
 
@@ -182,7 +186,8 @@ def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
     return replace(gpu, params=params)
 
 
-_SCENARIO_KEYS = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "dtype", "tp", "dp",
+# The Scenario fields a whole-model run records and its prediction takes.
+SCENARIO_KEYS = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "dtype", "tp", "dp",
                   "pp", "micro_batch", "zero", "tp_impl", "sequence_parallel")  # fmt: skip
 
 
@@ -191,12 +196,12 @@ def predict_multigpu(r: MultiGpuRun, gpu: GpuSpec) -> Any:
     from gpuperf.workloads.config import from_hf_dict
 
     cfg = from_hf_dict(r.config, name=r.model)
-    return predict(cfg, gpu=gpu, **{k: r.scenario[k] for k in _SCENARIO_KEYS if k in r.scenario})
+    return predict(cfg, gpu=gpu, **{k: r.scenario[k] for k in SCENARIO_KEYS if k in r.scenario})
 
 
 def multigpu_class(r: MultiGpuRun) -> str:
     sc = r.scenario
-    if sc["tp"] * sc["dp"] * sc.get("pp", 1) == 1:
+    if r.gpus == 1:
         return "one GPU of the multi-GPU host"
     if sc.get("pp", 1) > 1:
         return "pipeline-parallel prefill and training"
