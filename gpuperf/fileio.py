@@ -57,19 +57,62 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
     return out
 
 
-def read_json_object(path: str | os.PathLike[str], what: str = "file") -> dict[str, Any]:
-    """A JSON file whose top level is an object; anything else is an InputError naming it."""
+MAX_INPUT_BYTES = 64 * 2**20  # a config, profile or results file larger than this is refused
+MAX_JSON_DEPTH = 64  # deeper nesting than any file gpuperf reads or writes
+
+
+def read_text(path: str | os.PathLike[str], what: str = "file",
+              limit: int | None = None) -> str:  # fmt: skip
+    """The UTF-8 text of a file a user pointed at, read at most `limit` bytes deep (so /dev/zero
+    or a FIFO that never ends is refused, not read until memory runs out)."""
     p = Path(path)
+    limit = MAX_INPUT_BYTES if limit is None else limit
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)
     except FileNotFoundError:
         raise InputError(f"{what} {p} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {what} {p}: {exc}") from None
+    except IsADirectoryError:
+        raise InputError(f"{what} {p} is a directory; give a file") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {p}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise InputError(f"{what} {p} is larger than {limit / 2**20:.0f} MiB; not read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} {p} is not UTF-8 text (byte {exc.start})") from None
+
+
+def parse_json(text: str, what: str) -> Any:
+    """JSON text, nested at most MAX_JSON_DEPTH deep, or an InputError naming `what`."""
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{what} {p} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        raise InputError(f"{what} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply (over {MAX_JSON_DEPTH} levels)") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise InputError(f"{what} is not valid JSON ({exc})") from None
+    level = [data]
+    for _ in range(MAX_JSON_DEPTH):
+        level = [v for x in level if isinstance(x, dict | list)
+                 for v in (x.values() if isinstance(x, dict) else x)]  # fmt: skip
+        if not level:
+            return data
+    raise InputError(f"{what} is nested too deeply (more than {MAX_JSON_DEPTH} levels)")
+
+
+def read_json(path: str | os.PathLike[str], what: str = "file") -> Any:
+    """A JSON file a user pointed at: bounded read, UTF-8, bounded nesting (InputError)."""
+    return parse_json(read_text(path, what), f"{what} {path}")
+
+
+def read_json_object(path: str | os.PathLike[str], what: str = "file") -> dict[str, Any]:
+    """A JSON file whose top level is an object; anything else is an InputError naming it."""
+    data = read_json(path, what)
     if not isinstance(data, dict):
-        raise InputError(f"{what} {p} must hold a JSON object, not {type(data).__name__}")
+        raise InputError(f"{what} {path} must hold a JSON object, not {type(data).__name__}")
     return data
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 from gpuperf.errors import InputError
 
 _BINARY = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _DECIMAL = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+MAX_VALUE = 2**62  # no size, count or length gpuperf models comes near this
 MAX_POINTS = 10_000  # a sweep longer than this is a typo, not a benchmark
 _SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
@@ -34,12 +36,18 @@ def parse_size(text: str | int, what: str = "size") -> int:
             if suffix not in _BINARY:
                 raise InputError(f"{what}: unknown unit in {text!r} (use K, M, G, T, KiB, MB, ...)")
             mult = _BINARY[suffix]
-        value_f = float(number) * mult
-        if value_f != int(value_f):
+        if len(number) > 30:
+            raise InputError(f"{what}: {text!r} is too large (at most {MAX_VALUE})")
+        exact = Fraction(number) * mult  # exact: 9007199254740993 stays itself
+        if exact.denominator != 1:
             raise InputError(f"{what}: {text!r} is not a whole number")
-        value = int(value_f)
+        value = int(exact)
+    if isinstance(value, bool):
+        raise InputError(f"{what} must be an integer, got {text!r}")
     if value <= 0:
         raise InputError(f"{what} must be positive, got {text!r}")
+    if value > MAX_VALUE:
+        raise InputError(f"{what}: {text!r} is too large (at most {MAX_VALUE})")
     return value
 
 
@@ -68,14 +76,15 @@ def parse_sweep(text: str | int, what: str = "size") -> list[int]:
             factor = float(step[1:])
         except ValueError:
             raise InputError(f"{what}: sweep factor in {text!r} is not a number") from None
-        if not factor > 1:
-            raise InputError(f"{what}: sweep factor in {text!r} must be > 1")
+        if not 1 < factor < math.inf:
+            raise InputError(f"{what}: sweep factor in {text!r} must be a finite number > 1")
         points = math.floor(math.log(stop / start) / math.log(factor) + 1e-9) + 1
         if points > MAX_POINTS:
             raise InputError(f"{what}: sweep {text!r} has {points} points; at most {MAX_POINTS}")
         v = float(start)
         while v <= stop * (1 + 1e-9):
-            out.append(int(round(v)))
+            if not out or int(round(v)) != out[-1]:  # x1.1 from 1 would repeat 1
+                out.append(int(round(v)))
             v *= factor
     elif step[:1] == "+":
         inc = parse_size(step[1:], what)

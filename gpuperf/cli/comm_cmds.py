@@ -45,6 +45,9 @@ _EXAMPLES = {
 }
 
 
+MAX_NVLINK_DOMAIN = 72  # GB200 NVL72: the most GPUs one NVLink domain joins today
+
+
 def _resolve(
     system: str | None, gpu: str | None, nodes: int | None, nproc: int | None
 ) -> tuple[Any, Any, int, int]:
@@ -56,6 +59,11 @@ def _resolve(
     if sys_spec is None:
         if nodes not in (None, 1):
             raise InputError("--nodes needs --system (the network between nodes)")
+        if (nproc or 8) > MAX_NVLINK_DOMAIN:
+            raise InputError(
+                f"--nproc {nproc} GPUs in one NVLink domain: the largest built holds "
+                f"{MAX_NVLINK_DOMAIN} (NVL72); give --system and --nodes for more"
+            )
         return gpu_spec, None, nproc or 8, 1
     gpn = sys_spec.gpus_per_node
     if nproc is not None and nodes is not None and nproc != nodes * gpn:

@@ -174,18 +174,14 @@ def _resolve(text: str, kind: str) -> str:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    from gpuperf.fileio import read_text
+
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"file not found: {path}") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        return tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a UTF-8 text file") from None
+        return tomllib.loads(read_text(path, "hardware file"))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: malformed TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply") from None
 
 
 def _read_with_base(path: Path, kind: str, seen: tuple[str, ...] = ()) -> tuple[dict, str, str]:
@@ -303,6 +299,12 @@ def _peaks(raw: dict, origin: str) -> dict:
     }
 
 
+# [model] fields that are fractions (at most 1); the first set divides, so it cannot be 0 either.
+_POSITIVE_FRACTIONS = frozenset({"sustained_clock_frac", "bw_sm_frac"})
+_FRACTIONS = _POSITIVE_FRACTIONS | {"l2_usable_frac", "gemm_tail_frac", "attn_exp_overlap",
+                                    "fp32_matmul_tf32"}  # fmt: skip
+
+
 def _model(raw: dict, origin: str) -> ModelParams:
     table = raw.get("model", {})
     if not isinstance(table, dict):
@@ -311,11 +313,12 @@ def _model(raw: dict, origin: str) -> ModelParams:
     values: dict[str, Any] = {}
     for key in _MODEL_FIELDS & table.keys():
         # Efficiencies must be positive; counts, flags and overlaps may be zero.
-        zero = not key.endswith("_eff")
+        zero = not key.endswith("_eff") and key not in _POSITIVE_FRACTIONS
         values[key] = float(_number(table[key], f"model.{key}", origin, zero=zero))
-        if key.endswith("_eff") and values[key] > 1:
+        if (key.endswith("_eff") or key in _FRACTIONS) and values[key] > 1:
+            low = "0 <= x" if zero else "0 < x"
             raise InputError(
-                f"{origin}: model.{key} is a fraction of peak (0 < x <= 1), got {table[key]!r}"
+                f"{origin}: model.{key} is a fraction ({low} <= 1), got {table[key]!r}"
             )
     extra = table.get("extra", {})
     if not isinstance(extra, dict):

@@ -7,12 +7,10 @@ No plotly here; the figures (html_figures) and the page (html) read these object
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -104,10 +102,33 @@ def measured_frame(measured: Any) -> pd.DataFrame:
         rows = data.get("rows", data.get("ops")) if isinstance(data, dict) else None
         if not isinstance(rows, list):
             raise InputError("measurements: expected a results file with a 'rows' list")
+        for i, row in enumerate(rows):
+            _check_row(row, i)
         frame = pd.DataFrame(rows)
     if "measured_ms" not in frame.columns or "name" not in frame.columns:
         raise InputError("measurements: rows need 'name' and 'measured_ms'")
+    if frame["measured_ms"].map(lambda v: v is not None and not _is_time(v)).any():
+        raise InputError("measurements: measured_ms must be numbers of milliseconds > 0")
     return frame
+
+
+def _is_time(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and 0 < v < math.inf
+
+
+def _check_row(row: Any, i: int) -> None:
+    """One measured row: an object with a string name and a positive measured_ms (or null)."""
+    if not isinstance(row, dict):
+        raise InputError(f"measurements: row {i} is {type(row).__name__}, not an object")
+    name, ms = row.get("name"), row.get("measured_ms")
+    if not isinstance(name, str):
+        raise InputError(f"measurements: row {i} needs a string 'name', got {name!r}"[:200])
+    if ms is not None and not _is_time(ms):
+        raise InputError(f"measurements: row {i} ({name[:60]}): measured_ms must be a number of "
+                         f"milliseconds > 0, got {ms!r}"[:200])  # fmt: skip
+    for key in ("kind", "shape", "dtype"):
+        if key in row and not isinstance(row[key], str | None):
+            raise InputError(f"measurements: row {i} ({name[:60]}): {key} must be a string")
 
 
 def join_measured(table: pd.DataFrame, measured: Any) -> pd.DataFrame:
@@ -142,15 +163,9 @@ def measured_frames(sources: Any) -> pd.DataFrame:
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    p = Path(path)
-    try:
-        return json.loads(p.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{p}: cannot read ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{p}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    from gpuperf.fileio import read_json as read
+
+    return read(path, "saved file")
 
 
 def load_saved(path: str | os.PathLike[str], gpu: Any | None = None) -> ReportItem:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import functools
-import json
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -55,8 +55,9 @@ class ModelConfig:
     source: str = ""  # where it was loaded from (preset name or file path)
 
     def __post_init__(self) -> None:
-        for f in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+        for f in ("hidden_size", "num_attention_heads", "intermediate_size"):
             _positive(self, f)
+        _positive(self, "num_hidden_layers", top=MAX_LAYERS)
         _positive(self, "vocab_size")
         _positive(self, "max_position_embeddings")
         if self.num_key_value_heads is None:
@@ -87,6 +88,9 @@ class ModelConfig:
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
                 raise InputError(f"{self.name}: {attr} must be a probability in [0, 1), "
                                  f"got {value!r}")  # fmt: skip
+        theta = self.rope_theta
+        if isinstance(theta, bool) or not isinstance(theta, int | float) or not 0 < theta < 1e300:
+            raise InputError(f"{self.name}: rope_theta must be a positive number, got {theta!r}")
         for attr, allowed in (
             ("mlp", ("swiglu", "gelu")),
             ("norm", ("rmsnorm", "layernorm")),
@@ -177,15 +181,16 @@ class ModelConfig:
 
 
 MAX_SIZE = 2**31  # a width, count or length beyond this is a typo, and its sums overflow floats
+MAX_LAYERS = 4096  # 30x the deepest published LLM; the per-op table lists every layer
 
 
-def _positive(cfg: ModelConfig, attr: str, zero: bool = False) -> None:
-    """An integer (not a bool, not a float), positive (or zero where `zero`), at most MAX_SIZE."""
+def _positive(cfg: ModelConfig, attr: str, zero: bool = False, top: int = MAX_SIZE) -> None:
+    """An integer (not a bool, not a float), positive (or zero where `zero`), at most `top`."""
     value = getattr(cfg, attr)
     low = 0 if zero else 1
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_SIZE:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= top:
         what = "a non-negative" if zero else "a positive"
-        raise InputError(f"{cfg.name}: {attr} must be {what} integer up to {MAX_SIZE}, "
+        raise InputError(f"{cfg.name}: {attr} must be {what} integer up to {top}, "
                          f"got {value!r}"[:300])  # fmt: skip
 
 
@@ -242,19 +247,9 @@ def hf_config(spec: str) -> tuple[dict[str, Any], str, str]:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"model config {path} not found") from None
-    except OSError as exc:
-        raise InputError(f"cannot read model config {path}: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object (a Hugging Face config.json)")
-    return data
+    from gpuperf.fileio import read_json_object
+
+    return read_json_object(path, "model config")
 
 
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe")
@@ -283,6 +278,13 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
             raise InputError(f"{source}: {key!r} must be true or false, not {v!r}")
         return v
 
+    def num(*keys: str, default: float) -> float:
+        """A finite JSON number (not a string, not a boolean)."""
+        v = get(*keys, default=default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise InputError(f"{source}: {keys[0]!r} must be a number, not {v!r}")
+        return float(v)
+
     try:
         if mtype in _LLAMA_LIKE:
             return ModelConfig(
@@ -297,12 +299,12 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
                 vocab_size=get("vocab_size"),
                 max_position_embeddings=get("max_position_embeddings", default=2048),
                 tie_word_embeddings=flag("tie_word_embeddings", False),
-                qkv_bias=bool(get("attention_bias", default=mtype.startswith("qwen2"))),
-                linear_bias=bool(get("mlp_bias", default=False)),
+                qkv_bias=flag("attention_bias", mtype.startswith("qwen2")),
+                linear_bias=flag("mlp_bias", False),
                 num_experts=get("num_local_experts", "num_experts", default=0),
                 num_experts_per_tok=get("num_experts_per_tok", default=0),
-                rope_theta=float(get("rope_theta", default=10000.0)),
-                attention_dropout=float(get("attention_dropout", default=0.0)),
+                rope_theta=num("rope_theta", default=10000.0),
+                attention_dropout=num("attention_dropout", default=0.0),
                 source=source,
             )
         if mtype == "gpt2":
@@ -321,8 +323,8 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
                 norm="layernorm",
                 positions="learned",
                 linear_bias=True,
-                attention_dropout=float(get("attn_pdrop", default=0.0)),
-                hidden_dropout=float(get("resid_pdrop", default=0.0)),
+                attention_dropout=num("attn_pdrop", default=0.0),
+                hidden_dropout=num("resid_pdrop", default=0.0),
                 source=source,
             )
         if mtype == "gpt_neox":
@@ -339,10 +341,10 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
                 mlp="gelu",
                 norm="layernorm",
                 linear_bias=True,
-                parallel_residual=bool(get("use_parallel_residual", default=True)),
-                rope_theta=float(get("rotary_emb_base", "rope_theta", default=10000.0)),
-                attention_dropout=float(get("attention_dropout", default=0.0)),
-                hidden_dropout=float(get("hidden_dropout", default=0.0)),
+                parallel_residual=flag("use_parallel_residual", True),
+                rope_theta=num("rotary_emb_base", "rope_theta", default=10000.0),
+                attention_dropout=num("attention_dropout", default=0.0),
+                hidden_dropout=num("hidden_dropout", default=0.0),
                 source=source,
             )
     except TypeError as exc:  # e.g. a string where a number belongs

@@ -45,9 +45,13 @@ _CHOICES = {
 }
 
 
+MAX_COUNT = 2**31  # a batch, length or degree beyond this is a typo (its token counts overflow)
+
+
 def _positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_COUNT:
+        got = f"{value!r}"[:60]
+        raise InputError(f"{name} must be a positive integer up to {MAX_COUNT}, got {got}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -144,7 +144,7 @@ def test_show_system_and_user_file(capsys, tmp_path):
     ("args", "content", "expected"),
     [
         (["hw", "show", "h1000"], None, "unknown gpu 'h1000'; did you mean h100"),
-        (["hw", "show", "missing.toml"], None, "file not found: missing.toml"),
+        (["hw", "show", "missing.toml"], None, "missing.toml does not exist"),
         (["hw", "show", "{file}"], "sms = = 1\n", "malformed TOML"),
         (["hw", "show", "{file}"], 'base = "h100"\nsmz = 1\n', "did you mean 'sms'"),
         (["hw", "show", "{file}"], 'base = "h100"\nsms = 0\n', "sms must be positive"),

@@ -90,7 +90,7 @@ def test_report_from_measurement_file_with_gpu(capsys, tmp_path):
         (["llama2-7b", "--batch", "0"], "batch"),
         (["llama2-7b", "--dtype", "fp7"], "dtype"),
         (["no-such-model"], "no-such-model"),
-        (["--from", "missing.json"], "no such file"),
+        (["--from", "missing.json"], "missing.json does not exist"),
         (["llama2-7b", "--from", "x.json"], "not both"),
         (["--from", "a.json", "--measured", "b.json"], "--measured"),
         (["--from", "a.json", "--from", "b.json", "--gpu", "h100,a100,h200"], "3 GPUs for 2"),

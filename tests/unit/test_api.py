@@ -131,3 +131,10 @@ def test_wrong_types_are_input_errors(kwargs, message):
 def test_predict_op_refuses_sizes_that_are_not_integers(kind, kw):
     with pytest.raises(InputError, match="must be"):
         api.predict_op(kind, gpu="h100", **kw)
+
+
+def test_counts_beyond_2_31_are_refused_not_predicted():
+    with pytest.raises(InputError, match="up to 2147483648"):
+        api.predict("llama2-7b", gpu="h100", batch=10**30)  # predicted 4.9e31 ms before
+    with pytest.raises(InputError, match="up to 2147483648"):
+        api.predict("llama2-7b", gpu="h100", seq=9007199254740993)

@@ -114,11 +114,11 @@ def test_gpt_neox_pythia_410m(tmp_path):
 
 
 def test_bad_files(tmp_path):
-    with pytest.raises(InputError, match="nope.json not found"):
+    with pytest.raises(InputError, match="nope.json does not exist"):
         load_model(str(tmp_path / "nope.json"))
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(InputError, match="bad.json: not valid JSON"):
+    with pytest.raises(InputError, match="bad.json is not valid JSON"):
         load_model(str(bad))
     missing = tmp_path / "missing.json"
     missing.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
@@ -176,4 +176,18 @@ def test_sizes_are_bounded_integers(field, value):
 
     d = {**hf_config("mixtral-8x7b")[0], field: value}
     with pytest.raises(InputError, match="integer up to"):
+        from_hf_dict(d, name="x")
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [("rope_theta", "abc", "'rope_theta' must be a number"), ("rope_theta", True, "a number"),
+     ("attention_dropout", "0.1", "must be a number"), ("attention_bias", "false", "true or false"),
+     ("mlp_bias", 1, "true or false"), ("num_hidden_layers", 2**31 - 1, "integer up to 4096")],
+)  # fmt: skip
+def test_config_values_are_typed(field, value, match):
+    from gpuperf.workloads.config import from_hf_dict, hf_config
+
+    d = {**hf_config("llama3-8b")[0], field: value}
+    with pytest.raises(InputError, match=match):
         from_hf_dict(d, name="x")

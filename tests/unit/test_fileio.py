@@ -76,3 +76,35 @@ def test_json_safe():
     out = json_safe({1: [np.float32(2.5), math.nan, (np.int64(3), math.inf)], "s": "x"})
     assert out == {"1": [2.5, None, [3, None]], "s": "x"}
     json.dumps(out, allow_nan=False)
+
+
+def test_reads_are_bounded_utf8_and_shallow(tmp_path, monkeypatch):
+    import gpuperf.fileio as fileio
+    from gpuperf.fileio import MAX_JSON_DEPTH, read_json, read_text
+
+    with pytest.raises(InputError, match="larger than"):
+        read_text("/dev/zero", "config")  # a device that never ends is not read to the end
+    monkeypatch.setattr(fileio, "MAX_INPUT_BYTES", 1000)
+    big = tmp_path / "big.json"
+    big.write_text(" " * 999 + "1")
+    assert read_json(big) == 1  # exactly the limit is read
+    big.write_text(" " * 1000 + "1")
+    with pytest.raises(InputError, match="larger than"):
+        read_json(big)
+    monkeypatch.undo()
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"name": "caf\xe9"}')
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        read_json(latin)
+    ok = tmp_path / "ok.json"
+    ok.write_text("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH)
+    assert read_json(ok) is not None
+    for depth in (MAX_JSON_DEPTH + 1, 100_000):  # the second overflows json's own recursion
+        ok.write_text("[" * depth + "]" * depth)
+        with pytest.raises(InputError, match="nested too deeply"):
+            read_json(ok, "results file")
+    ok.write_text('{"a": ' * 70 + "1" + "}" * 70)
+    with pytest.raises(InputError, match="nested too deeply"):
+        read_json_object(ok)
+    with pytest.raises(InputError, match="is a directory"):
+        read_text(tmp_path)

@@ -205,7 +205,7 @@ def test_unknown_names_suggest_close_ones():
 
 
 def test_missing_file(tmp_path):
-    assert "file not found" in input_error(str(tmp_path / "nope.toml"))
+    assert "does not exist" in input_error(str(tmp_path / "nope.toml"))
 
 
 def test_malformed_toml_names_file_and_line(tmp_path):
@@ -219,8 +219,11 @@ def test_malformed_toml_names_file_and_line(tmp_path):
     [
         ("sm = 132\n", "unknown key 'sm'; did you mean 'sms'"),
         ("[model]\ngemm_efficiency = 0.7\n", "unknown key model.'gemm_efficiency'"),
-        ("[model]\ngemm_eff = 80\n", "fraction of peak"),
+        ("[model]\ngemm_eff = 80\n", "is a fraction"),
         ("[model]\ngemm_eff = -0.1\n", "must be positive"),
+        ("[model]\nsustained_clock_frac = 0\n", "must be positive"),  # compute time / it
+        ("[model]\nsustained_clock_frac = 50\n", "is a fraction"),  # MFU 154% otherwise
+        ("[model]\ngemm_tail_frac = 1.5\n", "is a fraction"),
         ("[model.extra]\nfoo = 'x'\n", "model.extra.foo must be a number"),
         ("[sources]\nflux = 'x'\n", "sources.flux names no field"),
         ("[sources]\nsms = 3\n", "sources.sms must be a string"),

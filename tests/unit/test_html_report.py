@@ -248,7 +248,7 @@ def test_saved_predict_json_round_trip(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("not json", "not JSON"), ("[1]", "expected a JSON object"), ('{"rows": []}', "no rows"),
+    [("not json", "not valid JSON"), ("[1]", "expected a JSON object"), ('{"rows": []}', "no rows"),
      ('{"a": 1}', "not a results file"), ('{"ops": [{"kind": "x"}]}', "need 'name'")],
 )  # fmt: skip
 def test_bad_saved_files(tmp_path, content, message):
@@ -313,3 +313,18 @@ def test_fold_keeps_dtypes_apart_and_colours_a_dtype_sweep():
     assert {"gemm bf16", "gemm fp8"} <= names  # one kind, several dtypes: coloured by dtype
     assert _trace(fig, "fp8 1,979 TFLOP/s").line.dash == "solid"  # both used ceilings solid
     assert _trace(fig, "tf32 495 TFLOP/s").line.dash == "dash"
+
+
+@pytest.mark.parametrize(
+    ("rows", "match"),
+    [([1], "row 0 is int"), ([{"name": "L0/qkv", "measured_ms": "fast"}], "measured_ms must be"),
+     ([{"name": "a", "measured_ms": 1.0}, {"name": "b", "measured_ms": -2}], "row 1 \\(b\\)"),
+     ([{"name": ["x"], "measured_ms": 1.0}], "string 'name'"),
+     ([{"name": "a", "measured_ms": 1.0, "kind": 3}], "kind must be a string")],
+)  # fmt: skip
+def test_malformed_measured_rows_are_input_errors(rows, match):
+    from gpuperf.reports.html_data import measured_frame
+
+    with pytest.raises(InputError, match=match):
+        measured_frame({"rows": rows})
+    assert len(measured_frame({"rows": [{"name": "a", "measured_ms": None}]})) == 1
