@@ -80,6 +80,11 @@ PLAN = [
     ("2gpu", "llama3-8b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True)),
     ("2gpu", "llama3-8b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True, tp=2)),
     ("2gpu", "llama-1.1b", dict(E, mode="train", batch=4, seq=2048, tp=2, tp_impl="dtensor")),
+    # Megatron-style TP training (a one-stage pipeline of pp_runner), beside DTensor's
+    ("2gpu", "llama-1.1b", dict(E, mode="train", batch=4, seq=2048, tp=2)),
+    ("2gpu", "llama3-8b", dict(E, mode="train", batch=1, seq=2048, tp=2)),
+    ("2gpu", "llama3-8b", dict(E, mode="train", batch=1, seq=2048, tp=2, tp_impl="dtensor")),
+    ("2gpu", "llama3-70b-8l", dict(E, mode="train", batch=1, seq=2048, tp=2)),
     # --- 4 GPUs: tensor parallelism, eager, beside this host's one GPU; then the pipeline ---
     ("4gpu", "llama3-8b", dict(E, mode="prefill", batch=1, seq=2048)),  # this host's one GPU
     ("4gpu", "llama3-8b", dict(E, mode="prefill", batch=1, seq=2048, tp=4, tp_impl="dtensor")),
@@ -95,6 +100,8 @@ PLAN = [
     ("4gpu", "llama3-70b-8l", dict(E, mode="decode", batch=1, ctx=2048, tp=4)),
     ("4gpu", "llama3-70b-8l", dict(E, mode="decode", batch=1, ctx=2048, tp=4, tp_impl="dtensor")),
     ("4gpu", "llama3-8b", dict(E, mode="train", batch=1, seq=2048, tp=4, tp_impl="dtensor")),
+    ("4gpu", "llama3-8b", dict(E, mode="train", batch=1, seq=2048, tp=4)),
+    ("4gpu", "llama3-70b-8l", dict(E, mode="train", batch=1, seq=2048, tp=4)),
     # --- a pipeline of 2 stages × tensor parallelism of 2 (1F1B, 8 micro-batches) ------------
     ("4gpu", "llama3-8b", dict(E, mode="prefill", batch=8, micro_batch=1, seq=2048, pp=2, tp=2)),
     ("4gpu", "llama3-8b", dict(E, mode="train", batch=8, micro_batch=1, seq=2048, pp=2, tp=2)),

@@ -29,8 +29,8 @@ def implementation(sc: Any) -> str:
     why = _unsupported(sc)
     if why:
         raise InputError(f"whole-model runs do not cover {why}")
-    if sc.pp > 1:
-        return "pipeline"
+    if sc.pp > 1 or (sc.mode == "train" and sc.tp > 1 and sc.tp_impl == "megatron"):
+        return "pipeline"  # Megatron-style TP training: pp_runner's one-stage pipeline
     if sc.tp > 1:
         return sc.tp_impl
     if sc.dp > 1:
@@ -50,8 +50,6 @@ def _unsupported(sc: Any) -> str:
         (sc.zero in (1, 2), "ZeRO-1/2 (use --zero 0 for DDP or --zero 3 for FSDP2)"),
         (sc.tp > 1 and sc.dp > 1, "tensor and data parallelism together"),
         (sc.tp > 1 and sc.sequence_parallel, "sequence parallelism (--no-sequence-parallel)"),
-        (sc.mode == "train" and sc.tp > 1 and sc.tp_impl == "megatron" and sc.pp == 1,
-         "training with megatron-style TP outside a pipeline (--tp-impl dtensor trains)"),
         (sc.mode != "train" and sc.dp > 1, "data parallelism outside training"),
         (sc.mode == "train" and sc.cuda_graphs, "CUDA graphs in training"),
         (sc.cuda_graphs and sc.mode != "decode", "CUDA graphs outside decode"),
