@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gpuperf.errors import GpuperfError  # noqa: E402
+from gpuperf.fileio import write_text  # noqa: E402
 from gpuperf.perfmodel.ops import Copy, Elementwise, Gemm, Op  # noqa: E402
 from gpuperf.workloads import single_op as so  # noqa: E402
 
@@ -268,7 +269,7 @@ def crosscheck(out_dir: Path, spec, budget) -> dict:
         + (f" = {res['copy_pct_of_datasheet']:.0f}% of datasheet" if spec else ""),
         flush=True,
     )
-    (out_dir / "crosscheck.json").write_text(json.dumps(res, indent=1))
+    write_text(out_dir / "crosscheck.json", json.dumps(res, indent=1))
     return res
 
 
@@ -295,7 +296,7 @@ def main() -> int:
     deadline = start + 60 * a.max_minutes
     a.out_dir.mkdir(parents=True, exist_ok=True)
     env = environment(a.device)
-    (a.out_dir / "env.json").write_text(json.dumps(env, indent=1, default=str))
+    write_text(a.out_dir / "env.json", json.dumps(env, indent=1, default=str))
     print(f"{env.get('gpu')} · torch {env.get('torch')} · CUDA {env.get('cuda')}", flush=True)
     spec, predict = _predictor() if a.device == "cuda" else (None, lambda op: None)
     budget = Budget(warmup_ms=a.warmup_ms, rep_ms=a.rep_ms, max_reps=500)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuperf.errors import EnvironmentUnavailable, GpuperfError, InputError
+from gpuperf.fileio import write_text
 from gpuperf.measure.launch import WorkersTimedOut, child_env, last_error, run_workers
 
 
@@ -137,7 +138,7 @@ def run_model(run: ModelRun) -> dict[str, Any]:
     check_devices(run)
     with tempfile.TemporaryDirectory(prefix="gpuperf-model-") as tmp:
         spec, out, log = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "log"
-        spec.write_text(json.dumps(run.spec()))
+        write_text(spec, json.dumps(run.spec()))
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={run.nproc}",
                "--standalone", "-m", "gpuperf.measure.model_worker", "--spec", str(spec),
                "--out", str(out)]  # fmt: skip
