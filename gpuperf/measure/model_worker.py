@@ -351,8 +351,9 @@ def main() -> int:
 
 
 def _profile(fn: Any, device: torch.device, top: int = 40) -> dict[str, Any]:
-    """One more step under torch.profiler: GPU time and count of the busiest kernels (rank 0's
-    view; other ranks run the step alongside so the collectives complete)."""
+    """One more step under torch.profiler: GPU time and count of the busiest kernels, and the host
+    ops with the most self CPU time (rank 0's view; other ranks run the step alongside so the
+    collectives complete)."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -367,7 +368,18 @@ def _profile(fn: Any, device: torch.device, top: int = 40) -> dict[str, Any]:
             if e.device_type == torch.autograd.DeviceType.CUDA and t > 0:
                 rows.append({"name": e.key[:160], "count": e.count, "gpu_us": t})
         rows.sort(key=lambda r: -r["gpu_us"])
-        return {"kernels": rows[:top], "gpu_us_total": sum(r["gpu_us"] for r in rows)}
+        host = [
+            {"name": e.key[:160], "count": e.count, "self_cpu_us": e.self_cpu_time_total}
+            for e in prof.key_averages()
+            if e.device_type == torch.autograd.DeviceType.CPU
+        ]
+        host.sort(key=lambda r: -r["self_cpu_us"])
+        return {
+            "kernels": rows[:top],
+            "gpu_us_total": sum(r["gpu_us"] for r in rows),
+            "host_ops": host[:top],
+            "self_cpu_us_total": sum(r["self_cpu_us"] for r in host),
+        }
     except Exception as exc:  # noqa: BLE001 - a profile is extra; the timing stands
         return {"error": f"{type(exc).__name__}: {exc}"}
 
