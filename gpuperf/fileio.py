@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,15 @@ def read_json_object(path: str | os.PathLike[str], what: str = "file") -> dict[s
     if not isinstance(data, dict):
         raise InputError(f"{what} {path} must hold a JSON object, not {type(data).__name__}")
     return data
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` from a file without control characters (an ESC from a config's name or a profile's
+    display_name would otherwise reach the terminal as an escape sequence)."""
+    return _CONTROL.sub("", text)
 
 
 def json_safe(obj: Any) -> Any:

@@ -149,8 +149,9 @@ def _render(result: dict[str, Any], fmt: str) -> None:
         for r in rows:
             writer.writerow([r[k] for k in COLUMNS])
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from gpuperf.reports.console import console as make_console
 
     where = result["system"] or result["gpu"]
     nvls = ", NVLS on" if result["nvls"] else ""
@@ -163,7 +164,7 @@ def _render(result: dict[str, Any], fmt: str) -> None:
         table.add_column(header, justify="left" if key in ("algo", "proto") else "right")
     for r in rows:
         table.add_row(*[_fmt(r[k]) for k in COLUMNS])
-    console = Console()
+    console = make_console()
     console.print(table)
     # Measured slow-downs start at a few MiB (3 H200s); below that the call floor hides them.
     odd = [_fmt(r["bytes"]) for r in rows if r["misaligned"] and r["bytes"] >= 4 * 2**20]

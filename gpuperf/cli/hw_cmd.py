@@ -323,8 +323,9 @@ def _print_csv(rows: list[Row]) -> None:
 
 
 def _print_table(title: str, rows: list[Row], columns: list[tuple[str, str]]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from gpuperf.reports.console import console as make_console
 
     table = Table(title=title, title_justify="left")
     for i, (key, header) in enumerate(columns):
@@ -336,10 +337,10 @@ def _print_table(title: str, rows: list[Row], columns: list[tuple[str, str]]) ->
         )
     for row in rows:
         table.add_row(*("—" if row.get(k) is None else str(row.get(k)) for k, _ in columns))
-    Console().print(table)
+    make_console().print(table)
 
 
 def _print_note(text: str) -> None:
-    from rich.console import Console
+    from gpuperf.reports.console import console as make_console
 
-    Console().print(text, style="dim", highlight=False)
+    make_console().print(text, style="dim")

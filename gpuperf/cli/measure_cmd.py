@@ -74,10 +74,11 @@ def _predict(ops: list[Any], spec: Any, warnings: list[str]) -> Any:
 @contextlib.contextmanager
 def progress(total: int, what: str) -> Iterator[Callable[[str], None]]:
     """A rich progress bar on stderr (only on a terminal); yields advance(label)."""
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    console = Console(stderr=True)
+    from gpuperf.reports.console import console as make_console
+
+    console = make_console(stderr=True)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

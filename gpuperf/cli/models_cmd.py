@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from gpuperf.cli.common import output_options
+from gpuperf.reports.console import console as make_console
 from gpuperf.workloads.config import ModelConfig, load_model, preset_names
 
 Row = dict[str, Any]
@@ -79,7 +79,7 @@ def list_cmd(fmt: str) -> None:
         for r in rows:
             table.add_row(*(_fmt(r[k]) for k in LIST_COLUMNS))
         # Never wrap a model name or a number: wider than a narrow terminal beats unreadable.
-        Console(width=max(Console().width, 120)).print(table)
+        make_console(width=max(make_console().width, 120)).print(table)
 
 
 @models.command("show")
@@ -109,7 +109,7 @@ def show_cmd(model: str, fmt: str) -> None:
         ]
         _csv(rows)
         return
-    console = Console()
+    console = make_console()
     t = Table(title=f"{cfg.name} ({cfg.source or 'preset'})", box=box.SIMPLE_HEAVY)
     t.add_column("field")
     t.add_column("value", justify="right")

@@ -100,8 +100,9 @@ def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batc
         for row in rows:
             w.writerow(row[k] for k in COLUMNS)
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from gpuperf.reports.console import console as make_console
 
     table = Table(
         caption="comm %: exposed TP/CP/EP/PP/DP communication",
@@ -113,7 +114,7 @@ def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batc
         )
     for row in rows:
         table.add_row(*(_cell(k, row[k]) for k in COLUMNS))
-    console = Console()
+    console = make_console()
     console.print(table)
     for line in res.why:
         console.print(line, markup=False)

@@ -271,15 +271,16 @@ def _render_with_layer(result: Any, layer: dict[str, Any] | None, fmt: str) -> N
         click.echo(f"whole layer: {note}", err=True)
         return
     from rich import box
-    from rich.console import Console
     from rich.table import Table
+
+    from gpuperf.reports.console import console as make_console
 
     table = Table(title=f"one whole eager layer: {note}", box=box.SIMPLE_HEAD)
     for key, header in _LAYER_COLUMNS:
         table.add_column(header, justify="right" if key.endswith(("_ms", "_pct")) else "left")
     for r in rows:
         table.add_row(*r)
-    console = Console(file=sys.stdout, highlight=False)
+    console = make_console(file=sys.stdout)
     if not console.is_terminal:
         console.width = max(console.width, 160)
     console.print(table)

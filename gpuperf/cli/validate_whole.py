@@ -111,8 +111,9 @@ def render(out: dict[str, Any], fmt: str) -> None:
         for r in rows:
             click.echo(",".join("" if v is None else str(v) for v in r))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from gpuperf.reports.console import console as make_console
 
     table = Table(title=f"{out['model']}, {out['plan']} ({out['implementation']}), "
                   f"{out['scenario']['mode']}: measured vs predicted")  # fmt: skip
@@ -120,7 +121,7 @@ def render(out: dict[str, Any], fmt: str) -> None:
         table.add_column(h, justify="left" if h == "what" else "right")
     for what, m, p, e in rows:
         table.add_row(what, _num(m), _num(p), "–" if e is None else f"{e:+.1f}")
-    con = Console()
+    con = make_console()
     con.print(table)
     notes = [f"{len(out['samples_ms'])} steps, spread {out['spread_pct']:.1f}% "
              f"(slowest rank each step)"]  # fmt: skip

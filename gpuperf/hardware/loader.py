@@ -186,11 +186,14 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 def _read_with_base(path: Path, kind: str, seen: tuple[str, ...] = ()) -> tuple[dict, str, str]:
     """(raw dict with `base` merged in, profile name, origin path) for a user file."""
+    from gpuperf.fileio import printable
+
     raw = _read_toml(path)
     origin = str(path)
     name = raw.get("name", path.stem)
-    if not isinstance(name, str) or not name.strip():
+    if not isinstance(name, str) or not printable(name).strip():
         raise InputError(f"{origin}: name must be a non-empty string, got {name!r}")
+    name = printable(name).strip()
     base = raw.get("base")
     if base is None:
         return raw, name, origin
@@ -267,10 +270,12 @@ def _number(value: Any, what: str, origin: str, *, integer: bool = False, zero: 
 
 
 def _string(raw: dict, key: str, origin: str, default: str | None = None) -> str:
+    from gpuperf.fileio import printable
+
     value = raw.get(key, default)
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or not printable(value).strip():
         raise InputError(f"{origin}: {key} must be a non-empty string, got {value!r}")
-    return value.strip()
+    return printable(value).strip()
 
 
 def _string_list(raw: dict, key: str, origin: str) -> None:

@@ -95,8 +95,10 @@ def render(
             w.writerow(["" if r.get(c) is None else r[c] for c in COLUMNS])
         return
     from rich import box
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from gpuperf.reports.console import console as make_console
 
     where = env.get("gpu") or env.get("cpu") or env.get("device", "")
     backend = env.get("backend", "")
@@ -106,9 +108,9 @@ def render(
         table.add_column(header, justify="right")
     for r in rows:
         table.add_row(*(fmt_(r.get(col)) for col, (_, fmt_) in COLUMNS.items()))
-    console = Console(highlight=False)
+    console = make_console()
     if not console.is_terminal:
         console.width = max(console.width, 140)
     console.print(table)
     for w_ in warnings:
-        console.print(f"[bold yellow]warning[/]    {w_}")
+        console.print(Text.assemble(("warning", "bold yellow"), f"    {w_}"))

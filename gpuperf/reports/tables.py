@@ -15,10 +15,10 @@ from typing import IO, Any
 
 import pandas as pd
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpuperf.reports.console import console as make_console
 from gpuperf.units import fmt_bytes
 
 
@@ -232,7 +232,7 @@ def render(
     elif fmt == "csv":
         out.write(to_csv(result.table if view is None else view))
     elif fmt == "table":
-        console = Console(file=out, highlight=False)
+        console = make_console(file=out)
         if not console.is_terminal:
             console.width = max(console.width, 160)
         console.print(rich_table(result, view))

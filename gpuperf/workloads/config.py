@@ -237,7 +237,9 @@ def hf_config(spec: str) -> tuple[dict[str, Any], str, str]:
         name = data.get("_name_or_path") or (
             path.parent.name if path.name == "config.json" else path.stem
         )
-        return data, str(name).split("/")[-1], str(path)
+        from gpuperf.fileio import printable
+
+        return data, printable(str(name).split("/")[-1]) or path.stem, str(path)
     close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise InputError(
