@@ -56,8 +56,10 @@ def check_launch(coll: str, launch: Launch) -> None:
         raise InputError(f"--node-rank {launch.node_rank} must be in [0, {launch.nnodes})")
     if launch.nnodes > 1 and not launch.rdzv_endpoint:
         raise InputError("--nnodes > 1 needs --rdzv-endpoint host:port (node 0's address)")
-    if coll == "sendrecv" and launch.world < 2:
-        raise InputError("sendrecv needs at least 2 ranks (--nproc 2)")
+    if launch.world < 2:  # as `gpuperf predict` says: one rank has nothing to exchange
+        raise InputError(f"{coll} needs at least 2 ranks, got --nproc {launch.nproc}")
+    if launch.rdzv_endpoint is not None:
+        _endpoint(launch.rdzv_endpoint)
     if launch.device == "cuda":
         try:
             import torch
@@ -71,15 +73,21 @@ def check_launch(coll: str, launch: Launch) -> None:
             )
 
 
+def _endpoint(text: str) -> tuple[str, int]:
+    """(host, port) of --rdzv-endpoint, or an InputError (a bad port made torchrun fail, exit 1)."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InputError(f"--rdzv-endpoint {text!r} must be host:port with a port in 1-65535")
+    return host, int(port)
+
+
 def torchrun_command(coll: str, sizes: list[int], launch: Launch, out: str, **kw: Any) -> list[str]:
     """The torchrun command line (also printed by --dry-run style tooling and tests)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={launch.nproc}"]
     if launch.nnodes == 1 and not launch.rdzv_endpoint:
         cmd.append("--standalone")
     else:
-        host, _, port = (launch.rdzv_endpoint or "").rpartition(":")
-        if not host or not port.isdigit():
-            raise InputError(f"--rdzv-endpoint {launch.rdzv_endpoint!r} must be host:port")
+        host, port = _endpoint(launch.rdzv_endpoint or "")
         cmd += [
             f"--nnodes={launch.nnodes}",
             f"--node-rank={launch.node_rank}",

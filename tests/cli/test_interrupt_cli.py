@@ -102,3 +102,17 @@ def test_sigterm_during_kernel_measurements_shows_what_was_measured(tmp_path):
     assert "Traceback" not in err.decode() and "SIGTERM" in err.decode().strip().splitlines()[-1]
     measured = json.loads(save.read_text())["rows"]
     assert 1 <= len(measured) < 8 and len(json.loads(out)["ops"]) == len(measured)
+
+
+def test_a_timeout_while_ranks_still_start_ends_them_all(tmp_path):
+    """--timeout fires before 6 ranks have finished importing torch: exit 3, nothing left."""
+    mark = f"GPUPERF_TEST_MARK={uuid.uuid4().hex}"
+    env = {**os.environ, "TMPDIR": str(tmp_path), mark.split("=")[0]: mark.split("=")[1]}
+    cmd = [sys.executable, "-m", "gpuperf", "measure", "allreduce", "--bytes", "1K",
+           "--nproc", "6", "--device", "cpu", "--timeout", "1.5"]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
+    err = proc.stderr.decode()
+    assert proc.returncode == 3, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert _gone(mark), "processes left behind"
+    assert not list(tmp_path.glob("gpuperf-coll-*")), "temporary folder left behind"

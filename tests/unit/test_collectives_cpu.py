@@ -75,8 +75,12 @@ def test_gloo_allreduce_two_ranks_through_torchrun():
 
 
 def test_launch_checks():
-    with pytest.raises(InputError, match="at least 2 ranks"):
-        check_launch("sendrecv", Launch(nproc=1, device="cpu"))
+    for coll in ("sendrecv", "allreduce"):  # allreduce on one rank exited 0 before
+        with pytest.raises(InputError, match="at least 2 ranks, got --nproc 1"):
+            check_launch(coll, Launch(nproc=1, device="cpu"))
+    for bad in ("localhost:99999", "localhost:0", "localhost:x", ":29500", "host"):
+        with pytest.raises(InputError, match="port in 1-65535"):
+            check_launch("allreduce", Launch(nproc=2, device="cpu", rdzv_endpoint=bad))
     with pytest.raises(InputError, match="rdzv-endpoint"):
         check_launch("allreduce", Launch(nproc=1, nnodes=2, device="cpu"))
     with pytest.raises(InputError, match="unknown collective"):
