@@ -34,6 +34,8 @@ _ALIASES = {
 
 def parse_dtype(text: str) -> DType:
     """Return the DType named by `text` (case-insensitive, common aliases), or raise InputError."""
+    if not isinstance(text, str):
+        raise InputError(f"dtype must be a name such as bf16, got {text!r}"[:200])
     key = text.strip().lower()
     key = _ALIASES.get(key, key)
     if key not in BYTES:

@@ -74,18 +74,23 @@ def main(argv: list[str] | None = None) -> None:
             signal.signal(signal.SIGTERM, old)
 
 
+def _one_line(message: str) -> str:
+    """An error on one line (click lists a Choice's values one per line)."""
+    return " ".join(message.split())
+
+
 def _main(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="gpuperf", standalone_mode=False)
     except GpuperfError as exc:
-        click.echo(f"gpuperf: error: {exc}", err=True)
+        click.echo(f"gpuperf: error: {_one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:
         term = isinstance(exc.__cause__ or exc.__context__, Terminated)
         click.echo(f"gpuperf: aborted ({'SIGTERM' if term else 'SIGINT'})", err=True)
         sys.exit(143 if term else 130)
     except click.ClickException as exc:
-        click.echo(f"gpuperf: error: {exc.format_message()}", err=True)
+        click.echo(f"gpuperf: error: {_one_line(exc.format_message())}", err=True)
         sys.exit(2 if isinstance(exc, click.UsageError | click.BadParameter) else exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
