@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -248,8 +249,11 @@ def test_problems_are_seen(browser, tmp_path):
     assert "nope is not defined" in found and "example.invalid" in found
 
 
-def test_skip_reason_is_explicit():
-    """Says in the test log whether the browser tests ran (CI may lack Chromium)."""
+def test_the_browser_found_runs():
+    """Says in the test log whether the browser tests ran (CI may lack Chromium), and that the
+    browser found is one that starts (a broken install would skip nothing and fail obscurely)."""
     if CHROMIUM is None:
         pytest.skip("headless Chromium not installed: browser tests skipped")
-    assert Path(CHROMIUM).exists()
+    out = subprocess.run([CHROMIUM, "--headless=new", "--version"], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0 and re.search(r"Chrom\w* \d+\.", out.stdout), out
