@@ -79,6 +79,8 @@ PLAN = [
     ("2gpu", "llama3-8b", dict(E, mode="decode", batch=1, ctx=2048, tp=2)),
     ("2gpu", "llama3-8b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True)),
     ("2gpu", "llama3-8b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True, tp=2)),
+    ("2gpu", "llama3-70b-8l", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True)),
+    ("2gpu", "llama3-70b-8l", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True, tp=2)),
     ("2gpu", "llama-1.1b", dict(E, mode="train", batch=4, seq=2048, tp=2, tp_impl="dtensor")),
     # Megatron-style TP training (a one-stage pipeline of pp_runner), beside DTensor's
     ("2gpu", "llama-1.1b", dict(E, mode="train", batch=4, seq=2048, tp=2)),
