@@ -117,6 +117,24 @@ def overlap_cost(gpu: GpuSpec) -> float:
     return float(gpu.params.extra.get("comm_overlap_cost", COMM_OVERLAP_COST))
 
 
+# A collective captured in a CUDA graph has no host side: its per-call floor is the NCCL
+# kernel's own, not comm_floor_s (fitted to calls from Python, host-bound at 25-40 us when small).
+# Measured, not fitted to a model run: 50 all-reduces of 8-128 KiB replayed in one graph on 2
+# H200s took 5.8-6.7 us each with NCCL_GRAPH_MIXING_SUPPORT=0, as gpuperf's graph decode runs
+# (benchmarks/device/graph_collective_probe.py, graph_collective_probe_2gpu_nomix.json; 12 us
+# with graph mixing on). A profile's [model.extra] comm_graph_floor_s overrides it.
+COMM_GRAPH_FLOOR_S = 6.3e-6
+
+
+@functools.lru_cache(maxsize=64)
+def in_graph(gpu: GpuSpec) -> GpuSpec:
+    """`gpu` as the collectives of a replayed CUDA graph see it (COMM_GRAPH_FLOOR_S)."""
+    extra = gpu.params.extra
+    floor = float(extra.get("comm_graph_floor_s", COMM_GRAPH_FLOOR_S))
+    params = replace(gpu.params, extra={**extra, "comm_floor_s": floor})
+    return replace(gpu, params=params)
+
+
 def _op_time(op: Op, gpu: GpuSpec, system: SystemSpec | None, nvls: bool = False) -> Any:
     """perfmodel's time of one kernel or collective (a seam tests replace); nvls: NCCL may pick
     NVLink SHARP for the collectives (NCCL_NVLS_ENABLE=1)."""
@@ -202,6 +220,7 @@ class Coster:
     def __init__(self, gpu: GpuSpec, system: SystemSpec | None, sc: Scenario | None) -> None:
         self.gpu, self.system, self.sc = gpu, system, sc
         self.compute_gpu = sustained(gpu) if sc is not None else gpu
+        self.comm_gpu = in_graph(gpu) if sc is not None and sc.cuda_graphs else gpu
         self.rules = HostRules.of(sc, gpu, system)
         self.nvls = bool(sc is not None and sc.nvls)
         self.overlap_cost = overlap_cost(gpu)
@@ -218,9 +237,9 @@ class Coster:
         if r is None:
             comm = op.kind in _COMM
             if comm and self.nvls:
-                t = _op_time(op, self.gpu, self.system, nvls=True)
+                t = _op_time(op, self.comm_gpu, self.system, nvls=True)
             else:
-                t = _op_time(op, self.gpu if comm else self.compute_gpu, self.system)
+                t = _op_time(op, self.comm_gpu if comm else self.compute_gpu, self.system)
             c = op.cost()
             r = self._rows[key] = (
                 op.kind, op.shape, getattr(op, "dtype", ""), c.flops, c.bytes, c.intensity,

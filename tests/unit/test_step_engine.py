@@ -486,3 +486,25 @@ def test_the_reported_dispatch_is_the_one_the_step_was_costed_with():
     kw = dict(mode="train", impl="eager", seq=2048, tp=8, dp=4, system="dgx-h100", nodes=4)
     p = api.predict("llama3-8b", **kw)  # 32 ranks, 8 on each host: 1 + 0.25 * log2(8)
     assert p.extra["dispatch_us"] == pytest.approx(1.75 * gpu.params.host_dispatch_s * 1e6)
+
+
+def test_collectives_in_a_cuda_graph_take_the_graph_floor():
+    """A replayed graph has no host side: a small all-reduce's floor is comm_graph_floor_s (the
+    NCCL kernel's own, graph_collective_probe), not comm_floor_s (calls from Python)."""
+
+    def allreduce_ms(gpu, graphs):
+        p = api.predict("llama3-8b", gpu=gpu, mode="decode", batch=8, ctx=2048, tp=2,
+                        impl="eager", cuda_graphs=graphs, sequence_parallel=False)  # fmt: skip
+        t = p.table
+        return float(t[t["kind"] == "collective"]["time_ms"].iloc[0]), p.total_ms
+
+    h200 = load_gpu("h200")
+    eager, _ = allreduce_ms(h200, False)
+    graph, total = allreduce_ms(h200, True)
+    assert eager == pytest.approx(h200.params.extra["comm_floor_s"] * 1e3)  # the floor binds
+    assert graph < eager
+    extra = {**h200.params.extra, "comm_graph_floor_s": 1e-3}
+    slow = replace(h200, params=replace(h200.params, extra=extra))
+    slow_graph, slow_total = allreduce_ms(slow, True)
+    assert slow_graph == pytest.approx(1.0)  # the profile's value is the one used
+    assert slow_total > total + 60  # 65 all-reduces per step, each now 1 ms
