@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -23,42 +22,13 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from nccl_tail_probe import REPS, WARM, graphed, timed  # noqa: E402
 
 SIZES = tuple(2**k for k in range(13, 25, 2))  # 8 KiB ... 8 MiB, and 16 MiB below
 SIZES = (*SIZES, 2**24)
-LOOP, REPS, WARM = 50, 20, 5
-
-
-def timed(fn, per: int) -> float:
-    """The slowest rank's median seconds of fn() divided by `per`."""
-    for _ in range(WARM):
-        fn()
-    torch.cuda.synchronize()
-    dist.barrier()
-    times = []
-    for _ in range(REPS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / per)
-    t = torch.tensor([statistics.median(times)], dtype=torch.float64, device="cuda")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
-
-
-def graphed(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g.replay
+LOOP = 50
 
 
 def _call(coll: str, full: torch.Tensor, part: torch.Tensor):

@@ -29,8 +29,8 @@ SIZES = (256 * 2**20, 2**30)
 REPS, WARM = 20, 5
 
 
-def timed(fn) -> float:
-    """The slowest rank's median seconds of one call."""
+def timed(fn, per: int = 1) -> float:
+    """The slowest rank's median seconds of one call (of fn() / per, when fn makes `per` calls)."""
     for _ in range(WARM):
         fn()
     torch.cuda.synchronize()
@@ -42,7 +42,7 @@ def timed(fn) -> float:
         fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(start.elapsed_time(end) / 1e3 / per)
     t = torch.tensor([statistics.median(times)], dtype=torch.float64, device="cuda")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
