@@ -28,6 +28,12 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
         raise InputError(f"cannot write {out}: {parent} is not a folder")
     if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise InputError(f"cannot write {out}: permission denied")
+    try:  # the folder may pass os.access and still refuse files (/proc as root, a read-only mount)
+        fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(probe)
     return out
 
 
@@ -37,7 +43,10 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
     was. An unwritable path is the user's input: InputError. Every file gpuperf writes goes
     through here."""
     out = check_writable(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent or ".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent or ".")
+    except OSError as exc:  # a folder that looks writable and is not (/proc, a full disk)
+        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

@@ -17,6 +17,8 @@ def test_write_text_creates_the_folder_and_refuses_what_it_cannot_write(tmp_path
         write_text(tmp_path, "x")
     with pytest.raises(InputError, match="cannot write"):
         write_text("/proc/gpuperf-test/x.json", "x")
+    with pytest.raises(InputError, match="cannot write"):  # /proc passes os.access for root
+        write_text("/proc/x.json", "x")
 
 
 def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path, monkeypatch):
