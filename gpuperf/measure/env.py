@@ -13,6 +13,31 @@ from gpuperf import __version__
 from gpuperf.measure.timing import TIMING_METHOD_VERSION
 
 
+def host_available_bytes() -> float | None:
+    """Memory the host can still give (Linux MemAvailable); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_host_memory(need: float, what: str) -> None:
+    """EnvironmentUnavailable (exit 3) before a CPU run that would need more memory than the host
+    has free: it would otherwise grow until the OOM killer or a torch overflow stops it."""
+    from gpuperf.errors import EnvironmentUnavailable
+    from gpuperf.units import fmt_bytes
+
+    have = host_available_bytes()
+    if have is not None and need > have:
+        raise EnvironmentUnavailable(
+            f"{what} needs ~{fmt_bytes(need)} of host memory; {fmt_bytes(have)} is available"
+        )
+
+
 def _cpu_model() -> str | None:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:

@@ -321,6 +321,10 @@ def measure_op(
     """Build, check once, then time `op` on `device`. Raises WrongResult when the check fails."""
     import torch
 
+    if device == "cpu":  # inputs, outputs and the reference check: about twice what it moves
+        from gpuperf.measure.env import check_host_memory
+
+        check_host_memory(2 * op.cost().bytes, f"{op.name} ({op.shape})")
     try:
         with _oom_as_error(op):
             kernel = build(op, device, backend)

@@ -99,6 +99,18 @@ def test_bad_sizes_exit_2(capsys):
     assert code == 2 and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "args",
+    [("elementwise", "gelu", "--numel", "4611686018427387904"),  # torch overflowed: exit 1
+     ("norm", "rmsnorm", "--rows", "100000", "--cols", "100000"),  # grew to 20 GB, then on
+     ("allreduce", "--bytes", "1T")],  # every rank failed to allocate: exit 1
+)  # fmt: skip
+def test_cpu_runs_larger_than_the_host_memory_exit_3_before_they_start(capsys, monkeypatch, args):
+    monkeypatch.setattr("gpuperf.measure.env.host_available_bytes", lambda: 8 * 2**30)
+    code, _, err = run(capsys, "measure", *args, "--device", "cpu")
+    assert code == 3 and "of host memory" in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_missing_gpu_exits_3(capsys):
     code, _, err = run(capsys, "measure", "gemm", "64")
