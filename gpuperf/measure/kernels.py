@@ -315,6 +315,12 @@ def _oom_as_error(op: Op) -> Iterator[None]:
         raise
 
 
+def _gpu_bytes(device: str) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(torch.device(device)).total_memory
+
+
 def measure_op(
     op: Op, device: str = "cuda", budget: Budget | None = None, backend: str | None = None
 ) -> Measurement:
@@ -325,6 +331,10 @@ def measure_op(
         from gpuperf.measure.env import check_host_memory
 
         check_host_memory(2 * op.cost().bytes, f"{op.name} ({op.shape})")
+    elif device.startswith("cuda") and op.cost().bytes > _gpu_bytes(device):
+        raise EnvironmentUnavailable(  # torch would overflow or fail to allocate midway
+            f"{op.name} ({op.shape}) moves {fmt_bytes(op.cost().bytes)}, more than this GPU holds"
+        )
     try:
         with _oom_as_error(op):
             kernel = build(op, device, backend)
