@@ -55,6 +55,7 @@ SYSTEM_NUMBERS: dict[str, tuple[str, float, bool, bool]] = {
 _GPU_REQUIRED_STR = ("arch", "compute_capability")
 _COMMON_KEYS = ("name", "base", "display_name", "aliases", "sources")
 _GPU_KEYS = (*_COMMON_KEYS, *GPU_NUMBERS, *_GPU_REQUIRED_STR, "nvml_names", "peak_tflops", "model")
+MAX_GPUS_PER_NODE = 576  # NVL576, the largest NVLink domain announced (GB200 NVL72 ships)
 _SYSTEM_KEYS = (*_COMMON_KEYS, *SYSTEM_NUMBERS, "gpu", "nvswitch")
 _NOT_INHERITED = ("name", "base", "aliases", "nvml_names")
 _PLAIN_SOURCES = ("gpu", "nvswitch", "display_name", "arch", "compute_capability")
@@ -400,6 +401,11 @@ def _system_from_raw(raw: dict, name: str, origin: str) -> SystemSpec:
     numbers = _numbers(raw, SYSTEM_NUMBERS, origin)
     if numbers["nics_per_node"] > 0 and numbers["nic_bw"] == 0:
         raise InputError(f"{origin}: nic_gbit_s must be positive when nics_per_node > 0")
+    if numbers["gpus_per_node"] > MAX_GPUS_PER_NODE:
+        raise InputError(
+            f"{origin}: gpus_per_node {numbers['gpus_per_node']} is more than the largest NVLink "
+            f"domain announced ({MAX_GPUS_PER_NODE}, NVL576); describe more GPUs as nodes"
+        )
     return SystemSpec(
         name=name,
         display_name=_string(raw, "display_name", origin, default=name),

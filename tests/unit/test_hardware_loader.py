@@ -273,6 +273,7 @@ def test_bad_system_files(tmp_path):
         (good.replace('"h100"', '"h1OO"'), "unknown gpu 'h1OO'"),
         (good.replace("nic_gbit_s = 400", "nic_gbit_s = 0"), "nic_gbit_s must be positive"),
         (good.replace("gpus_per_node = 8", "gpus_per_node = 0"), "gpus_per_node must be positive"),
+        (good.replace("gpus_per_node = 8", "gpus_per_node = 100000"), "largest NVLink domain"),
         (good + "sms = 3\n", "unknown key 'sms'"),
     ]
     for text, expected in cases:
