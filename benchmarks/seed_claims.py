@@ -4,14 +4,17 @@
     python benchmarks/seed_claims.py --seed 004   # one seed
     python benchmarks/seed_claims.py --write      # regenerate the tables in docs/seed-claims.md
 
-The claims live in seed_claims_000*.py and seed_claims_rest*.py beside this file; the verdict rule
-and the measurement look-ups in seed_claims_core.py. Numbers are never typed into the doc: gpuperf's
-come from its Python API here, measured ones from benchmarks/results/<gpu>/*.json.
+The claims are data, one [[claim]] each in seed_claims.toml beside this file; the verdict rule, the
+measurement look-ups and the helpers their expressions call are in seed_claims_core.py. A claim's
+`predict` and `measured` are expressions evaluated in that module's namespace, and the call the doc
+prints is that expression, as it ran. Numbers are never typed into the doc: gpuperf's come from its
+Python API here, measured ones from benchmarks/results/<gpu>/*.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -22,6 +25,7 @@ sys.path.insert(0, str(HERE))
 from seed_claims_core import Claim, Pred, Verdict, evaluate  # noqa: E402
 
 DOC = HERE.parent / "docs" / "seed-claims.md"
+DATA = HERE / "seed_claims.toml"
 BEGIN, END = "<!-- BEGIN GENERATED (benchmarks/seed_claims.py) -->", "<!-- END GENERATED -->"
 TITLES = {
     "000": "000 — PyTorch → GPU pipeline, Llama-2-7B on an H100",
@@ -32,18 +36,24 @@ TITLES = {
 }
 
 
-def all_claims() -> list[Claim]:
-    import seed_claims_000
-    import seed_claims_000_train
-    import seed_claims_rest
-    import seed_claims_rest2
+def all_claims(path: Path = DATA) -> list[Claim]:
+    """Every claim of the data file, its expressions compiled (a syntax error names the claim)."""
+    import seed_claims_core
+    import tomllib
 
-    return [
-        *seed_claims_000.CLAIMS,
-        *seed_claims_000_train.CLAIMS,
-        *seed_claims_rest.CLAIMS,
-        *seed_claims_rest2.CLAIMS,
-    ]
+    ns = vars(seed_claims_core)
+    out = []
+    for i, row in enumerate(tomllib.loads(path.read_text(encoding="utf-8"))["claim"], 1):
+        fns = {}
+        for key in ("predict", "measured"):
+            if key in row:
+                code = compile(row[key], f"{path.name} claim {i} {key}", "eval")
+                fns[key] = functools.partial(eval, code, ns)
+        out.append(Claim(row["seed"], row["where"], row["quote"], row["gloss"],
+                         row.get("claimed"), row["unit"], row.get("kind", "estimate"),
+                         call=row.get("predict", ""), reason=row.get("reason", ""),
+                         **fns))  # fmt: skip
+    return out
 
 
 def fmt(v: object) -> str:
@@ -128,12 +138,14 @@ def markdown(claims: list[Claim]) -> str:
 
 
 def write_doc(text: str, path: Path = DOC) -> None:
-    doc = path.read_text()
+    doc = path.read_text(encoding="utf-8")
     if BEGIN not in doc or END not in doc:
         raise SystemExit(f"{path}: markers {BEGIN!r} / {END!r} not found")
     head, rest = doc.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{BEGIN}\n\n{text}\n{END}{tail}")
+    from gpuperf.fileio import write_text
+
+    write_text(path, f"{head}{BEGIN}\n\n{text}\n{END}{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -142,3 +142,18 @@ def test_write_doc_replaces_only_the_generated_block(tmp_path):
     text = doc.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n")
     assert "NEW" in text and "old" not in text
+
+
+def test_claims_are_data_and_the_printed_call_is_the_expression_that_ran(tmp_path):
+    import tomllib
+
+    rows = tomllib.loads(seed_claims.DATA.read_text(encoding="utf-8"))["claim"]
+    claims = seed_claims.all_claims()
+    assert len(rows) == len(claims) > 100
+    for row, claim in zip(rows, claims, strict=True):
+        assert claim.call == row.get("predict", "")
+    bad = tmp_path / "claims.toml"
+    bad.write_text('[[claim]]\nseed = "000"\nwhere = "x"\nquote = "q"\ngloss = "g"\nunit = "µs"\n'
+                   'predict = "k_us(\'norm\'"\n', encoding="utf-8")  # fmt: skip
+    with pytest.raises(SyntaxError, match="claim 1 predict"):
+        seed_claims.all_claims(bad)
