@@ -2,9 +2,9 @@
 helpers with caches, and look-ups of committed measurements (benchmarks/results/<gpu>/*.json).
 
 A claim is one number (or word) a seed document states. gpuperf's number comes from `predict`
-(a call into gpuperf's Python API, spelled out in `call`); a measured number, when a committed
-result file holds one, from `measured`. The verdict compares the seed with the measurement when
-there is one, else with gpuperf:
+(an expression over gpuperf's Python API and the helpers below; `call` is its text); a measured
+number, when a committed result file holds one, from `measured`. The verdict compares the seed
+with the measurement when there is one, else with gpuperf:
 
 - exact claims (datasheet numbers, formulas, arithmetic) hold within 2 % (the seeds round);
 - estimate claims (times, throughputs) hold within a factor 1.3 (the seeds write "~");
@@ -160,7 +160,7 @@ class Claim:
     unit: str
     kind: Kind = "estimate"
     predict: Callable[[], Value | Pred] | None = None  # gpuperf's number
-    call: str = ""  # the exact API call behind `predict`
+    call: str = ""  # the expression behind `predict`, as it ran
     measured: Callable[[], Pred | None] | None = None  # committed measurement, if any
     reason: str = ""  # why it disagrees (or why it cannot be checked)
 
