@@ -1,7 +1,13 @@
-"""docs/measurements.md and docs/collectives-accuracy.md, generated from the committed real runs.
+"""The tables of docs/measurements.md, and docs/collectives-accuracy.md, from the committed runs.
 
-    python benchmarks/measurements_doc.py            # print both documents
-    python benchmarks/measurements_doc.py --write    # rewrite both files under docs/
+docs/measurements.md is written by hand; each table in it sits between
+`<!-- gpuperf:table <gpu profile>/<name> -->` and `<!-- /gpuperf:table -->`, and only what lies
+between the markers is regenerated: the source files, the numbers derived from them (median
+errors...) and the table. docs/collectives-accuracy.md is generated whole.
+
+    python benchmarks/measurements_doc.py --write    # regenerate both files under docs/
+    python benchmarks/measurements_doc.py --check    # exit 1 if either is stale
+    python benchmarks/measurements_doc.py            # print both
     python benchmarks/measurements_doc.py --results DIR
 
 Measured numbers come only from benchmarks/results/<gpu profile>/*.json; every op row is
@@ -13,6 +19,7 @@ the same op_time into gpuperf.perfmodel.comm), and whole-model runs with gpuperf
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -25,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpuperf.dtypes import BYTES  # noqa: E402
+from gpuperf.fileio import write_text  # noqa: E402
 from gpuperf.hardware.loader import load_gpu  # noqa: E402
 from gpuperf.hardware.spec import GpuSpec  # noqa: E402
 from gpuperf.measure.timing import GRAPH_THRESHOLD_S  # noqa: E402 (no torch at import)
@@ -40,6 +48,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 DOCS = {"measurements": ROOT / "docs" / "measurements.md",
         "collectives": ROOT / "docs" / "collectives-accuracy.md"}  # fmt: skip
 CMD = "python benchmarks/measurements_doc.py --write"
+# A generated table: "<!-- gpuperf:table h100-sxm5-80gb/gemm-square -->", its content, the end.
+MARKER = re.compile(r"(<!-- gpuperf:table (\S+) -->\n)(.*?)(<!-- /gpuperf:table -->)", re.S)
 DTYPE_ORDER = ("bf16", "fp16", "fp8", "tf32", "fp32")
 MIB = 2**20
 COLL_HEAD = ["size", "measured (µs)", "algbw (GB/s)", "busbw (GB/s)", "predicted (µs)",
@@ -143,14 +153,15 @@ def source(paths: Path | Sequence[Path]) -> str:
     return "Source: " + ", ".join(f"`{s}`" for s in shown) + "."
 
 
-def section(title: str, path: Path | Sequence[Path], body: str, note: str = "") -> str:
-    return "\n\n".join(p for p in (f"### {title}", source(path), note, body) if p)
+def block(path: Path | Sequence[Path], body: str, *facts: str) -> str:
+    """What goes between a table's markers: its source, the facts derived from it, the table."""
+    return "\n\n".join([" ".join([source(path), *(f for f in facts if f)]), body])
 
 
 # --- environment --------------------------------------------------------------------------------
 
 
-def environment(d: Path, gpu: GpuSpec) -> str:
+def environment(d: Path, gpu: GpuSpec) -> dict[str, str]:
     env = read_json(d / "env.json") if (d / "env.json").exists() else {}
     e2e = sorted(d.glob("e2e*.json"))
     extra = read_json(e2e[-1]).get("env", {}) if e2e else {}
@@ -175,7 +186,7 @@ def environment(d: Path, gpu: GpuSpec) -> str:
                           f"bf16 dense {num(gpu.peak('bf16') / 1e12)} TFLOP/s"),
     ]  # fmt: skip
     body = table(["", "value"], [[k, str(v)] for k, v in items if v])
-    return section("Environment", d / "env.json", body)
+    return {"environment": block(d / "env.json", body)}
 
 
 # --- GEMM ---------------------------------------------------------------------------------------
@@ -259,38 +270,30 @@ def gemm_models(rows: Sequence[Row]) -> list[list[str]]:
     return out
 
 
-def gemm_sections(d: Path, gpu: GpuSpec) -> list[str]:
-    out = []
+def gemm_tables(d: Path, gpu: GpuSpec) -> dict[str, str]:
+    out = {}
     path = d / "gemm.json"
     rows = [r for r in load_rows(path, gpu) if isinstance(r.op, Gemm)]
     if rows:
         sq, sq_rows = gemm_square(rows, gpu)
         head = ["dtype", "M=N=K", "measured (µs)", "measured TFLOP/s", "predicted TFLOP/s",
                 "measured % of peak", "error", "timer"]  # fmt: skip
-        out.append(section("GEMM, square sizes", path, table(head, sq), summary(sq_rows, "these")))
+        out["gemm-square"] = block(path, table(head, sq), summary(sq_rows, "these"))
         st_head, st, st_rows = gemm_sweep(rows)
-        note = ("N grows in steps of 128 across the SMs' wave boundaries; waves = rounds of "
-                "output tiles over the SMs with the tile the model picks. "
-                + summary(st_rows, "the sweep"))  # fmt: skip
-        out.append(section("GEMM wave-boundary sweep", path, table(st_head, st), note))
+        out["gemm-sweep"] = block(path, table(st_head, st), summary(st_rows, "the sweep"))
         mis, mis_rows = gemm_misaligned(rows)
         head = ["shape M×N×K", "aligned", "dtype", "measured (µs)", "× aligned (measured)",
                 "predicted (µs)", "× aligned (predicted)", "error"]  # fmt: skip
-        note = ("Row-major A (M×K) and B (K×N) have K and N as leading dimensions: a K or N "
-                "that is not a multiple of 16 bytes breaks cuBLAS's aligned loads, an odd M "
-                "does not. " + summary(mis_rows, "these"))  # fmt: skip
-        out.append(section("GEMM, misaligned vs aligned", path, table(head, mis), note))
         left = len(rows) - len({id(r) for r in sq_rows + st_rows + mis_rows})
-        if left:
-            out.append(f"({left} more rows of {path.name} are not shown in these tables.)")
+        more = f"({left} more rows of {path.name} are not shown in these tables.)" if left else ""
+        out["gemm-misaligned"] = block(path, table(head, mis), summary(mis_rows, "these"), more)
     path = d / "gemm_models.json"
     rows = load_rows(path, gpu)
     if rows:
         head = ["model", "tokens (M)", "GEMMs", "Σ measured (µs)", "Σ predicted (µs)", "error",
                 "measured TFLOP/s", "worst op (error)"]  # fmt: skip
-        note = ("One layer's GEMMs (and the lm_head) at M tokens, summed. "
-                + summary(rows, "single GEMMs"))  # fmt: skip
-        out.append(section("LLM-layer GEMMs", path, table(head, gemm_models(rows)), note))
+        body = table(head, gemm_models(rows))
+        out["gemm-models"] = block(path, body, summary(rows, "single GEMMs"))
     return out
 
 
@@ -314,8 +317,8 @@ def _heads(o: Attention) -> str:
     return "MHA" if o.kv_heads == o.heads else f"GQA kv={o.kv_heads}"
 
 
-def attention_sections(d: Path, gpu: GpuSpec) -> list[str]:
-    out = []
+def attention_tables(d: Path, gpu: GpuSpec) -> dict[str, str]:
+    out = {}
     path = d / "attention.json"
     rows = [r for r in load_rows(path, gpu) if isinstance(r.op, Attention)]
     pre = [r for r in rows if r.op.q_len > 16]
@@ -327,12 +330,9 @@ def attention_sections(d: Path, gpu: GpuSpec) -> list[str]:
             lambda r: f"{num(r.rate() / 1e12)} / {num(r.rate(True) / 1e12)} ({pct(r.err)}{r.fit})",
             lambda k: f"b{k[1]} h{k[2]} s{k[0]}",
         )  # fmt: skip
-        note = (
-            "Cells: measured / predicted TFLOP/s (error of the predicted time); head dim "
-            f"{pre[0].op.head_dim}, {pre[0].op.dtype}, SDPA. " + summary(pre, "prefill")
-        )
-        out.append(section("Attention prefill (TFLOP/s)", path, table(["shape", *cols], body),
-                           note))  # fmt: skip
+        what = f"Head dim {pre[0].op.head_dim}, {pre[0].op.dtype}, SDPA."
+        out["attention-prefill"] = block(path, table(["shape", *cols], body), what,
+                                         summary(pre, "prefill"))  # fmt: skip
     if dec:
         cols, body = pivot(
             dec, lambda r: (r.op.kv_len, r.op.batch, r.op.heads), lambda r: _heads(r.op),
@@ -340,10 +340,8 @@ def attention_sections(d: Path, gpu: GpuSpec) -> list[str]:
                       f" ({pct(r.err)}{r.fit})",
             lambda k: f"b{k[1]} h{k[2]} ctx{k[0]}",
         )  # fmt: skip
-        note = ("One query token against a KV cache. Cells: measured / predicted GB/s of the "
-                "op's bytes (KV cache read dominates) (error of the predicted time). "
-                + summary(dec, "decode"))  # fmt: skip
-        out.append(section("Attention decode (GB/s)", path, table(["shape", *cols], body), note))
+        out["attention-decode"] = block(path, table(["shape", *cols], body),
+                                        summary(dec, "decode"))  # fmt: skip
     path = d / "attention_backends.json"
     rows = load_rows(path, gpu)
     if rows:
@@ -351,7 +349,7 @@ def attention_sections(d: Path, gpu: GpuSpec) -> list[str]:
                  num(r.measured_s * 1e6), num(r.pred.time * 1e6), pct(r.err) + r.fit]
                 for r in rows]  # fmt: skip
         head = ["shape", "SDPA backend", "measured (µs)", "predicted (µs)", "error"]
-        out.append(section("Attention backends, same shape", path, table(head, body)))
+        out["attention-backends"] = block(path, table(head, body))
     return out
 
 
@@ -367,11 +365,11 @@ def _elements(o: Op) -> int:
     return o.rows * o.cols if isinstance(o, Norm) else getattr(o, "numel", 0)
 
 
-def memory_sections(d: Path, gpu: GpuSpec) -> list[str]:
+def memory_tables(d: Path, gpu: GpuSpec) -> dict[str, str]:
     path = d / "memory.json"
     rows = load_rows(path, gpu)
     if not rows:
-        return []
+        return {}
     levels = {_elements(r.op) for r in rows if isinstance(r.op, Elementwise | Copy)}
     main = [r for r in rows if _elements(r.op) in levels]
     cols, body = pivot(
@@ -383,12 +381,9 @@ def memory_sections(d: Path, gpu: GpuSpec) -> list[str]:
     for r in main:
         by_col[_mem_col(r.op)].append(r.err)
     body.append(["median \\|error\\|"] + [pct(med_abs(by_col[c]))[1:] for c in cols])
-    note = (
-        f"Cells: measured / predicted GB/s (bytes read + written per time); rows: elements "
-        f"per tensor (norms: rows × 4096 columns), {rows[0].op.dtype} unless the op casts. "
-        f"Datasheet HBM: {num(gpu.hbm_bw / 1e9)} GB/s. " + summary(main, "these")
-    )
-    out = [section("Memory-bound ops by size (GB/s)", path, table(["elements", *cols], body), note)]
+    what = (f"Tensors are {rows[0].op.dtype} unless the op casts; datasheet HBM "
+            f"{num(gpu.hbm_bw / 1e9)} GB/s.")  # fmt: skip
+    out = {"memory": block(path, table(["elements", *cols], body), what, summary(main, "these"))}
     shown = {id(r) for r in main}
     rest = [r for r in rows if id(r) not in shown]
     if rest:
@@ -396,20 +391,20 @@ def memory_sections(d: Path, gpu: GpuSpec) -> list[str]:
                  num(r.rate(what="bytes") / 1e9), num(r.pred.time * 1e6), pct(r.err) + r.fit]
                 for r in rest]  # fmt: skip
         head = ["op", "measured (µs)", "measured GB/s", "predicted (µs)", "error"]
-        out.append(section("Memory-bound ops, other shapes", path, table(head, body)))
+        out["memory-other"] = block(path, table(head, body))
     return out
 
 
 # --- timer cross-check, copy bandwidth, whole-model runs ----------------------------------------
 
 
-def crosscheck_sections(d: Path, gpu: GpuSpec) -> list[str]:
+def crosscheck_tables(d: Path, gpu: GpuSpec) -> dict[str, str]:
     path = d / "crosscheck.json"
     if not path.exists():
-        return []
+        return {}
     data = read_json(path)
     runs = [g for g in data.get("gemm", []) if g.get("do_bench_ms")]
-    out = []
+    out = {}
     if runs:
         body = [["×".join(map(str, g["mnk"])), num(g["ours_ms"] * 1e3),
                  num(g["do_bench_ms"] * 1e3), pct(g["ours_ms"] / g["do_bench_ms"] - 1)]
@@ -417,44 +412,29 @@ def crosscheck_sections(d: Path, gpu: GpuSpec) -> list[str]:
         thr = GRAPH_THRESHOLD_S * 1e3
         big = [g["ours_ms"] / g["do_bench_ms"] - 1 for g in runs if g["ours_ms"] >= thr]
         small = [g["ours_ms"] / g["do_bench_ms"] - 1 for g in runs if g["ours_ms"] < thr]
-        note = ["bf16 GEMMs timed by our timer and by `triton.testing.do_bench` (median; run "
-                "before and after ours, averaged)."]  # fmt: skip
+        facts = []
         if big:
             side = " (ours lower)" if max(big) < 0 else " (ours higher)" if min(big) > 0 else ""
             worst = pct(max(abs(x) for x in big))[1:]
-            note.append(f"Kernels of {thr * 1e3:.0f} µs or more agree within {worst}{side}.")
+            facts.append(f"Kernels of {thr * 1e3:.0f} µs or more agree within {worst}{side}.")
         if small:
-            note.append(
-                f"Kernels under {thr * 1e3:.0f} µs differ more: ours vs do_bench "
-                f"{_span(pct(min(small)), pct(max(small)), ' to ')}. Our timer replays a CUDA "
-                "graph of a batch of calls for kernels "
-                "under that threshold (no launch gap between calls) and flushes the L2 by "
-                "reading a buffer; do_bench launches each call on its own and flushes by "
-                "zero-filling its buffer, which leaves dirty lines in the L2 that the timed "
-                "kernel must first write back. Those costs are paid per call, so they weigh "
-                "only next to a short kernel."
-            )  # fmt: skip
-        note.append(
-            "The flush method itself matters: `timer_crosscheck.json` (H100) times the same "
-            "GEMMs with our timer flushing by a write, as do_bench does, and then the two agree "
-            "within about 1%; flushing by a read makes 4096³ and 8192³ 7–8% faster, more than "
-            "the dirty-line write-back explains (cause not established)."
-        )
+            span = _span(pct(min(small)), pct(max(small)), " to ")
+            facts.append(f"Kernels under {thr * 1e3:.0f} µs differ more: ours vs do_bench {span}.")
         head = ["M×N×K", "our timer (µs)", "do_bench (µs)", "ours vs do_bench"]
-        out.append(section("Timer cross-check", path, table(head, body), " ".join(note)))
+        out["timer-crosscheck"] = block(path, table(head, body), *facts)
     if data.get("copy_1GiB_gbps"):
         gbps = data["copy_1GiB_gbps"]
         body = [["copy 1 GiB (read + write)", num(gbps), num(gpu.hbm_bw / 1e9),
                  f"{100 * gbps * 1e9 / gpu.hbm_bw:.1f}%"]]  # fmt: skip
         head = ["op", "measured GB/s", "datasheet HBM GB/s", "% of datasheet"]
-        out.append(section("Copy bandwidth vs datasheet", path, table(head, body)))
+        out["copy-bandwidth"] = block(path, table(head, body))
     return out
 
 
-def e2e_sections(d: Path, gpu: GpuSpec) -> list[str]:
+def e2e_tables(d: Path, gpu: GpuSpec) -> dict[str, str]:
     files = sorted(d.glob("e2e*.json"))
     if not files:
-        return []
+        return {}
     runs: dict[tuple[str, str], dict[str, Any]] = {}
     for f in files:
         loaded = load_e2e([f])  # the runs gpuperf models (it leaves some out, e.g. fused AdamW)
@@ -477,15 +457,7 @@ def e2e_sections(d: Path, gpu: GpuSpec) -> list[str]:
         err = pct(e["pred"] / meas - 1) + e["fit"] if "pred" in e else "not modeled"
         body.append([model, label, *(num(e.get(f.stem)) for f in files),
                      num(e.get("pred")), err, e["note"]])  # fmt: skip
-    note = (
-        "Hugging Face transformers Llama models, bf16, whole forward (prefill), one decode "
-        "step (eager, or replayed from a CUDA graph), and a training step of a 1.1B model. "
-        'Predicted with `gpuperf.api.predict` on the same config and scenario; "not '
-        'modeled": a run `gpuperf.perfmodel.accuracy.load_e2e` leaves out because gpuperf '
-        "models a different setup (see how it ran). `*`: a model whose runs calibrated the "
-        "profile."
-    )
-    out = [section("Whole-model runs", files, table(head, body), note)]
+    out = {"e2e": block(files, table(head, body))}
     probe = [(f, p) for f in files for p in [read_json(f).get("host_probe")] if p]
     if probe:
         body = [[f.stem, k, str(v.get("batch")), str(v.get("seq")), str(v.get("ctx")),
@@ -494,18 +466,14 @@ def e2e_sections(d: Path, gpu: GpuSpec) -> list[str]:
                 for f, p in probe for k, v in p.items()]  # fmt: skip
         head = ["file", "pass", "batch", "seq", "ctx", "host time (ms)", "CUDA kernels",
                 "host µs per kernel"]  # fmt: skip
-        note = (
-            "Host time of one eager forward of llama2-7b (Python returns before the GPU "
-            "finishes) and the number of CUDA kernels it launched (torch.profiler)."
-        )
-        out.append(section("Host probe", probe[-1][0], table(head, body), note))
+        out["host-probe"] = block(probe[-1][0], table(head, body))
     launch = [(f, read_json(f).get("launch") or {}) for f in files]
     keys = list(dict.fromkeys(k for _, lc in launch for k in lc))
     if keys:
         body = [[LAUNCH_LABELS.get(k.split("/")[0], k.split("/")[0]), k.split("/")[-1],
                  *(num(lc.get(k)) for _, lc in launch)] for k in keys]  # fmt: skip
         head = ["cost", "kernel", *(f"{f.stem} (µs)" for f, _ in launch)]
-        out.append(section("Launch costs per kernel", files, table(head, body)))
+        out["launch"] = block(files, table(head, body))
     return out
 
 
@@ -585,7 +553,7 @@ def collectives_doc(results: Path = RESULTS) -> str:
             if not odd:
                 every += rows
             what = f"{coll}, {ranks} GPUs" + (", chunks not 16-byte aligned" if odd else "")
-            parts.append(section(what, f, coll_table(coll, ranks, rows)))
+            parts.append(f"### {what}\n\n" + block(f, coll_table(coll, ranks, rows)))
             big = [r.err for r in rows if r.op.nbytes >= MIB]
             small = [r.err for r in rows if r.op.nbytes < MIB]
             held = [r.err for r in rows if r.op.nbytes >= MIB and not r.fit]
@@ -611,47 +579,68 @@ def _m(errs: Sequence[float]) -> str:
 # --- the documents ------------------------------------------------------------------------------
 
 
-def measurements_doc(results: Path = RESULTS) -> str:
-    """docs/measurements.md: every kernel sweep, the timer checks and the whole-model runs."""
-    parts = [
-        "# Measurements: real runs beside the current model",
-        f"Generated by `{CMD}` from the committed result files "
-        "(`benchmarks/results/<gpu profile>/*.json`, written by real runs; never edited by "
-        "hand). Each measured op is re-predicted with the current model, "
-        "`op_time(op, load_gpu(<gpu profile>))`; whole-model runs with `gpuperf.api.predict`.",
-        "**error** = predicted time / measured time − 1 (positive: the model is too slow). "
-        "`*` after an error marks a shape in the calibration split (the profile's fitted "
-        "parameters saw it); all others are held out. Rates: TFLOP/s = 1e12 FLOP/s, "
-        "GB/s = 1e9 B/s. NCCL collectives are in "
-        "[collectives-accuracy.md](collectives-accuracy.md).",
-    ]
+def tables(results: Path = RESULTS) -> dict[str, str]:
+    """Every table the committed runs give, by marker name ("<gpu profile>/<table>")."""
+    out = {}
     for d in sorted(p for p in results.iterdir() if p.is_dir()):
         if not any(f for f in d.glob("*.json") if not f.name.startswith("coll_")):
             continue
         gpu = load_gpu(d.name)
-        parts.append(f"## {gpu.display_name} (`{d.name}`)")
-        parts.append(environment(d, gpu))
-        for make in (gemm_sections, attention_sections, memory_sections, crosscheck_sections,
-                     e2e_sections):  # fmt: skip
-            parts += make(d, gpu)
-    return "\n\n".join(parts) + "\n"
+        for make in (environment, gemm_tables, attention_tables, memory_tables,
+                     crosscheck_tables, e2e_tables):  # fmt: skip
+            out |= {f"{d.name}/{name}": text for name, text in make(d, gpu).items()}
+    return out
+
+
+def render(doc: str, tabs: dict[str, str]) -> str:
+    """`doc` with the content between every pair of markers regenerated from `tabs`."""
+
+    def one(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in tabs:
+            raise SystemExit(f"{DOCS['measurements'].name}: no data for table {name!r} "
+                             f"(tables with data: {', '.join(sorted(tabs))})")  # fmt: skip
+        return f"{m.group(1)}\n{tabs[name]}\n\n{m.group(4)}"
+
+    return MARKER.sub(one, doc)
+
+
+def unplaced(doc: str, tabs: dict[str, str]) -> list[str]:
+    """Tables with data that the document has no markers for (a new results file or GPU)."""
+    return sorted(set(tabs) - {m.group(2) for m in MARKER.finditer(doc)})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--results", default=str(RESULTS), help="folder of <gpu profile>/*.json")
-    ap.add_argument("--write", action="store_true", help="rewrite docs/measurements.md and "
-                    "docs/collectives-accuracy.md instead of printing them")  # fmt: skip
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite docs/measurements.md's "
+                      "tables and docs/collectives-accuracy.md")  # fmt: skip
+    mode.add_argument("--check", action="store_true", help="exit 1 if either file is stale")
     args = ap.parse_args(argv)
     results = Path(args.results)
-    docs = {"measurements": measurements_doc(results), "collectives": collectives_doc(results)}
-    for key, text in docs.items():
-        if args.write:
-            DOCS[key].write_text(text)
-            print(f"wrote {DOCS[key].relative_to(ROOT)}")
+    tabs = tables(results)
+    old = {
+        key: path.read_text(encoding="utf-8") if path.exists() else "" for key, path in DOCS.items()
+    }
+    new = {"measurements": render(old["measurements"], tabs),
+           "collectives": collectives_doc(results)}  # fmt: skip
+    for name in unplaced(old["measurements"], tabs):
+        print(f"note: {DOCS['measurements'].name} has no marker for table {name}", file=sys.stderr)
+    stale = [key for key in DOCS if new[key] != old[key]]
+    for key in DOCS:
+        if args.check:
+            if key in stale:
+                print(f"{DOCS[key].relative_to(ROOT)} is stale: run {CMD}")
+        elif args.write:
+            if key in stale:
+                write_text(DOCS[key], new[key])
+            print(f"{DOCS[key].relative_to(ROOT)} is current")
         else:
-            print(text)
-    return 0
+            print(new[key])
+    return 1 if args.check and stale else 0
 
 
 if __name__ == "__main__":

@@ -36,14 +36,29 @@ TITLES = {
 }
 
 
+def data_rows(path: Path = DATA) -> list[dict]:
+    """The [[claim]] tables of the data file, as tomllib reads them."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    return tomllib.loads(path.read_text(encoding="utf-8"))["claim"]
+
+
 def all_claims(path: Path = DATA) -> list[Claim]:
     """Every claim of the data file, its expressions compiled (a syntax error names the claim)."""
     import seed_claims_core
-    import tomllib
 
     ns = vars(seed_claims_core)
     out = []
-    for i, row in enumerate(tomllib.loads(path.read_text(encoding="utf-8"))["claim"], 1):
+    seen: set[str] = set()
+    for i, row in enumerate(data_rows(path), 1):
+        cid = row.get("id", "")
+        if cid in seen or not cid.startswith(f"{row['seed']}."):
+            raise SystemExit(f"{path.name} claim {i}: id {cid!r} is a duplicate or not "
+                             f"{row['seed']}.<nn>")  # fmt: skip
+        seen.add(cid)
         fns = {}
         for key in ("predict", "measured"):
             if key in row:
@@ -52,7 +67,7 @@ def all_claims(path: Path = DATA) -> list[Claim]:
         out.append(Claim(row["seed"], row["where"], row["quote"], row["gloss"],
                          row.get("claimed"), row["unit"], row.get("kind", "estimate"),
                          call=row.get("predict", ""), reason=row.get("reason", ""),
-                         **fns))  # fmt: skip
+                         id=cid, **fns))  # fmt: skip
     return out
 
 
@@ -86,11 +101,9 @@ def _with_detail(p: Pred | None) -> str:
 
 def rows(claims: list[Claim]) -> list[tuple[str, Claim, Pred | None, Pred | None, Verdict]]:
     out = []
-    counters: dict[str, int] = {}
     for c in claims:
-        counters[c.seed] = counters.get(c.seed, 0) + 1
         pred, meas, verdict = evaluate(c)
-        out.append((f"{c.seed}.{counters[c.seed]:02d}", c, pred, meas, verdict))
+        out.append((c.id, c, pred, meas, verdict))
     return out
 
 

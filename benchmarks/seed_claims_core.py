@@ -163,6 +163,7 @@ class Claim:
     call: str = ""  # the expression behind `predict`, as it ran
     measured: Callable[[], Pred | None] | None = None  # committed measurement, if any
     reason: str = ""  # why it disagrees (or why it cannot be checked)
+    id: str = ""  # "000.01": its row in docs/seed-claims.md
 
 
 @dataclass(frozen=True)

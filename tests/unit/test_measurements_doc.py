@@ -1,5 +1,6 @@
-"""benchmarks/measurements_doc.py: the two generated docs from the committed real runs, and a tiny
-synthetic results folder that round-trips (measured = predicted × 1.25, so every error is −20 %)."""
+"""benchmarks/measurements_doc.py: the tables of docs/measurements.md (hand-written, tables between
+markers) and docs/collectives-accuracy.md from the committed real runs, and a tiny synthetic results
+folder that round-trips (measured = predicted × 1.25, so every error is −20 %)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,9 @@ def header_row(doc: str, title: str) -> str:
     return next(line for line in part.splitlines() if line.startswith("| "))
 
 
-def column(doc: str, title: str, name: str) -> list[str]:
-    """The cells of one column of the table under '### title'."""
-    part = doc.split(f"### {title}\n", 1)[1].split("\n### ")[0]
-    lines = [ln for ln in part.splitlines() if ln.startswith("| ")]
+def column(text: str, name: str) -> list[str]:
+    """The cells of one column of the table in `text` (one generated table)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
     cells = [[c.strip() for c in ln.strip().strip("|").split(" | ")] for ln in lines]
     i = cells[0].index(name)
     return [c[i] for c in cells[1:]]
@@ -41,8 +41,14 @@ def column(doc: str, title: str, name: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def doc() -> str:
-    return md.measurements_doc(md.RESULTS)
+def tabs() -> dict[str, str]:
+    return md.tables(md.RESULTS)
+
+
+@pytest.fixture(scope="module")
+def doc(tabs) -> str:
+    """docs/measurements.md with its tables regenerated from the committed runs."""
+    return md.render(md.DOCS["measurements"].read_text(encoding="utf-8"), tabs)
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +67,23 @@ def test_every_gpu_folder_has_its_sections(doc):
                       "Launch costs per kernel"):  # fmt: skip
             assert f"### {title}\n" in part, (gpu, title)
         assert f"Source: `benchmarks/results/{gpu}/gemm.json`." in part
+
+
+def test_every_table_has_a_place_and_every_place_a_table(tabs):
+    text = md.DOCS["measurements"].read_text(encoding="utf-8")
+    assert md.unplaced(text, tabs) == []  # a new results file needs a marker in the doc
+    md.render(text, tabs)  # a marker without data stops with its name (SystemExit)
+    with pytest.raises(SystemExit, match="no-such-table"):
+        md.render(
+            "<!-- gpuperf:table h100-sxm5-80gb/no-such-table -->\n<!-- /gpuperf:table -->", tabs
+        )
+
+
+def test_prose_is_kept_only_the_marked_tables_change(doc):
+    text = md.DOCS["measurements"].read_text(encoding="utf-8")
+    outside = [md.MARKER.sub("", x) for x in (text, doc)]
+    assert outside[0] == outside[1]  # every word outside the markers is the hand-written one
+    assert "Row-major A (M×K) and B (K×N)" in doc  # the prose lives in the .md
 
 
 def test_expected_columns(doc, coll_doc):
@@ -157,38 +180,47 @@ def synthetic(tmp_path):
 
 
 def test_synthetic_round_trip(synthetic):
-    doc = md.measurements_doc(synthetic)
-    assert "| GPU | Test GPU |" in doc
-    assert "| clocks | SM 100 MHz when stamped (max 200), memory 300 MHz (max 400) |" in doc
-    square = doc.split("### GEMM, square sizes", 1)[1].split("###")[0]
+    tabs = {k.split("/", 1)[1]: v for k, v in md.tables(synthetic).items()}
+    assert "| GPU | Test GPU |" in tabs["environment"]
+    assert "| clocks | SM 100 MHz when stamped (max 200), memory 300 MHz (max 400) |" in tabs[
+        "environment"]  # fmt: skip
+    square = tabs["gemm-square"]
     assert "| bf16 | 2048 |" in square and "| bf16 | 512 |" not in square  # measured 0: skipped
     # every op was "measured" at 1.25 × its prediction: error = 1/1.25 − 1 = −20 %.
-    for title in ("GEMM, square sizes", "GEMM, misaligned vs aligned", "GEMM wave-boundary sweep"):
-        errs = column(doc, title, "error")
-        assert errs and all(e.rstrip("*") == "-20%" for e in errs), (title, errs)
-    assert column(doc, "GEMM, misaligned vs aligned", "shape M×N×K") == ["2047×2047×2047"]
-    assert column(doc, "GEMM wave-boundary sweep", "N") == ["768", "896", "1024", "1152"]
-    assert "| copy 1 GiB (read + write) | 1,675 | 3,350 | 50.0% |" in doc
-    assert "| 1×2×3 | 10.0 | 20.0 | -50% |" in doc
-    assert "agree within 1.0% (ours lower)" in doc
-    assert "### Whole-model runs" not in doc  # no e2e file, no section
+    for name in ("gemm-square", "gemm-misaligned", "gemm-sweep"):
+        errs = column(tabs[name], "error")
+        assert errs and all(e.rstrip("*") == "-20%" for e in errs), (name, errs)
+    assert column(tabs["gemm-misaligned"], "shape M×N×K") == ["2047×2047×2047"]
+    assert column(tabs["gemm-sweep"], "N") == ["768", "896", "1024", "1152"]
+    assert "| copy 1 GiB (read + write) | 1,675 | 3,350 | 50.0% |" in tabs["copy-bandwidth"]
+    assert "| 1×2×3 | 10.0 | 20.0 | -50% |" in tabs["timer-crosscheck"]
+    assert "agree within 1.0% (ours lower)" in tabs["timer-crosscheck"]
+    assert "e2e" not in tabs  # no e2e file, no table
     coll = md.collectives_doc(synthetic)
     part = coll.split("### allreduce, 2 GPUs", 1)[1]
     assert part.count("-20%") == 3
     assert "| 1 MiB |" in part and "| 16 MiB |" in part
 
 
-def test_main_prints_and_writes(synthetic, tmp_path, monkeypatch, capsys):
-    assert md.main(["--results", str(synthetic)]) == 0
-    out = capsys.readouterr().out
-    assert "# Measurements: real runs beside the current model" in out
-    assert "# Collectives: measured NCCL vs gpuperf" in out
+def test_main_prints_writes_and_checks(synthetic, tmp_path, monkeypatch, capsys):
     targets = {"measurements": tmp_path / "m.md", "collectives": tmp_path / "c.md"}
+    hand = (f"# My notes\n\nWritten by hand.\n\n<!-- gpuperf:table {GPU}/copy-bandwidth -->\nold\n"
+            "<!-- /gpuperf:table -->\n\nThe end.\n")  # fmt: skip
+    targets["measurements"].write_text(hand)
     monkeypatch.setattr(md, "DOCS", targets)
     monkeypatch.setattr(md, "ROOT", tmp_path)
+    assert md.main(["--results", str(synthetic)]) == 0
+    out = capsys.readouterr()
+    assert "# My notes" in out.out and "# Collectives: measured NCCL vs gpuperf" in out.out
+    assert f"no marker for table {GPU}/gemm-square" in out.err  # data without a place: said
+    assert targets["measurements"].read_text() == hand  # printing writes nothing
+    assert md.main(["--results", str(synthetic), "--check"]) == 1
     assert md.main(["--results", str(synthetic), "--write"]) == 0
-    assert targets["measurements"].read_text().startswith("# Measurements")
+    text = targets["measurements"].read_text()
+    assert text.startswith("# My notes\n\nWritten by hand.\n\n") and text.endswith("The end.\n")
+    assert "| copy 1 GiB (read + write) | 1,675 |" in text and "\nold\n" not in text
     assert "### allreduce, 2 GPUs" in targets["collectives"].read_text()
+    assert md.main(["--results", str(synthetic), "--check"]) == 0
 
 
 # --- helpers --------------------------------------------------------------------------------------

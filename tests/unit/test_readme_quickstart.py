@@ -30,3 +30,10 @@ def test_a_stale_block_is_seen():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     stale = text.replace("total      ", "total      9", 1)
     assert q.render(stale) == text
+
+
+def test_the_first_block_is_what_make_demo_runs():
+    q = _script()
+    make = (ROOT / "Makefile").read_text(encoding="utf-8").split("\ndemo:", 1)[1]
+    recipe = next(line.strip() for line in make.splitlines()[1:] if line.startswith("\t"))
+    assert recipe == "$(BIN)/gpuperf " + " ".join(q.BLOCKS[0][0])

@@ -12,7 +12,9 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import seed_claims  # noqa: E402
-from seed_claims_core import judge  # noqa: E402
+from seed_claims_core import Pred, judge  # noqa: E402
+
+ROW = 'id = "000.01"\nseed = "000"\nwhere = "x"\nquote = "q"\ngloss = "g"\nunit = "µs"\n'
 
 
 @pytest.fixture(scope="module")
@@ -145,15 +147,32 @@ def test_write_doc_replaces_only_the_generated_block(tmp_path):
 
 
 def test_claims_are_data_and_the_printed_call_is_the_expression_that_ran(tmp_path):
-    import tomllib
-
-    rows = tomllib.loads(seed_claims.DATA.read_text(encoding="utf-8"))["claim"]
+    rows = seed_claims.data_rows()
     claims = seed_claims.all_claims()
     assert len(rows) == len(claims) > 100
     for row, claim in zip(rows, claims, strict=True):
         assert claim.call == row.get("predict", "")
     bad = tmp_path / "claims.toml"
-    bad.write_text('[[claim]]\nseed = "000"\nwhere = "x"\nquote = "q"\ngloss = "g"\nunit = "µs"\n'
-                   'predict = "k_us(\'norm\'"\n', encoding="utf-8")  # fmt: skip
+    bad.write_text(f"[[claim]]\n{ROW}predict = \"k_us('norm'\"\n", encoding="utf-8")
     with pytest.raises(SyntaxError, match="claim 1 predict"):
         seed_claims.all_claims(bad)
+
+
+def test_claim_ids_are_unique_and_name_their_seed(tmp_path):
+    rows = seed_claims.data_rows()
+    ids = [row["id"] for row in rows]
+    assert len(set(ids)) == len(ids)
+    assert all(cid.startswith(row["seed"] + ".") for cid, row in zip(ids, rows, strict=True))
+    twice = tmp_path / "claims.toml"
+    twice.write_text(f"[[claim]]\n{ROW}\n[[claim]]\n{ROW}", encoding="utf-8")
+    with pytest.raises(SystemExit, match="claim 2: id '000.01' is a duplicate"):
+        seed_claims.all_claims(twice)
+
+
+def test_every_expression_evaluates(table):
+    """Each claim's `predict` gives a number or a word, each `measured` a Pred or None."""
+    assert len(table) == len(seed_claims.all_claims())  # no two claims share a quote
+    for cid, c, pred, meas, _v in table.values():
+        if c.predict is not None:
+            assert isinstance(pred, Pred) and isinstance(pred.value, int | float | str), cid
+        assert meas is None or isinstance(meas, Pred), cid
