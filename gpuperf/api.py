@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from gpuperf.dtypes import parse_dtype
-from gpuperf.errors import InputError
+from gpuperf.errors import InputError, shown
 from gpuperf.workloads.scenario import PARALLEL_FIELDS
 
 if TYPE_CHECKING:
@@ -191,6 +191,8 @@ def predict_op(
     from gpuperf.workloads import single_op
 
     builders = {k: getattr(single_op, k) for k in OP_KINDS}
+    if not isinstance(kind, str):
+        raise InputError(f"op kind must be a name such as 'gemm', got {shown(kind)}")
     if kind in single_op.COLLECTIVES:
         params = {"coll": kind, **params}
         builder = single_op.collective
@@ -210,11 +212,13 @@ def predict_op(
     for key, value in params.items():
         if key in _OP_SIZES and not (key == "kv_heads" and value is None):
             if not isinstance(value, int) or isinstance(value, bool):  # m=True, m=-5.0, nan
-                raise InputError(f"{kind}: {key} must be an integer, got {value!r}"[:200])
+                raise InputError(f"{kind}: {key} must be an integer, got {shown(value)}")
             if not 0 < value <= 2**62:
                 raise InputError(f"{kind}: {key} must be positive (at most 2^62), got {value}")
         elif key == "causal" and not isinstance(value, bool):
-            raise InputError(f"{kind}: causal must be True or False, got {value!r}"[:200])
+            raise InputError(f"{kind}: causal must be True or False, got {shown(value)}")
     op = builder(**params)
     sys_spec = resolve_system(system)
+    if op.kind == "collective":
+        single_op.group(sys_spec, None, op.ranks)  # the ranks fit the GPU or system (as the CLI)
     return predict_ops([op], resolve_gpu(gpu, sys_spec), None, sys_spec)

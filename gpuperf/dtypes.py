@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from gpuperf.errors import InputError
+from gpuperf.errors import InputError, shown
 
 DType = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
 DTYPES: tuple[DType, ...] = get_args(DType)
@@ -35,7 +35,7 @@ _ALIASES = {
 def parse_dtype(text: str) -> DType:
     """Return the DType named by `text` (case-insensitive, common aliases), or raise InputError."""
     if not isinstance(text, str):
-        raise InputError(f"dtype must be a name such as bf16, got {text!r}"[:200])
+        raise InputError(f"dtype must be a name such as bf16, got {shown(text)}")
     key = text.strip().lower()
     key = _ALIASES.get(key, key)
     if key not in BYTES:

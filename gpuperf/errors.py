@@ -37,3 +37,13 @@ def interrupted(exc: BaseException, what: str) -> Interrupted:
     """The Interrupted error for a KeyboardInterrupt (or Terminated) caught during `what`."""
     name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
     return Interrupted(f"{what}: stopped by {name}", name)
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """repr(value) for an error message, at most about `limit` characters: a long value (a
+    400-digit integer, a 300-character name) keeps its start and end, and says how long it was."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    keep = max(limit // 2 - 8, 4)
+    return f"{text[:keep]}…{text[-keep:]} ({len(text)} characters)"

@@ -10,14 +10,34 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuperf.errors import InputError
+from gpuperf.errors import InputError, shown
+
+
+def is_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a folder; False for a path that cannot exist (a NUL byte, a name longer
+    than the file system allows), where Path.is_dir raises on Python 3.11."""
+    try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def exists(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` exists; False for a path that cannot exist (as is_dir)."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def check_writable(path: str | os.PathLike[str]) -> Path:
     """Fail now, before any work, if `path` cannot be written (a folder, a missing or read-only
-    parent that cannot be created): the output is checked before the work starts."""
+    parent that cannot be created, a name the file system refuses): the output is checked before
+    the work starts."""
     out = Path(path)
-    if out.is_dir():
+    if "\0" in str(out):
+        raise InputError(f"cannot write {shown(str(out))}: a file name has no NUL bytes")
+    if is_dir(out):
         raise InputError(f"{out} is a directory; give a file name")
     parent = out.parent if str(out.parent) else Path(".")
     try:
@@ -26,7 +46,7 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
     if not parent.is_dir():
         raise InputError(f"cannot write {out}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+    if not os.access(parent, os.W_OK) or (exists(out) and not os.access(out, os.W_OK)):
         raise InputError(f"cannot write {out}: permission denied")
     try:  # the folder may pass os.access and still refuse files (/proc as root, a read-only mount)
         fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
@@ -48,7 +68,9 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
     except OSError as exc:  # a folder that looks writable and is not (/proc, a full disk)
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        # errors="replace": a name from argv that was not UTF-8 (surrogate escapes) is written
+        # as U+FFFD, so that every file gpuperf writes reads back as UTF-8
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -85,7 +107,10 @@ def read_text(path: str | os.PathLike[str], what: str = "file",
     except IsADirectoryError:
         raise InputError(f"{what} {p} is a directory; give a file") from None
     except OSError as exc:
-        raise InputError(f"cannot read {what} {p}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot read {what} {shown(str(p))}: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL byte in the name
+        name = shown(str(p))
+        raise InputError(f"cannot read {what} {name}: a file name has no NUL bytes") from None
     if len(data) > limit:
         raise InputError(f"{what} {p} is larger than {limit / 2**20:.0f} MiB; not read")
     try:
@@ -126,13 +151,15 @@ def read_json_object(path: str | os.PathLike[str], what: str = "file") -> dict[s
     return data
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL, C1 (ESC, CSI, BEL, ...)
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
-def printable(text: str) -> str:
+def printable(text: str, newlines: bool = False) -> str:
     """`text` from a file without control characters (an ESC from a config's name or a profile's
-    display_name would otherwise reach the terminal as an escape sequence)."""
-    return _CONTROL.sub("", text)
+    display_name would otherwise reach the terminal as an escape sequence); `newlines` keeps
+    the newline (text the console lays out)."""
+    return (_CONTROL_BUT_NEWLINE if newlines else _CONTROL).sub("", text)
 
 
 def json_safe(obj: Any) -> Any:

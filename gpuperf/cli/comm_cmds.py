@@ -45,35 +45,20 @@ _EXAMPLES = {
 }
 
 
-MAX_NVLINK_DOMAIN = 72  # GB200 NVL72: the most GPUs one NVLink domain joins today
-
-
 def _resolve(
     system: str | None, gpu: str | None, nodes: int | None, nproc: int | None
 ) -> tuple[Any, Any, int, int]:
     """(GpuSpec, SystemSpec | None, ranks, nodes) from the command-line choices."""
     from gpuperf.hardware.loader import load_gpu, load_system
+    from gpuperf.workloads.single_op import group
 
     sys_spec = load_system(system) if system else None
     gpu_spec = load_gpu(gpu) if gpu else (sys_spec.gpu if sys_spec else load_gpu("h100"))
-    if sys_spec is None:
-        if nodes not in (None, 1):
-            raise InputError("--nodes needs --system (the network between nodes)")
-        if (nproc or 8) > MAX_NVLINK_DOMAIN:
-            raise InputError(
-                f"--nproc {nproc} GPUs in one NVLink domain: the largest built holds "
-                f"{MAX_NVLINK_DOMAIN} (NVL72); give --system and --nodes for more"
-            )
-        return gpu_spec, None, nproc or 8, 1
-    gpn = sys_spec.gpus_per_node
-    if nproc is not None and nodes is not None and nproc != nodes * gpn:
-        raise InputError(f"--nproc {nproc} disagrees with --nodes {nodes} × {gpn} GPUs per node")
-    if nproc is not None:
-        if nproc > gpn and nproc % gpn:
-            raise InputError(f"--nproc {nproc} spans nodes but is not a multiple of {gpn}")
-        return gpu_spec, sys_spec, nproc, max(1, -(-nproc // gpn))
-    n = nodes or 1
-    return gpu_spec, sys_spec, n * gpn, n
+    try:
+        ranks, n = group(sys_spec, nodes, nproc)
+    except InputError as exc:  # say it in the command's words
+        raise InputError(f"--nproc/--nodes: {exc}") from None
+    return gpu_spec, sys_spec, ranks, n
 
 
 def _predict_rows(coll: str, sizes: list[int], dtype: str, **kw: Any) -> dict[str, Any]:

@@ -20,8 +20,10 @@ BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
 
 def resolve_device(device: str) -> str:
     """'cuda' or 'cpu'; auto means cuda when a GPU is present, else exit 3."""
+    from gpuperf.measure.torch_import import import_torch
+
     try:
-        import torch
+        torch = import_torch()
     except ImportError:
         raise EnvironmentUnavailable(
             "measuring needs torch: pip install 'gpuperf[measure]'"
@@ -127,20 +129,20 @@ def run_ops(
     done: list[Any] = []
     failure: GpuperfError | None = None
     with progress(len(ops), "measuring") as advance:
-        for i, op in enumerate(ops):
-            try:
-                m = measure_op(op, dev, budget, None if backend == "auto" else backend)
-            except (EnvironmentUnavailable, WrongResult, InputError) as exc:
-                failure = exc
-                break
-            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: show and keep what was done
-                failure = interrupted(exc, f"measured {len(done)} of {len(ops)}")
-                break
-            done.append(m)
-            predicted = float(prediction.table["time_ms"].iloc[i]) if prediction else None
-            if saver is not None:
-                saver.add(measurement_row(m, predicted))
-            advance(op.shape)
+        try:
+            for i, op in enumerate(ops):
+                try:
+                    m = measure_op(op, dev, budget, None if backend == "auto" else backend)
+                except (EnvironmentUnavailable, WrongResult, InputError) as exc:
+                    failure = exc
+                    break
+                predicted = float(prediction.table["time_ms"].iloc[i]) if prediction else None
+                if saver is not None:
+                    saver.add(measurement_row(m, predicted))
+                done.append(m)  # after the save: `done` is what the file holds
+                advance(op.shape)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: show and keep what was done
+            failure = interrupted(exc, f"measured {len(done)} of {len(ops)}")
     if done:
         measured_on = env.get("gpu") or env.get("cpu") or dev
         label = f"{measured_on} (measured)" + (f" vs {spec.name} (predicted)" if spec else "")
@@ -223,10 +225,13 @@ def run_collective_cmd(
     fmt: str,
 ) -> None:
     """Launch the collective under torchrun; render rows (kept on timeout), exit 1 on #wrong."""
+    from gpuperf.fileio import check_writable
     from gpuperf.measure import coll_report
     from gpuperf.measure.collectives import Launch, run_collective
     from gpuperf.measure.results import ResultsFile
 
+    if save:  # the file is first written when a row lands, after the ranks have started
+        check_writable(save)
     dev = resolve_device(device)
     if nproc is None:
         import torch

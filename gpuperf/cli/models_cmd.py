@@ -1,19 +1,20 @@
-"""`gpuperf models`: list the presets and show one model (a preset or a HF config.json)."""
+"""`gpuperf models`: list the presets and show one model (a preset or a HF config.json). rich and
+the model loader load when a command runs, not when `gpuperf --help` lists the commands."""
 
 from __future__ import annotations
 
 import csv
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich import box
-from rich.table import Table
 
 from gpuperf.cli.common import output_options
 from gpuperf.reports.console import console as make_console
-from gpuperf.workloads.config import ModelConfig, load_model, preset_names
+
+if TYPE_CHECKING:
+    from gpuperf.workloads.config import ModelConfig
 
 Row = dict[str, Any]
 
@@ -67,12 +68,17 @@ def list_cmd(fmt: str) -> None:
       gpuperf models list
       gpuperf models list --format csv > models.csv
     """
+    from gpuperf.workloads.config import load_model, preset_names
+
     rows = [_list_row(load_model(n)) for n in preset_names()]
     if fmt == "json":
         click.echo(json.dumps({"models": rows}, indent=2))
     elif fmt == "csv":
         _csv(rows)
     else:
+        from rich import box
+        from rich.table import Table
+
         table = Table(title="Model presets", box=box.SIMPLE_HEAVY)
         for key, header in LIST_COLUMNS.items():
             table.add_column(header, justify="left" if key in ("name", "family") else "right")
@@ -95,6 +101,8 @@ def show_cmd(model: str, fmt: str) -> None:
       gpuperf models show mixtral-8x7b
       gpuperf models show ~/models/my-llama/config.json --format json
     """
+    from gpuperf.workloads.config import load_model
+
     cfg = load_model(model)
     fields = cfg.as_dict()
     parts = cfg.param_breakdown()
@@ -109,6 +117,9 @@ def show_cmd(model: str, fmt: str) -> None:
         ]
         _csv(rows)
         return
+    from rich import box
+    from rich.table import Table
+
     console = make_console()
     t = Table(title=f"{cfg.name} ({cfg.source or 'preset'})", box=box.SIMPLE_HEAVY)
     t.add_column("field")

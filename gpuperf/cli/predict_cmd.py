@@ -1,5 +1,6 @@
 """`gpuperf predict`: a model (default subcommand), a single op, or a collective. Parses, calls
-gpuperf.api, renders; no math here. Imports stay light: pandas and rich load only when it runs."""
+gpuperf.api, renders; no math here. Imports stay light: rich loads only to draw a table, and
+pandas not at all (the rows are rendered and written from plain columns)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,12 @@ gpu_option = click.option("--gpu", default=None, metavar="GPU", help=GPU_HELP + 
 
 def _render(prediction: Any, fmt: str, by: str = "op", top: int | None = None) -> None:
     from gpuperf.reports.tables import render
+    from gpuperf.step.columns import nlargest
     from gpuperf.step.result import group
 
-    view = group(prediction.table, by)  # type: ignore[arg-type]
+    view = group(prediction.columns, by)  # type: ignore[arg-type]
     if top is not None:
-        view = view.nlargest(top, "time_ms")
+        view = nlargest(view, top, "time_ms")
     render(prediction, fmt, view=view)
 
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from gpuperf.dtypes import DTYPES
-from gpuperf.errors import InputError
+from gpuperf.errors import InputError, shown
 from gpuperf.hardware.spec import GpuSpec, ModelParams, SystemSpec
 
 if sys.version_info >= (3, 11):
@@ -259,14 +258,18 @@ def _require(raw: dict, keys: tuple[str, ...], origin: str) -> None:
         raise InputError(f"{origin}: missing required field(s): {', '.join(missing)}")
 
 
+MAX_NUMBER = 2**62  # larger than any count or rate a profile holds; 400-digit integers overflow
+
+
 def _number(value: Any, what: str, origin: str, *, integer: bool = False, zero: bool = False):
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(f"{origin}: {what} must be a number, got {value!r}")
+        raise InputError(f"{origin}: {what} must be a number, got {shown(value)}")
     if integer and not isinstance(value, int):
-        raise InputError(f"{origin}: {what} must be a whole number, got {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise InputError(f"{origin}: {what} must be a whole number, got {shown(value)}")
+    # not in range: NaN, ±inf and 400-digit integers too
+    if not 0 <= value <= MAX_NUMBER or (value == 0 and not zero):
         bound = "zero or positive" if zero else "positive"
-        raise InputError(f"{origin}: {what} must be {bound}, got {value!r}")
+        raise InputError(f"{origin}: {what} must be {bound} (at most 2^62), got {shown(value)}")
     return value
 
 
@@ -324,7 +327,7 @@ def _model(raw: dict, origin: str) -> ModelParams:
         if (key.endswith("_eff") or key in _FRACTIONS) and values[key] > 1:
             low = "0 <= x" if zero else "0 < x"
             raise InputError(
-                f"{origin}: model.{key} is a fraction ({low} <= 1), got {table[key]!r}"
+                f"{origin}: model.{key} is a fraction ({low} <= 1), got {shown(table[key])}"
             )
     extra = table.get("extra", {})
     if not isinstance(extra, dict):
@@ -333,9 +336,12 @@ def _model(raw: dict, origin: str) -> ModelParams:
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
-            or not math.isfinite(value)
+            or not (-MAX_NUMBER <= value <= MAX_NUMBER)
         ):
-            raise InputError(f"{origin}: model.extra.{key} must be a number, got {value!r}")
+            raise InputError(
+                f"{origin}: model.extra.{key} must be a number (finite, at most 2^62), "
+                f"got {shown(value)}"
+            )
     return ModelParams(**values, extra={k: float(v) for k, v in extra.items()})
 
 

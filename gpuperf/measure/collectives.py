@@ -1,8 +1,8 @@
 """Launch a collective benchmark with torchrun (torch.distributed.run) and read its result.
 
-The workers (gpuperf.measure.collective_worker) use NCCL on GPUs and gloo on CPUs. The launcher
-runs in its own session; on --timeout every process of the run (torchrun, its ranks, and anything
-they started) is killed, and the rows finished so far are kept.
+The workers (gpuperf.measure.collective_worker) use NCCL on GPUs and gloo on CPUs. They run under
+gpuperf.measure.launch: on --timeout, Ctrl-C or SIGTERM every process of the run (torchrun, its
+ranks, and anything they started) is killed, and the rows finished so far are kept.
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def check_launch(coll: str, launch: Launch) -> None:
     if launch.world < 2:  # as `gpuperf predict` says: one rank has nothing to exchange
         raise InputError(f"{coll} needs at least 2 ranks, got --nproc {launch.nproc}")
     if launch.rdzv_endpoint is not None:
-        _endpoint(launch.rdzv_endpoint)
+        _, port = _endpoint(launch.rdzv_endpoint)
+        if launch.node_rank == 0:
+            _check_port_free(port)
     if launch.device == "cuda":
         try:
             import torch
@@ -79,6 +81,22 @@ def _endpoint(text: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise InputError(f"--rdzv-endpoint {text!r} must be host:port with a port in 1-65535")
     return host, int(port)
+
+
+def _check_port_free(port: int) -> None:
+    """Node 0 listens on the rendezvous port (torchrun's store): a port in use or not allowed here
+    is an InputError now, not torchrun failing (exit 1) after its start-up."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store does
+        try:
+            sock.bind(("", port))
+        except OSError as exc:
+            raise InputError(
+                f"--rdzv-endpoint port {port} cannot be used on this machine (node 0 listens "
+                f"there): {exc.strerror or exc}"
+            ) from None
 
 
 def torchrun_command(coll: str, sizes: list[int], launch: Launch, out: str, **kw: Any) -> list[str]:
@@ -144,7 +162,7 @@ def run_collective(
             seen = _report(out, seen, on_row)
 
         try:
-            code = run_workers(cmd, child_env(extra_env), log, timeout_s, poll)
+            code = run_workers(cmd, child_env(extra_env), log, timeout_s, poll, remove=Path(tmp))
         except WorkersTimedOut as exc:
             poll()
             at = f" at {sizes[seen]} B" if seen < len(sizes) else ""

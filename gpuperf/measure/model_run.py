@@ -149,7 +149,7 @@ def run_model(run: ModelRun) -> dict[str, Any]:
             extra["NCCL_GRAPH_MIXING_SUPPORT"] = "0"
         env = child_env(extra)
         try:
-            code = run_workers(cmd, env, log, run.timeout_s)
+            code = run_workers(cmd, env, log, run.timeout_s, remove=Path(tmp))
         except WorkersTimedOut as exc:
             ranks = sorted(Path(tmp).glob("result.rank*.json"))
             why = f" ({json.loads(ranks[0].read_text()).get('error')})" if ranks else ""

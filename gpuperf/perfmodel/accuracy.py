@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuperf.errors import InputError
+from gpuperf.errors import InputError, shown
 from gpuperf.fileio import read_json_object
 from gpuperf.hardware.spec import GpuSpec
 from gpuperf.perfmodel.calibrate import E2E_CALIBRATION_MODELS, Sample, is_calibration, op_class
@@ -104,6 +104,7 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
             if run.get("excluded"):
                 continue
             if _ms(run.get("measured_ms"), path):
+                _check_run(run, path)
                 out.append(
                     E2ERun(
                         run["model"],
@@ -114,6 +115,22 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
                     )
                 )
     return out
+
+
+def _check_run(run: dict[str, Any], path: Path) -> None:
+    """A whole-model run as it is read, before any fitting starts: a model name, a config that
+    loads (the same rules as a config.json) and a scenario object; InputError naming the file."""
+    from gpuperf.workloads.config import from_hf_dict
+
+    model, config, scenario = run.get("model"), run.get("config"), run.get("scenario")
+    if not isinstance(model, str) or not isinstance(config, dict):
+        raise InputError(f"{path}: a run needs a string 'model' and a 'config' object")
+    if not isinstance(scenario, dict) or not isinstance(scenario.get("mode"), str):
+        raise InputError(f"{path}: run {shown(model)} needs a 'scenario' object with a mode")
+    try:
+        from_hf_dict(config, name=model)
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 from typing import Any
 
-from gpuperf.errors import InputError
+from gpuperf.errors import InputError, shown
 from gpuperf.perfmodel import ops
 from gpuperf.perfmodel.ops import Op
 
@@ -57,7 +57,38 @@ def op_from_dict(d: dict[str, Any]) -> Op:
     unknown = set(kwargs) - names
     if unknown:
         raise InputError(f"{typename} has no field(s) {', '.join(sorted(unknown))}")
+    for f in dataclasses.fields(cls):
+        if f.name in kwargs:
+            _check_field(typename, f.name, str(f.type), kwargs[f.name])
     try:
         return cls(**kwargs)
     except TypeError as exc:
         raise InputError(f"bad {typename} record: {exc}") from None
+
+
+MAX_SIZE = 2**62  # as predict_op's sizes
+
+
+def _check_field(typename: str, name: str, annotation: str, value: Any) -> None:
+    """A field of a record from a file, typed as the dataclass declares it (annotations are
+    strings here): sizes are integers in [0, 2^62] (a bool is not one), flags are booleans,
+    dtypes and kinds are strings, floats are finite numbers. An 'abc' head count would
+    otherwise reach the attention model and fail there."""
+    if value is None and annotation.endswith("| None"):
+        return
+    if annotation == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SIZE
+        want = "an integer in [0, 2^62]"
+    elif annotation == "bool":
+        ok, want = isinstance(value, bool), "true or false"
+    elif annotation == "float":
+        ok = (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and (-MAX_SIZE <= value <= MAX_SIZE)
+        )
+        want = "a finite number"
+    else:  # str, DType, CollectiveKind, Literal[...]: names; their values are checked downstream
+        ok, want = isinstance(value, str), "a string"
+    if not ok:
+        raise InputError(f"bad {typename} record: {name} must be {want}, got {shown(value)}")

@@ -1,16 +1,44 @@
-"""The one way gpuperf makes a rich Console: markup off, so that names from files (a profile's
-display_name `[/x] oops`, a config called `[bold]`) print as written instead of raising
-MarkupError or vanishing. Styles are given as Text or `style=`, never as markup."""
+"""The one way gpuperf makes a rich Console, and so the one place where text from files is made
+safe for a terminal:
+
+- markup is off, so that names from files (a profile's display_name `[/x] oops`, a config called
+  `[bold]`) print as written instead of raising MarkupError or vanishing. Styles are given as
+  Text or `style=`, never as markup;
+- control characters (C0 but the newline, DEL, C1: ESC, CSI, BEL, ...) are dropped from every
+  piece of text the console renders, whatever it came from (a name, a `[model.extra]` key of a
+  profile, an op name in a results file), so that no escape sequence from a file reaches the
+  terminal. rich's own colours are not text and are unaffected.
+"""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
+
+from gpuperf.fileio import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
-def console(**kw: Any) -> Console:
+@functools.cache
+def _console_class() -> type[Console]:
     from rich.console import Console
+    from rich.segment import Segment
 
-    return Console(markup=False, highlight=False, **kw)
+    class SafeConsole(Console):
+        """A Console whose rendered text never carries control characters."""
+
+        def render(self, renderable: Any, options: Any = None) -> Any:
+            for seg in super().render(renderable, options):
+                if seg.control is None and not seg.text.isprintable():  # fast path: most segments
+                    text = printable(seg.text, newlines=True)
+                    if text != seg.text:
+                        seg = Segment(text, seg.style)
+                yield seg
+
+    return SafeConsole
+
+
+def console(**kw: Any) -> Console:
+    return _console_class()(markup=False, highlight=False, **kw)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuperf.errors import EnvironmentUnavailable, InputError
+from gpuperf.errors import EnvironmentUnavailable, InputError, shown
 from gpuperf.step.result import ADDITIVE
 
 _LAYER_PART = re.compile(r"^L\d+$")
@@ -99,7 +99,10 @@ def measured_frame(measured: Any) -> pd.DataFrame:
         frame = measured
     else:
         data = read_json(measured) if isinstance(measured, str | os.PathLike) else measured
-        rows = data.get("rows", data.get("ops")) if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            raise InputError(f"measurements: expected a JSON object with a 'rows' list, "
+                             f"got {type(data).__name__}")  # fmt: skip
+        rows = data.get("rows", data.get("ops"))
         if not isinstance(rows, list):
             raise InputError("measurements: expected a results file with a 'rows' list")
         for i, row in enumerate(rows):
@@ -122,10 +125,10 @@ def _check_row(row: Any, i: int) -> None:
         raise InputError(f"measurements: row {i} is {type(row).__name__}, not an object")
     name, ms = row.get("name"), row.get("measured_ms")
     if not isinstance(name, str):
-        raise InputError(f"measurements: row {i} needs a string 'name', got {name!r}"[:200])
+        raise InputError(f"measurements: row {i} needs a string 'name', got {shown(name)}")
     if ms is not None and not _is_time(ms):
         raise InputError(f"measurements: row {i} ({name[:60]}): measured_ms must be a number of "
-                         f"milliseconds > 0, got {ms!r}"[:200])  # fmt: skip
+                         f"milliseconds > 0, got {shown(ms)}")  # fmt: skip
     for key in ("kind", "shape", "dtype"):
         if key in row and not isinstance(row[key], str | None):
             raise InputError(f"measurements: row {i} ({name[:60]}): {key} must be a string")
@@ -273,14 +276,14 @@ def _coerce(table: pd.DataFrame, path: Any) -> pd.DataFrame:
 
 
 def _repredict(rows: list[dict], spec: Any) -> pd.DataFrame | None:
-    """The current model's prediction for each row's op, or None when any op cannot be read."""
+    """The current model's prediction for each row's op, or None when a row carries no op (an
+    older file); an op record that is there but malformed is the file's error (InputError)."""
     from gpuperf.perfmodel.ops_io import op_from_dict
     from gpuperf.step.run import predict_ops
 
-    try:
-        ops = [op_from_dict(r["op"]) for r in rows]
-    except (KeyError, TypeError, InputError):
+    if not all(isinstance(r, dict) and isinstance(r.get("op"), dict) for r in rows):
         return None
+    ops = [op_from_dict(r["op"]) for r in rows]
     return predict_ops(ops, spec).table
 
 

@@ -1,8 +1,10 @@
 """Views of a results table for people (rich), and for machines (one JSON object, CSV).
 
-Works for any Prediction-like result: an object with `.table` (a DataFrame with the prediction
-columns, plus measured_ms, spread_pct, tflops, gbps, error_pct when a measurement joined them) and
-`.to_json()`; totals, MFU and memory are shown when the result has them.
+Works for any Prediction-like result: an object with `.columns` (a Prediction's rows as plain
+columns) or `.table` (a DataFrame with the prediction columns, plus measured_ms, spread_pct,
+tflops, gbps, error_pct when a measurement joined them) and `.to_json()`; totals, MFU and memory
+are shown when the result has them. The rows are handled as plain columns (step.columns), so a
+prediction renders without importing pandas; rich loads only for the table format.
 """
 
 from __future__ import annotations
@@ -11,15 +13,17 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from typing import IO, Any
-
-import pandas as pd
-from rich import box
-from rich.table import Table
-from rich.text import Text
+from typing import IO, TYPE_CHECKING, Any
 
 from gpuperf.reports.console import console as make_console
+from gpuperf.step.columns import Columns, as_columns, div, isna
+from gpuperf.step.columns import to_csv as columns_csv
+from gpuperf.step.columns import total as column_total
 from gpuperf.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
 
 
 def num(value: Any) -> str:
@@ -38,6 +42,8 @@ def _pct(value: Any) -> str:
 
 
 def _share(value: Any) -> Text:
+    from rich.text import Text
+
     frac = 0.0 if value is None or value != value else float(value)
     bar = "█" * int(round(5 * frac))
     return Text.assemble(f"{100 * frac:5.1f} ", (bar, "cyan"))
@@ -47,6 +53,8 @@ _BOUND_STYLE = {"compute": "green", "memory": "yellow", "latency": "red", "comm"
 
 
 def _bound(value: Any) -> Text:
+    from rich.text import Text
+
     return Text(str(value), style=_BOUND_STYLE.get(str(value), ""))
 
 
@@ -79,21 +87,31 @@ def _is_sweep(result: Any) -> bool:
     return not getattr(result, "scenario", None)
 
 
-def display_frame(result: Any, view: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The rows and columns the rich table shows: `view` (a grouped table) or result.table;
+def rows_of(result: Any, view: Any = None) -> Columns | Any:
+    """What a view of `result` shows: `view` if given, else the result's rows — a Prediction's
+    plain columns (no DataFrame made), or its `.table`."""
+    if view is not None:
+        return view
+    cols = getattr(result, "columns", None)
+    return cols if isinstance(cols, dict) else result.table
+
+
+def display_columns(result: Any, view: Any = None) -> Columns:
+    """The rows and columns the rich table shows: `view` (a grouped table) or the result's rows;
     single-op sweeps get predicted TFLOP/s and GB/s instead of a share of a total."""
-    table = result.table if view is None else view
+    table = dict(as_columns(rows_of(result, view)))
     if _is_sweep(result):
-        t_s = table["time_ms"] * 1e-3
-        table = table.assign(pred_tflops=table["flops"] / t_s / 1e12)
-        table = table.assign(pred_gbps=table["bytes"] / t_s / 1e9).drop(columns="share")
-    if "dtype" in table.columns and table["dtype"].nunique() <= 1:
-        table = table.drop(columns="dtype")  # one dtype: it is in the title
-    if "count" in table.columns and (table["count"] == 1).all():
-        table = table.drop(columns="count")
-    if "shape" in table.columns and (table["shape"] == "").all():
-        table = table.drop(columns="shape")  # grouped by layer or kind
-    return table[[c for c in COLUMNS if c in table.columns]]
+        t_s = [t * 1e-3 for t in table["time_ms"]]
+        table["pred_tflops"] = [div(f, t) / 1e12 for f, t in zip(table["flops"], t_s, strict=True)]
+        table["pred_gbps"] = [div(b, t) / 1e9 for b, t in zip(table["bytes"], t_s, strict=True)]
+        del table["share"]
+    if "dtype" in table and len({v for v in table["dtype"] if not isna(v)}) <= 1:
+        del table["dtype"]  # one dtype: it is in the title
+    if "count" in table and all(v == 1 for v in table["count"]):
+        del table["count"]
+    if "shape" in table and all(v == "" for v in table["shape"]):
+        del table["shape"]  # grouped by layer or kind
+    return {c: table[c] for c in COLUMNS if c in table}
 
 
 def title(result: Any) -> str:
@@ -112,31 +130,35 @@ def title(result: Any) -> str:
         par = " ".join(f"{k}={sc[k]}" for k in ("tp", "pp", "dp", "ep") if sc.get(k, 1) > 1)
         parts += [mode, sizes, sc.get("dtype", ""), impl, par]
     else:
-        dtypes = result.table["dtype"].unique() if "dtype" in result.table.columns else []
+        rows = as_columns(rows_of(result))
+        dtypes = dict.fromkeys(rows["dtype"]) if "dtype" in rows else {}
         parts += ["single kernels, each timed on its own", "/".join(map(str, dtypes))]
     parts.append(f"on {getattr(result, 'gpu', '')}")
     return " · ".join(p for p in parts if p)
 
 
-def rich_table(result: Any, view: pd.DataFrame | None = None) -> Table:
-    frame = display_frame(result, view)
+def rich_table(result: Any, view: Any = None) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    frame = display_columns(result, view)
     sweep = _is_sweep(result)  # independent kernels: no sum, no total
     table = Table(title=title(result), box=box.SIMPLE_HEAD, show_footer=not sweep)
-    for col in frame.columns:
+    for col, values in frame.items():
         header, fmt, right, summed = COLUMNS[col]
         foot = ""
         if col == "name":
             foot = "sum"
         elif summed and col != "share":
-            foot = fmt(frame[col].sum())
+            foot = fmt(column_total(values))
         table.add_column(
             header,
             footer=foot,
             justify="right" if right else "left",
             no_wrap=col in ("name", "shape", "share"),
         )
-    formatters = [COLUMNS[c][1] for c in frame.columns]
-    for row in frame.itertuples(index=False):
+    formatters = [COLUMNS[c][1] for c in frame]
+    for row in zip(*frame.values(), strict=True):
         table.add_row(*(f(v) for f, v in zip(formatters, row, strict=True)))
     return table
 
@@ -147,6 +169,8 @@ _PLAN_PARTS = {"tp_comm": "TP comm", "cp_comm": "CP comm", "ep_comm": "EP comm",
 
 def summary_lines(result: Any) -> list[Text]:
     """Totals under the table: time, throughput, MFU, memory, warnings."""
+    from rich.text import Text
+
     lines: list[Text] = []
     extra = getattr(result, "extra", None) or {}
     total = getattr(result, "total_ms", None)
@@ -214,23 +238,22 @@ def to_json(result: Any) -> str:
     return json.dumps(result.to_json(), indent=2, allow_nan=False, default=str)
 
 
-def to_csv(table: pd.DataFrame) -> str:
-    return table.to_csv(index=False)
+def to_csv(table: Columns | Any) -> str:
+    """CSV of plain columns or of a DataFrame (the same text either way)."""
+    return columns_csv(table) if isinstance(table, dict) else table.to_csv(index=False)
 
 
-def render(
-    result: Any, fmt: str = "table", *, view: pd.DataFrame | None = None, file: IO | None = None
-) -> None:
+def render(result: Any, fmt: str = "table", *, view: Any = None, file: IO | None = None) -> None:
     """Print `result` as fmt = table (rich, with totals), json (one object) or csv.
 
-    `view` is what the table and CSV show instead of result.table (e.g. predict.group(...)); the
-    JSON always carries every op.
+    `view` (plain columns or a DataFrame) is what the table and CSV show instead of the result's
+    rows (e.g. step.result.group(...)); the JSON always carries every op.
     """
     out = file or sys.stdout
     if fmt == "json":
         out.write(to_json(result) + "\n")
     elif fmt == "csv":
-        out.write(to_csv(result.table if view is None else view))
+        out.write(to_csv(rows_of(result, view)))
     elif fmt == "table":
         console = make_console(file=out)
         if not console.is_terminal:

@@ -21,8 +21,6 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from gpuperf.step.dispatch import Timed
 from gpuperf.workloads.step_work import ALL, Part
 
@@ -160,12 +158,13 @@ def sustained(gpu: GpuSpec) -> GpuSpec:
 class Template:
     """One repeat of a run of kernels, costed: per op its row, duration, hidden part and host
     cost (seconds); the run as a Timed (and with the step's one-off host cost, when it has one);
-    its FLOPs and its effective GPU time by class (compute, tp_comm, ...)."""
+    its FLOPs and its effective GPU time by class (compute, tp_comm, ...). Plain floats, no
+    numpy: `gpuperf predict` starts without importing it."""
 
     rows: tuple[tuple[Any, ...], ...]
-    time_s: np.ndarray
-    hidden_s: np.ndarray
-    host_s: np.ndarray
+    time_s: tuple[float, ...]
+    hidden_s: tuple[float, ...]
+    host_s: tuple[float, ...]
     once: Timed
     first: Timed  # the first repeat when it carries the step's one-off host cost
     flops: float
@@ -186,16 +185,16 @@ class Costed:
         return self.tpl.rows
 
     @property
-    def time_s(self) -> np.ndarray:
+    def time_s(self) -> tuple[float, ...]:
         return self.tpl.time_s
 
     @property
-    def hidden_s(self) -> np.ndarray:
+    def hidden_s(self) -> tuple[float, ...]:
         return self.tpl.hidden_s
 
     def with_hidden(self, frac: float) -> Costed:
         """The same run with `frac` of each op hidden under other work (for the table)."""
-        tpl = replace(self.tpl, hidden_s=self.tpl.time_s * frac)
+        tpl = replace(self.tpl, hidden_s=tuple(t * frac for t in self.tpl.time_s))
         return Costed(self.part, tpl, self.timed, self.flops)
 
 
@@ -276,9 +275,9 @@ class Coster:
                   first_step: bool) -> Template:  # fmt: skip
         rows = tuple(self.row(op) for op in ops)
         rules = self.rules
-        t = np.array([r[7] for r in rows]) * 1e-3 + rules.graph_gap
+        t = tuple(r[7] * 1e-3 + rules.graph_gap for r in rows)
         hidden = _hidden(hide, ops, rows, t)
-        host = np.full(len(ops), rules.per_kernel)
+        host = [rules.per_kernel] * len(ops)
         plan_at = -1
         for i, op in enumerate(ops):
             kind = op.kind
@@ -290,11 +289,12 @@ class Coster:
                 plan_at = i
         if rules.layer_first and layered and len(ops):
             host[0] += rules.layer_first
-        eff = t - hidden * (1.0 - self.overlap_cost)
+        keep = 1.0 - self.overlap_cost
+        eff = [ti - hi * keep for ti, hi in zip(t, hidden, strict=True)]
         once = Timed.of(eff, host)
         first = once
         if plan_at >= 0:
-            host1 = host.copy()
+            host1 = list(host)
             host1[plan_at] += rules.attn_plan
             first = Timed.of(eff, host1)
         classes: dict[str, float] = {}
@@ -302,12 +302,13 @@ class Coster:
             c = comm_class(op.name, op.kind)
             classes[c] = classes.get(c, 0.0) + float(e)
         flops = float(sum(r[3] for r in rows))
-        return Template(rows, t, hidden, host, once, first, flops, tuple(classes.items()))
+        return Template(rows, t, tuple(hidden), tuple(host), once, first, flops,
+                        tuple(classes.items()))  # fmt: skip
 
 
-def _hidden(hide: tuple, ops: tuple[Op, ...], rows: tuple, t: np.ndarray) -> np.ndarray:
+def _hidden(hide: tuple, ops: tuple[Op, ...], rows: tuple, t: tuple[float, ...]) -> list[float]:
     """Seconds of each communication op that overlap the kernels `hide` names."""
-    hidden = np.zeros(len(ops))
+    hidden = [0.0] * len(ops)
     if not hide:
         return hidden
     index = {op.name: i for i, op in enumerate(ops)}

@@ -15,9 +15,12 @@ and gets an 80-layer model, 256 micro-batches deep, exactly as if it had simulat
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,14 +54,18 @@ class Timed:
         return Timed(n * self.gpu, n * self.host, slack, n * self.kernels)
 
     @staticmethod
-    def of(times_s: np.ndarray, host_s: np.ndarray) -> Timed:
-        """A run from each kernel's GPU time and host cost."""
+    def of(times_s: Sequence[float], host_s: Sequence[float]) -> Timed:
+        """A run from each kernel's GPU time and host cost (plain floats: no numpy on the
+        predict path; the running sums add in the order np.cumsum does)."""
         if len(times_s) == 0:
             return Timed()
-        csum = np.cumsum(times_s)
-        issue = np.cumsum(host_s)
-        slack = float(np.max(issue - np.concatenate(([0.0], csum[:-1]))))
-        return Timed(float(csum[-1]), float(issue[-1]), slack, len(times_s))
+        gpu = issue = 0.0
+        slack = -math.inf
+        for i, (t, h) in enumerate(zip(times_s, host_s, strict=True)):
+            issue = h if i == 0 else issue + h
+            slack = max(slack, issue - gpu)  # issued at `issue`, the GPU free at `gpu`
+            gpu = t if i == 0 else gpu + t
+        return Timed(float(gpu), float(issue), float(slack), len(times_s))
 
     @staticmethod
     def wait(seconds: float) -> Timed:
@@ -71,6 +78,8 @@ class Timed:
 def simulate_dispatch(times_s: np.ndarray, dispatch_s: float | np.ndarray) -> np.ndarray:
     """End time (s) of each kernel when the host issues kernel i at the sum of the host costs of
     kernels 1..i (dispatch_s each, or one cost per kernel) and the GPU runs them in order."""
+    import numpy as np
+
     times_s = np.asarray(times_s, dtype=float)
     if times_s.size == 0:
         return times_s

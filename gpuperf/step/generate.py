@@ -4,37 +4,62 @@ their sum is exact for a step time linear in the context (decode_weights)."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 if TYPE_CHECKING:
+    from gpuperf.step.columns import Columns
     from gpuperf.step.plan import Placement
     from gpuperf.step.result import Prediction
     from gpuperf.workloads.config import ModelConfig
     from gpuperf.workloads.scenario import Scenario
 
 
-def decode_weights(first: int, count: int, points: int | None = None) -> tuple[np.ndarray, ...]:
+def decode_weights(
+    first: int, count: int, points: int | None = None
+) -> tuple[list[int], list[float]]:
     """Context points and weights so that sum_k w_k f(p_k) ≈ sum_{c=first}^{first+count-1} f(c)
-    (f linearly interpolated between the points: exact for f linear in the context)."""
+    (f linearly interpolated between the points: exact for f linear in the context).
+
+    In plain Python, each step as numpy took it before (np.linspace, round, unique, np.interp of
+    each point's hat function, summed pairwise), so that the weights are the same to the bit."""
+    from gpuperf.step.columns import total
     from gpuperf.step.run import DECODE_POINTS
 
     points = DECODE_POINTS if points is None else points
-    pts = np.unique(np.linspace(first, first + count - 1, min(points, count)).round().astype(int))
-    xs = np.arange(first, first + count)
-    if pts.size == 1:
-        return pts, np.array([float(count)])
-    eye = np.eye(pts.size)
-    return pts, np.array([np.interp(xs, pts, eye[k]).sum() for k in range(pts.size)])
+    num, last = min(points, count), first + count - 1
+    if num > 1:
+        step = float(last - first) / (num - 1)
+        grid = [i * step + first for i in range(num - 1)] + [float(last)]
+    else:
+        grid = [float(first)][:num]
+    pts = sorted({round(x) for x in grid})
+    if len(pts) == 1:
+        return pts, [float(count)]
+    weights = []
+    for k in range(len(pts)):
+        hat = [0.0] * len(pts)
+        hat[k] = 1.0
+        weights.append(total([_interp(x, pts, hat) for x in range(first, first + count)]))
+    return pts, weights
+
+
+def _interp(x: float, xp: list[int], fp: list[float]) -> float:
+    """np.interp(x, xp, fp) for xp[0] <= x <= xp[-1], xp increasing."""
+    if x >= xp[-1]:
+        return fp[-1]
+    j = bisect.bisect_right(xp, x) - 1
+    if xp[j] == x:
+        return fp[j]
+    slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+    return slope * (x - xp[j]) + fp[j]
 
 
 def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Prediction:
     """One generation (module docstring); extra has ttft_ms, tpot_ms and decode_tokens_per_s."""
-    import pandas as pd
-
+    from gpuperf.step.columns import nrows
     from gpuperf.step.memory import busiest
     from gpuperf.step.mfu import attention_flops_per_token, matmul_params, model_flops_per_token
     from gpuperf.step.result import SUMMED, Prediction, intensity, with_share
@@ -48,22 +73,23 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
     for c in pts:  # each step a decode step: its host costs (e.g. the attention plan) apply
         steps.append(_predict_step(cfg, replace(sc, mode="decode", ctx=int(c)), where))
 
-    def table() -> pd.DataFrame:
-        mid = steps[len(steps) // 2].table
-        dec = mid.copy()
-        if all(len(s.table) == len(mid) for s in steps):
-            for col in SUMMED:
-                parts = zip(w, steps, strict=True)
-                dec[col] = sum(wk * s.table[col].to_numpy() for wk, s in parts)
+    def table() -> Columns:
+        mid = steps[len(steps) // 2].columns
+        dec = dict(mid)
+        if all(nrows(s.columns) == nrows(mid) for s in steps):
+            for col in SUMMED:  # elementwise, in the order numpy added the weighted arrays
+                cols = [s.columns[col] for s in steps]
+                dec[col] = [sum(wk * c[i] for wk, c in zip(w, cols, strict=True))
+                            for i in range(nrows(mid))]  # fmt: skip
         else:  # the op list changes with the context: scale the middle step
             for col in SUMMED:
-                dec[col] = mid[col] * sc.new_tokens
+                dec[col] = [v * sc.new_tokens for v in mid[col]]
         dec["intensity"] = intensity(dec["flops"], dec["bytes"])
-        dec["shape"] = dec["shape"] + f" ×{sc.new_tokens} steps"
-        pre_t = pre.table.copy()
-        pre_t["name"] = "prefill/" + pre_t["name"]
-        dec["name"] = "decode/" + dec["name"]
-        return with_share(pd.concat([pre_t, dec], ignore_index=True))
+        dec["shape"] = [f"{v} ×{sc.new_tokens} steps" for v in dec["shape"]]
+        pre_t = dict(pre.columns)
+        pre_t["name"] = ["prefill/" + v for v in pre_t["name"]]
+        dec["name"] = ["decode/" + v for v in dec["name"]]
+        return with_share({c: pre_t[c] + dec[c] for c in pre_t})
 
     decode_ms = float(sum(wk * s.total_ms for wk, s in zip(w, steps, strict=True)))
     total_ms = pre.total_ms + decode_ms

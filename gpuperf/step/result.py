@@ -1,20 +1,32 @@
-"""The result of every prediction: one Prediction object (a per-op table, totals, MFU/HFU, memory),
-and `group`, which folds its table by op, layer or kind. Plans and single GPUs alike.
+"""The result of every prediction: one Prediction object (a per-op table, totals, MFU/HFU and
+memory), and `group`, which folds its table by op, layer or kind. Plans and single GPUs alike.
 
-The table is built when first read: a search or an API call that wants totals alone never pays
-for the DataFrame (the step engine keeps per-op arrays until then).
+The per-op rows are built when first read, as plain columns (step.columns): the CLI renders and
+serialises those without importing pandas; `Prediction.table` is the same rows as a DataFrame,
+made on first access. A search or an API call that wants totals alone builds neither.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
-from typing import Any, Literal
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpuperf.fileio import json_safe
+from gpuperf.step.columns import (
+    Columns,
+    as_columns,
+    div,
+    group_sums,
+    isna,
+    records,
+    to_frame,
+    total,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GroupBy = Literal["op", "layer", "kind"]
 # fmt: off
@@ -54,7 +66,7 @@ class Prediction:
         table: pd.DataFrame | None = None,
         total_ms: float = 0.0,
         *,
-        build: Callable[[], pd.DataFrame] | None = None,
+        build: Callable[[], Columns] | None = None,
         tokens_per_s: float | None = None,
         mfu: float | None = None,
         hfu: float | None = None,
@@ -71,6 +83,7 @@ class Prediction:
         if table is None and build is None:
             raise ValueError("a Prediction needs a table or a way to build one")
         self._table, self._build = table, build
+        self._columns: Columns | None = None
         self.total_ms = total_ms
         self.tokens_per_s, self.mfu, self.hfu = tokens_per_s, mfu, hfu
         self.mfu_convention = mfu_convention
@@ -82,15 +95,27 @@ class Prediction:
         self.extra = dict(extra or {})
 
     @property
-    def table(self) -> pd.DataFrame:
-        if self._table is None:
-            self._table = self._build()  # type: ignore[misc]
+    def columns(self) -> Columns:
+        """The per-op rows as plain columns ({column: [value per row]}, COLUMNS order), what the
+        CLI renders; once `table` has been read, the DataFrame's (it may have been edited)."""
+        if self._table is not None:
+            return as_columns(self._table)
+        if self._columns is None:
+            self._columns = self._build()  # type: ignore[misc]
             self._build = None
+        return self._columns
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """The per-op rows as a pandas DataFrame (built on first access)."""
+        if self._table is None:
+            self._table = to_frame(self.columns)
+            self._columns = None
         return self._table
 
     @table.setter
     def table(self, value: pd.DataFrame) -> None:
-        self._table, self._build = value, None
+        self._table, self._build, self._columns = value, None, None
 
     def __repr__(self) -> str:
         return (f"Prediction(model={self.model!r}, gpu={self.gpu!r}, "
@@ -114,21 +139,22 @@ class Prediction:
                 "fits": self.fits,
                 "warnings": self.warnings,
                 "extra": self.extra,
-                "ops": self.table.to_dict("records"),
+                "ops": records(self.columns),
             }
         )
 
 
-def with_share(table: pd.DataFrame) -> pd.DataFrame:
+def with_share(table: Columns) -> Columns:
     """Each op's fraction of the time its stream is busy (time_ms over their sum)."""
-    busy = table["time_ms"].sum()
-    table["share"] = table["time_ms"] / busy if busy > 0 else 0.0
+    times = table["time_ms"]
+    busy = total(times)
+    table["share"] = [t / busy for t in times] if busy > 0 else [0.0] * len(times)
     return table
 
 
-def intensity(flops: pd.Series, nbytes: pd.Series) -> np.ndarray:
+def intensity(flops: list[float], nbytes: list[float]) -> list[float]:
     """FLOP per byte, 0 where nothing moves through memory."""
-    return np.where(nbytes > 0, flops / nbytes.where(nbytes > 0, 1.0), 0.0)
+    return [f / b if b > 0 else 0.0 for f, b in zip(flops, nbytes, strict=True)]
 
 
 _LAYER = re.compile(r"(?:^|/)(L\d+)(?=/|$)")
@@ -151,45 +177,72 @@ def _layer_key(name: str) -> str:
     return name[: m.end()] if m else name
 
 
-def group(table: pd.DataFrame, by: GroupBy = "op") -> pd.DataFrame:
+def _first(values: list[Any], rows: list[int]) -> Any:
+    """The first value that is not NaN or None (pandas' groupby first)."""
+    return next((values[i] for i in rows if not isna(values[i])), None)
+
+
+def group(table: Columns | pd.DataFrame, by: GroupBy = "op") -> Any:
     """Fold the per-op table: "op" merges identical ops across layers (name without its layer,
     same shape) into one row with a `count`; "layer" sums each layer; "kind" sums each op kind.
-    Rows keep the order of first appearance; `bound` is that of the group's slowest op."""
+    Rows keep the order of first appearance; `bound` is that of the group's slowest op.
+    Plain columns in, plain columns out; a DataFrame in, a DataFrame out."""
+    if not isinstance(table, dict):
+        return to_frame(group(as_columns(table), by))
+    names = table["name"]
     if by == "op":
-        keys = table["name"].map(_strip_layer) + "\x00" + table["shape"].astype(str)
-        label = table["name"].map(_strip_layer)
+        label = [_strip_layer(n) for n in names]
+        keys = [f"{a}\x00{s}" for a, s in zip(label, table["shape"], strict=True)]
     elif by == "layer":
-        keys = label = table["name"].map(_layer_key)
+        keys = label = [_layer_key(n) for n in names]
     elif by == "kind":
-        keys = label = table["kind"]
+        keys = label = list(table["kind"])
     else:
         raise ValueError(f"group by {by!r}: expected op, layer or kind")
-    work = table.assign(_key=keys.to_numpy(), _label=label.to_numpy())
-    grouped = work.groupby("_key", sort=False)
-    add = [c for c in ADDITIVE if c in table.columns]
-    out = grouped[add].sum()
-    out["count"] = grouped.size()
-    slowest = table.loc[grouped["time_ms"].idxmax().to_numpy()].set_index(out.index)
-    out["name"] = grouped["_label"].first()
-    firsts = [c for c in table.columns if c not in add and c not in ("name",)]
-    for col in firsts:
-        out[col] = slowest[col] if col == "bound" else grouped[col].first()
-    if by == "op" and "layer" in out.columns:
-        first, last = out["layer"], grouped["layer"].last()
-        out["layer"] = first.where(first == last, first + "-" + last)
+    where: dict[Any, int] = {}
+    members: list[list[int]] = []
+    for i, key in enumerate(keys):
+        g = where.setdefault(key, len(members))
+        if g == len(members):
+            members.append([])
+        members[g].append(i)
+    add = [c for c in ADDITIVE if c in table]
+    # pandas adds runs of rows without NaN with np.add.reduceat, anything else with Kahan sums
+    runs = all(m[-1] - m[0] == len(m) - 1 for m in members) and not any(
+        isna(v) for c in add for v in table[c]
+    )
+    times = table["time_ms"]
+    slowest = [max(m, key=lambda i: -math.inf if isna(times[i]) else times[i]) for m in members]
+    out: Columns = {"name": [label[m[0]] for m in members], "count": [len(m) for m in members]}
+    for col, values in table.items():
+        if col in add:
+            out[col] = group_sums(values, members, runs)
+        elif col == "bound":
+            out[col] = [values[i] for i in slowest]
+        elif col != "name":
+            out[col] = [_first(values, m) for m in members]
+    if by == "op" and "layer" in table:
+        last = [_first(table["layer"], m[::-1]) for m in members]
+        out["layer"] = [
+            a if a == b else f"{a}-{b}" for a, b in zip(out["layer"], last, strict=True)
+        ]
     else:
-        out["shape"] = ""
+        out["shape"] = [""] * len(members)
     if by == "layer":  # a layer mixes kinds; ops outside layers keep theirs
-        out["kind"] = out["kind"].where(out["count"] == 1, "layer")
+        out["kind"] = [
+            k if n == 1 else "layer" for k, n in zip(out["kind"], out["count"], strict=True)
+        ]
     if by != "op":
-        out["dtype"] = grouped["dtype"].agg(lambda s: "/".join(dict.fromkeys(s)))
+        dtypes = table["dtype"]
+        out["dtype"] = ["/".join(dict.fromkeys(dtypes[i] for i in m)) for m in members]
     out["intensity"] = intensity(out["flops"], out["bytes"])
-    if "measured_ms" in out.columns and "error_pct" in out.columns:
-        out["error_pct"] = 100 * (out["time_ms"] - out["measured_ms"]) / out["measured_ms"]
-    if "measured_ms" in out.columns:
-        for col, scale in (("tflops", 1e-9), ("gbps", 1e-6)):
-            if col in out.columns:
-                base = "flops" if col == "tflops" else "bytes"
-                out[col] = out[base] / out["measured_ms"] * scale
-    cols = ["name", "count", *[c for c in table.columns if c != "name"]]
-    return out.reset_index(drop=True)[cols]
+    measured = out.get("measured_ms")
+    if measured is not None and "error_pct" in out:
+        out["error_pct"] = [
+            div(100 * (t - m), m) for t, m in zip(out["time_ms"], measured, strict=True)
+        ]
+    if measured is not None:
+        for col, base, scale in (("tflops", "flops", 1e-9), ("gbps", "bytes", 1e-6)):
+            if col in out:
+                out[col] = [div(x, m) * scale for x, m in zip(out[base], measured, strict=True)]
+    return {c: out[c] for c in ("name", "count", *(c for c in table if c != "name"))}

@@ -25,8 +25,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from gpuperf.errors import InputError
 from gpuperf.step.cost import Costed, Coster
 from gpuperf.step.dispatch import Timed
@@ -35,10 +33,9 @@ from gpuperf.workloads.step_work import Part, build
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    import pandas as pd
-
     from gpuperf.hardware.spec import GpuSpec, SystemSpec
     from gpuperf.perfmodel.ops import Op
+    from gpuperf.step.columns import Columns
     from gpuperf.step.plan import Placement
     from gpuperf.step.result import Prediction
     from gpuperf.workloads.config import ModelConfig
@@ -46,6 +43,9 @@ if TYPE_CHECKING:
 
 HOST_BOUND_WARN = 0.3  # warn when the GPU waits on the host this fraction of the time
 DECODE_POINTS = 5  # KV-context points at which generate evaluates a decode step
+# Table columns that scale with a section's multiplier, and the text columns.
+_SCALED = ("flops", "bytes", "time_ms", "t_math_ms", "t_mem_ms", "t_overhead_ms", "t_comm_ms")
+_TEXT = ("name", "layer", "kind", "shape", "dtype", "bound")
 _BREAKDOWN = ("compute", "host", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "bubble",
               "dp_comm", "optimizer")  # fmt: skip
 
@@ -229,9 +229,9 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
 # ------------------------------------------------------------------------------------ the table
 
 
-def _rows(sections: list[tuple[Costed, float, str]], extra_rows: list[dict]) -> pd.DataFrame:
-    import pandas as pd
-
+def _rows(sections: list[tuple[Costed, float, str]], extra_rows: list[dict]) -> Columns:
+    """The per-op table as plain columns (COLUMNS order): every op of every repeat of every
+    section, its costs × the section's multiplier, then the extra rows (the bubble)."""
     from gpuperf.step.result import COLUMNS, intensity, layer_of, with_share
 
     names: list[str] = []
@@ -253,29 +253,21 @@ def _rows(sections: list[tuple[Costed, float, str]], extra_rows: list[dict]) -> 
                 hidden.append(float(c.hidden_s[i]) * 1e3 * mult)
         uniq.append(c.rows)
     rows = [uniq[s][i] for s, i in idx]
-    cols: dict[str, Any] = {"name": names, "layer": [layer_of(n) for n in names]}
-    mult = np.array(mults)
+    cols: Columns = {"name": names, "layer": [layer_of(n) for n in names]}
     for j, col in enumerate(COLUMNS[2:-2]):
         values = [r[j] for r in rows]
-        if col in ("flops", "bytes", "time_ms", "t_math_ms", "t_mem_ms", "t_overhead_ms",
-                   "t_comm_ms"):  # fmt: skip
-            cols[col] = np.array(values, dtype=float) * mult
+        if col in _SCALED:
+            cols[col] = [float(v) * m for v, m in zip(values, mults, strict=True)]
         elif col == "shape":
-            cols[col] = np.array([v + sfx for v, sfx in zip(values, suffixes, strict=True)],
-                                 dtype=object)  # fmt: skip
+            cols[col] = [v + sfx for v, sfx in zip(values, suffixes, strict=True)]
         else:
-            cols[col] = np.array(values, dtype=float if col == "intensity" else object)
-    cols["overlap_ms"] = np.array(hidden)
-    table = pd.DataFrame(cols, columns=list(COLUMNS))
-    if extra_rows:
-        more = pd.DataFrame(extra_rows)
-        for col in COLUMNS:
-            if col not in more:
-                more[col] = 0.0 if col not in ("name", "layer", "kind", "shape", "dtype",
-                                               "bound") else ""  # fmt: skip
-        table = pd.concat([table, more[list(COLUMNS)]], ignore_index=True)
-    table["intensity"] = intensity(table["flops"], table["bytes"])
-    return with_share(table)
+            cols[col] = values
+    cols["overlap_ms"] = hidden
+    for extra in extra_rows:
+        for col in COLUMNS[:-1]:
+            cols[col].append(extra.get(col, "" if col in _TEXT else 0.0))
+    cols["intensity"] = intensity(cols["flops"], cols["bytes"])
+    return with_share(cols)
 
 
 # ---------------------------------------------------------------------------------- predictions

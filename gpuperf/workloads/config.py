@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from gpuperf.errors import InputError
+from gpuperf.errors import InputError, shown
 
 Mlp = Literal["swiglu", "gelu"]
 NormKind = Literal["rmsnorm", "layernorm"]
@@ -87,10 +87,12 @@ class ModelConfig:
             value = getattr(self, attr)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
                 raise InputError(f"{self.name}: {attr} must be a probability in [0, 1), "
-                                 f"got {value!r}")  # fmt: skip
+                                 f"got {shown(value)}")  # fmt: skip
         theta = self.rope_theta
         if isinstance(theta, bool) or not isinstance(theta, int | float) or not 0 < theta < 1e300:
-            raise InputError(f"{self.name}: rope_theta must be a positive number, got {theta!r}")
+            raise InputError(
+                f"{self.name}: rope_theta must be a positive number, got {shown(theta)}"
+            )
         for attr, allowed in (
             ("mlp", ("swiglu", "gelu")),
             ("norm", ("rmsnorm", "layernorm")),
@@ -191,7 +193,7 @@ def _positive(cfg: ModelConfig, attr: str, zero: bool = False, top: int = MAX_SI
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= top:
         what = "a non-negative" if zero else "a positive"
         raise InputError(f"{cfg.name}: {attr} must be {what} integer up to {top}, "
-                         f"got {value!r}"[:300])  # fmt: skip
+                         f"got {shown(value)}")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)
@@ -229,21 +231,21 @@ def hf_config(spec: str) -> tuple[dict[str, Any], str, str]:
     key = spec.strip().lower()
     if key in names:
         return dict(_preset(names[key])), names[key], ""
+    from gpuperf.fileio import exists, is_dir, printable
+
     path = Path(spec).expanduser()
-    if path.is_dir() and (path / "config.json").is_file():
+    if is_dir(path) and exists(path / "config.json"):
         path = path / "config.json"
-    if path.suffix == ".json" or path.exists():
+    if path.suffix == ".json" or exists(path):
         data = _read_json(path)
         name = data.get("_name_or_path") or (
             path.parent.name if path.name == "config.json" else path.stem
         )
-        from gpuperf.fileio import printable
-
         return data, printable(str(name).split("/")[-1]) or path.stem, str(path)
     close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise InputError(
-        f"unknown model {spec!r}{hint} (presets: {', '.join(preset_names())}; "
+        f"unknown model {shown(spec)}{hint} (presets: {', '.join(preset_names())}; "
         "or give the path of a Hugging Face config.json)"
     )
 

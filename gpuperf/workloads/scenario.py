@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuperf.dtypes import DType
-from gpuperf.errors import InputError
+from gpuperf.errors import InputError, shown
 
 Mode = Literal["prefill", "decode", "generate", "train"]
 Impl = Literal["fused", "eager"]
@@ -50,8 +50,7 @@ MAX_COUNT = 2**31  # a batch, length or degree beyond this is a typo (its token 
 
 def _positive_int(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_COUNT:
-        got = f"{value!r}"[:60]
-        raise InputError(f"{name} must be a positive integer up to {MAX_COUNT}, got {got}")
+        raise InputError(f"{name} must be a positive integer up to {MAX_COUNT}, got {shown(value)}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

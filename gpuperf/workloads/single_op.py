@@ -8,6 +8,8 @@ allreduce|allgather|reducescatter|alltoall|broadcast --bytes N --nproc P
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpuperf.dtypes import DType
 from gpuperf.errors import InputError
 from gpuperf.perfmodel.ops import (
@@ -19,6 +21,9 @@ from gpuperf.perfmodel.ops import (
     Gemm,
     Norm,
 )
+
+if TYPE_CHECKING:
+    from gpuperf.hardware.spec import SystemSpec
 
 # fn -> (inputs, FLOP per element). gelu (tanh form) and silu cost a handful of FLOPs each.
 ELEMENTWISE_FNS: dict[str, tuple[int, float]] = {
@@ -100,6 +105,34 @@ def copy(nbytes: int) -> Copy:
 def collective(coll: str, nbytes: int, ranks: int, dtype: DType = "bf16") -> Collective:
     if coll not in COLLECTIVES:
         raise InputError(f"unknown collective {coll!r}; expected one of: {', '.join(COLLECTIVES)}")
-    if ranks < 1:
-        raise InputError(f"number of ranks must be positive, got {ranks}")
+    if ranks < 2:
+        raise InputError(f"{coll} needs at least 2 ranks, got {ranks}")
     return Collective(name=f"{coll}/{nbytes}", coll=coll, nbytes=nbytes, ranks=ranks, dtype=dtype)  # type: ignore[arg-type]
+
+
+MAX_NVLINK_DOMAIN = 72  # GB200 NVL72: the most GPUs one NVLink domain joins today
+
+
+def group(system: SystemSpec | None, nodes: int | None, ranks: int | None) -> tuple[int, int]:
+    """(ranks, nodes) of a collective's group: on a bare GPU (no system) every rank is in one
+    NVLink domain (8 by default); on a system, `ranks` fill nodes of gpus_per_node (a group that
+    spans nodes takes whole nodes) or `nodes` whole nodes. The CLI's --nproc/--nodes and the
+    API's ranks/nodes both come here."""
+    if system is None:
+        if nodes not in (None, 1):
+            raise InputError("more than one node needs a system (the network between nodes)")
+        if (ranks or 8) > MAX_NVLINK_DOMAIN:
+            raise InputError(
+                f"{ranks} GPUs in one NVLink domain: the largest built holds "
+                f"{MAX_NVLINK_DOMAIN} (NVL72); give a system and nodes for more"
+            )
+        return ranks or 8, 1
+    gpn = system.gpus_per_node
+    if ranks is not None and nodes is not None and ranks != nodes * gpn:
+        raise InputError(f"{ranks} ranks disagrees with {nodes} nodes × {gpn} GPUs per node")
+    if ranks is not None:
+        if ranks > gpn and ranks % gpn:
+            raise InputError(f"{ranks} ranks span nodes but are not a multiple of {gpn}")
+        return ranks, max(1, -(-ranks // gpn))
+    n = nodes or 1
+    return n * gpn, n

@@ -4,6 +4,7 @@ bad input exits 2 with one line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +116,25 @@ def test_unwritable_output_exits_2_before_any_work(capsys, tmp_path, fast_model,
     blocker.write_text("")
     code, _, err = run(capsys, "report", "llama2-7b", "-o", str(blocker / "r.html"))
     assert code == 2 and "cannot write" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_report_that_fails_to_land_leaves_the_old_one(capsys, tmp_path, fast_model, monkeypatch):
+    """The rename that puts the new report in place fails (disk full, a quota): the report that
+    was there is still the whole old one, the error is one line, no temporary is left."""
+    import os
+
+    out_file = tmp_path / "r.html"
+    out_file.write_text("<html>old</html>")
+
+    def refused(src, dst):
+        assert Path(src).read_text().rstrip().endswith("</html>")  # the new one was written
+        raise OSError(122, "Disk quota exceeded")
+
+    monkeypatch.setattr(os, "replace", refused)
+    code, out, err = run(capsys, "report", "llama2-7b", "--seq", "128", "-o", str(out_file))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Disk quota exceeded" in err
+    assert out_file.read_text() == "<html>old</html>"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
 
 
 def test_help_has_examples(capsys):

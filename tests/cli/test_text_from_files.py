@@ -7,20 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from gpuperf.cli import main
+from clirun import run
 
 HOSTILE = "[/x] oops [bold]b \x1b[2J"
-
-
-def run(capsys, *args):
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture

@@ -21,20 +21,31 @@ def test_write_text_creates_the_folder_and_refuses_what_it_cannot_write(tmp_path
         write_text("/proc/x.json", "x")
 
 
-def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path, monkeypatch):
+@pytest.mark.parametrize("step", ["fsync", "chmod", "replace"])
+def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path, monkeypatch, step):
+    """The disk fills (or the rename is refused) after the new text went to the temporary: the
+    old file keeps its text and mode, the error is one InputError, the temporary is gone."""
     import os
 
     out = tmp_path / "profile.toml"
     out.write_text("old = 1\n")
     out.chmod(0o640)
+    written = []
+    real_fsync = os.fsync
 
-    def disk_full(fd):
+    def fsync(fd):  # the new text reached the temporary before the failure
+        written.append(os.pread(fd, 100, 0))
+        real_fsync(fd)
+
+    def disk_full(*args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(os, "fsync", disk_full)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, step, disk_full)
     with pytest.raises(InputError, match="No space left"):
         write_text(out, "new = 2\n" * 1000)
-    assert out.read_text() == "old = 1\n"
+    assert written == ([] if step == "fsync" else [b"new = 2\n" * 12 + b"new "])
+    assert out.read_text() == "old = 1\n" and (out.stat().st_mode & 0o777) == 0o640
     assert [x.name for x in tmp_path.iterdir()] == ["profile.toml"]  # no temporary left
     monkeypatch.undo()
     write_text(out, "new = 2\n")
