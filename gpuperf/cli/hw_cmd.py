@@ -13,7 +13,7 @@ import click
 from gpuperf.cli.common import output_options
 from gpuperf.dtypes import DTYPES
 from gpuperf.hardware import loader
-from gpuperf.hardware.spec import GpuSpec, SystemSpec
+from gpuperf.hardware.spec import GpuSpec, ModelParams, SystemSpec
 
 Row = dict[str, Any]
 
@@ -35,7 +35,11 @@ def hw() -> None:
 @hw.command("list")
 @output_options
 def list_cmd(fmt: str) -> None:
-    """List the built-in GPU and system profiles (dense peaks, HBM, ridge points).
+    """List the built-in GPU and system profiles (dense peaks, HBM, ridge points, calibrated?).
+
+    A GPU is "calibrated" when its profile carries time-model parameters fitted to measurements
+    of that GPU (a [model] table); the others are datasheet numbers run on gpuperf's default
+    parameters, so their predictions are less certain.
 
     \b
     Examples:
@@ -51,6 +55,7 @@ def list_cmd(fmt: str) -> None:
         _print_csv(rows)
     else:
         _print_table("GPUs (peaks dense, no sparsity)", gpus, _GPU_COLUMNS)
+        _print_note(_CALIBRATED_NOTE)
         title = "Systems (per node; NVLink GB/s per GPU, NIC GB/s per NIC; per direction)"
         _print_table(title, systems, _SYSTEM_COLUMNS)
         pairs = sorted(loader.aliases().items(), key=lambda kv: (kv[1], kv[0]))
@@ -128,7 +133,13 @@ _GPU_COLUMNS = [
     ("hbm_gib", "HBM GiB"),
     ("hbm_tbps", "HBM TB/s"),
     ("bf16_ridge_flop_per_byte", "BF16 ridge FLOP/B"),
+    ("calibrated", "cal."),
 ]
+# "cal." keeps the GPU table within 80 columns; the note under the table spells it out.
+_CALIBRATED_NOTE = (
+    "cal. = calibrated: yes = time-model parameters fitted to measurements of that GPU "
+    "([model] table); no = not calibrated: datasheet numbers run on gpuperf's default parameters"
+)
 _SYSTEM_COLUMNS = [
     ("name", "system"),
     ("gpu", "GPU"),
@@ -157,6 +168,7 @@ def _gpu_row(gpu: GpuSpec) -> Row:
         "bf16_ridge_flop_per_byte": _round(gpu.ridge("bf16"), 1)
         if "bf16" in gpu.peak_flops
         else None,
+        "calibrated": gpu.calibrated,
     }
 
 
@@ -217,13 +229,24 @@ def _gpu_fields(gpu: GpuSpec) -> list[Row]:
     for dt in DTYPES:
         if dt in gpu.peak_flops:
             rows.append(_field(f"ridge_{dt}", _round(gpu.ridge(dt), 1), "FLOP/B", "peak / hbm_bw"))
+    rows.append(_field("calibrated", gpu.calibrated, "", _calibrated_source(gpu)))
+    defaults = ModelParams()
     for f in dataclasses.fields(gpu.params):
         value = getattr(gpu.params, f.name)
-        default = "gpuperf default (uncalibrated)"
+        default = (
+            "gpuperf default (uncalibrated)"
+            if value == getattr(defaults, f.name)
+            else "set in the profile's [model] table (its comments say how)"
+        )
         if f.name == "extra":
             for key, extra in value.items():
                 rows.append(
-                    _field(f"model.extra.{key}", extra, "", src(f"params.extra.{key}", default))
+                    _field(
+                        f"model.extra.{key}",
+                        extra,
+                        "",
+                        src(f"params.extra.{key}", "set in the profile's [model.extra] table"),
+                    )
                 )
         elif f.name.endswith("_s"):
             rows.append(
@@ -240,6 +263,12 @@ def _gpu_fields(gpu: GpuSpec) -> list[Row]:
             )
     rows.append(_field("path", gpu.path, ""))
     return rows
+
+
+def _calibrated_source(gpu: GpuSpec) -> str:
+    if gpu.calibrated:
+        return "the profile (or its base) sets time-model parameters in a [model] table"
+    return "no [model] table: datasheet numbers with gpuperf's default parameters"
 
 
 def _system_fields(system: SystemSpec) -> list[Row]:
@@ -329,15 +358,24 @@ def _print_table(title: str, rows: list[Row], columns: list[tuple[str, str]]) ->
 
     table = Table(title=title, title_justify="left")
     for i, (key, header) in enumerate(columns):
-        numeric = bool(rows) and isinstance(rows[0].get(key), int | float) and key != "nvswitch"
+        first = rows[0].get(key) if rows else None
+        numeric = isinstance(first, int | float) and not isinstance(first, bool)
         justify = "right" if numeric else "left"
         widest_word = max(len(word) for word in header.split())
         table.add_column(
             header, justify=justify, overflow="fold", no_wrap=i == 0, min_width=widest_word
         )
     for row in rows:
-        table.add_row(*("—" if row.get(k) is None else str(row.get(k)) for k, _ in columns))
+        table.add_row(*(_cell(row.get(k)) for k, _ in columns))
     make_console().print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
 
 
 def _print_note(text: str) -> None:

@@ -92,7 +92,7 @@ class GpuSpec:
 
     name: str  # canonical profile name, e.g. "h100-sxm5-80gb"
     display_name: str  # e.g. "NVIDIA H100 SXM5 80GB"
-    arch: str  # "ampere", "hopper", "blackwell", "ada"
+    arch: str  # "ampere", "ada", "hopper", "blackwell"; "cdna3" (AMD MI300X)
     compute_capability: str  # "9.0"
     sms: int
     boost_clock_mhz: float
@@ -113,6 +113,13 @@ class GpuSpec:
         return hash(
             (self.name, self.path, self.sms, self.hbm_bw, self.boost_clock_mhz, self.params)
         )
+
+    @property
+    def calibrated(self) -> bool:
+        """True when the profile (or its base) sets time-model parameters in a [model] table; False
+        when every parameter is gpuperf's default, i.e. datasheet numbers only. A built-in profile
+        ships a [model] table only when it was fitted to committed measurements of that GPU."""
+        return self.params != ModelParams()
 
     def peak(self, dtype: DType) -> float:
         """Dense peak FLOP/s for `dtype`; InputError when the GPU lacks it (fp8 on A100)."""

@@ -13,6 +13,9 @@ import pytest
 
 from gpuperf.cli import main
 
+# Profiles with datasheet numbers only (no fitted [model] table), shown as not calibrated.
+NEW_GPUS = ("h20", "l4", "a10g", "b300", "gb200", "mi300x")
+
 
 class FakeNVML(types.ModuleType):
     """Enough of pynvml for `hw detect`: one device, or an init error."""
@@ -77,14 +80,24 @@ def test_list_json(capsys):
     assert code == 0
     data = json.loads(out)
     gpus = {g["name"]: g for g in data["gpus"]}
-    assert len(gpus) == 10
+    assert len(gpus) == 16
     assert gpus["h100-sxm5-80gb"]["bf16_tflops"] == 989.4
     assert gpus["h100-sxm5-80gb"]["fp8_tflops"] == 1978.9
     assert gpus["h100-sxm5-80gb"]["bf16_ridge_flop_per_byte"] == 295.3
     assert gpus["h100-sxm5-80gb"]["hbm_tbps"] == 3.35
     assert gpus["a100-sxm4-80gb"]["fp8_tflops"] is None
     assert "a100" in gpus["a100-sxm4-80gb"]["aliases"]
+    assert gpus["h100-sxm5-80gb"]["calibrated"] is True
+    assert gpus["h200-sxm-141gb"]["calibrated"] is True
+    for name in NEW_GPUS:
+        assert gpus[name]["calibrated"] is False, name
+    assert gpus["a10g"]["fp8_tflops"] is None and gpus["l4"]["fp8_tflops"] == 242.5
+    gb200 = gpus["gb200"]
+    assert (gb200["sms"], gb200["bf16_tflops"], gb200["hbm_gib"]) == (152, 2500, 186)
     systems = {s["name"]: s for s in data["systems"]}
+    nvl72 = systems["gb200-nvl72"]
+    assert (nvl72["gpu"], nvl72["gpus_per_node"], nvl72["nics_per_node"]) == ("gb200", 72, 72)
+    assert systems["hgx-b300"]["nic_gbps_per_direction"] == 100  # ConnectX-8 800 Gb/s
     assert systems["dgx-h100"]["gpu"] == "h100-sxm5-80gb"
     assert systems["dgx-h100"]["nic_gbps_per_direction"] == 50
 
@@ -92,15 +105,24 @@ def test_list_json(capsys):
 def test_list_csv_and_table(capsys):
     code, out, _ = run(capsys, "hw", "list", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert code == 0 and len(rows) == 14
+    assert code == 0 and len(rows) == 22
     assert {r["kind"] for r in rows} == {"gpu", "system"}
     b200 = next(r for r in rows if r["name"] == "b200")
     assert (b200["bf16_tflops"], b200["hbm_gib"]) == ("2250", "180")
+    calibrated = {r["name"]: r["calibrated"] for r in rows if r["kind"] == "gpu"}
+    assert calibrated["h100-sxm5-80gb"] == "True"
+    assert all(calibrated[name] == "False" for name in NEW_GPUS)
     code, out, _ = run(capsys, "hw", "list")
     assert code == 0
     for header in ("BF16", "TFLOP/s", "HBM", "GiB", "TB/s", "FLOP/B", "GB/s"):
         assert header in out
     assert "h200-sxm-141gb" in out and "dgx-h200" in out
+    assert "gb200-nvl72" in out and "hgx-b300" in out
+    assert "cal." in out and "not calibrated" in out.replace("\n", " ")
+    rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("│")}
+    for name in NEW_GPUS:  # each new GPU's row ends in "no": not calibrated
+        assert rows[name].rstrip("│ ").endswith("no"), rows[name]
+    assert rows["h100-sxm5-80gb"].rstrip("│ ").endswith("yes")
 
 
 def test_show_gpu_json(capsys):
@@ -113,7 +135,51 @@ def test_show_gpu_json(capsys):
     fields = {f["field"]: f for f in data["fields"]}
     assert fields["hbm_bw"]["unit"] == "GB/s" and fields["hbm_bw"]["value"] == 3350
     assert "datasheet" in fields["peak_bf16"]["source"]
+    # The H100's [model] table is fitted to measurements: its values are not gpuperf's defaults.
+    assert fields["calibrated"]["value"] is True
+    assert fields["model.gemm_eff"]["source"].startswith("set in the profile's [model] table")
+    assert fields["model.attn_bwd_eff"]["source"] == "gpuperf default (uncalibrated)"  # not fitted
+
+
+@pytest.mark.parametrize("name", NEW_GPUS)
+def test_show_new_gpu_is_not_calibrated_and_sourced(capsys, name):
+    code, out, _ = run(capsys, "hw", "show", name, "--format", "json")
+    data = json.loads(out)
+    fields = {f["field"]: f for f in data["fields"]}
+    assert code == 0 and data["name"] == name
+    assert fields["calibrated"]["value"] is False
+    assert "no [model] table" in fields["calibrated"]["source"]
     assert fields["model.gemm_eff"]["source"] == "gpuperf default (uncalibrated)"
+    numbers = ["sms", "boost_clock", "hbm_capacity", "hbm_bw", "l2", "smem_per_sm", "nvlink_bw"]
+    numbers += ["pcie_bw"] + [f"peak_{dt}" for dt in data["spec"]["peak_flops"]]
+    for field in numbers:
+        assert len(fields[field]["source"]) > 10, (name, field)
+
+
+@pytest.mark.parametrize("name", NEW_GPUS)
+def test_predict_runs_on_every_new_gpu(capsys, name):
+    """llama3-8b in bf16 (15 GiB of weights) fits on each, the 24 GiB L4 and A10G included."""
+    code, out, err = run(capsys, "predict", "llama3-8b", "--gpu", name, "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["total_ms"] > 0 and data["fits"] is True and data["gpu"] == name
+
+
+def test_predict_fp8_on_a10g_is_one_line(capsys):
+    code, _, err = run(capsys, "predict", "llama3-8b", "--gpu", "a10g", "--dtype", "fp8")
+    assert_one_line_error(code, err, 2, "has no fp8 peak")
+    code, _, err = run(capsys, "predict", "llama3-8b", "--gpu", "l4", "--dtype", "fp8")
+    assert code == 0, err
+
+
+def test_predict_on_new_systems(capsys):
+    args = ("predict", "allreduce", "--bytes", "1G", "--format", "json")
+    code, out, err = run(capsys, *args, "--system", "gb200-nvl72")
+    assert code == 0, err
+    assert '"ranks": 72' in out  # one node: all 72 GPUs in the NVLink domain
+    code, out, err = run(capsys, *args, "--system", "hgx-b300", "--nodes", "2")
+    assert code == 0, err
+    assert '"ranks": 16' in out
 
 
 def test_show_a100_marks_fp8_unsupported(capsys):
@@ -126,6 +192,9 @@ def test_show_a100_marks_fp8_unsupported(capsys):
 
 
 def test_show_system_and_user_file(capsys, tmp_path):
+    code, out, _ = run(capsys, "hw", "show", "gb200-nvl72", "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and data["kind"] == "system" and data["spec"]["gpus_per_node"] == 72
     code, out, _ = run(capsys, "hw", "show", "dgx-b200", "--format", "json")
     data = json.loads(out)
     assert code == 0 and data["kind"] == "system" and data["name"] == "hgx-b200"

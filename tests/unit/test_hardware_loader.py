@@ -14,7 +14,11 @@ from gpuperf.hardware.loader import aliases, gpu_names, load_gpu, load_system, s
 tomllib = loader.tomllib  # tomli on Python 3.10
 
 # name: (SMs, dense BF16 TFLOP/s, HBM GiB, HBM GB/s). Source: shared reference modeling-facts.md,
-# sections 1a/1b (NVIDIA datasheets; Hopper/Blackwell sparse numbers halved).
+# sections 1a/1b (NVIDIA datasheets; Hopper/Blackwell sparse numbers halved), and for the profiles
+# below the blank line their own [sources]: NVIDIA L4 datasheet (242* / 2), GB200 NVL72 table
+# (superchip 10 PF* BF16, 372 GB, 16 TB/s, / 2 GPUs / 2), Blackwell Ultra datasheet HGX B300
+# column (4.5 PF*, 270 GB, 7.7 TB/s), AMD MI300X page (1,307.4 dense), the H20 spec sheet
+# (148 dense) and, for the A10G, which NVIDIA never published, 80 SMs x 1.71 GHz x 512 FLOP/clk.
 PUBLISHED = {
     "a100-sxm4-40gb": (108, 312, 40, 1555),
     "a100-sxm4-80gb": (108, 312, 80, 2039),
@@ -26,7 +30,16 @@ PUBLISHED = {
     "b200": (148, 2250, 180, 7700),
     "l40s": (142, 362.05, 48, 864),
     "rtx4090": (128, 165.2, 24, 1008),
+    "h20": (78, 148, 96, 4000),
+    "l4": (58, 121, 24, 300),
+    "a10g": (80, 70, 24, 600),
+    "b300": (148, 2250, 270, 7700),
+    "gb200": (152, 2500, 186, 8000),
+    "mi300x": (304, 1307.4, 192, 5300),
 }
+# Datasheet numbers only: no [model] table fitted to measurements of that GPU.
+NOT_CALIBRATED = ("h20", "l4", "a10g", "b300", "gb200", "mi300x")
+SYSTEMS = ["dgx-a100", "dgx-h100", "dgx-h200", "gb200-nvl72", "hgx-b200", "hgx-b300"]
 # "Derived ridge points (dense BF16 FLOP per HBM byte)" from the same reference.
 PUBLISHED_RIDGE = {
     "a100-sxm4-40gb": 201,
@@ -37,6 +50,7 @@ PUBLISHED_RIDGE = {
     "b200": 292,
     "l40s": 419,
     "rtx4090": 164,
+    "mi300x": 247,
 }
 
 
@@ -59,7 +73,7 @@ def input_error(spec: str, loader_fn=load_gpu) -> str:
 
 def test_every_listed_profile_is_shipped():
     assert gpu_names() == sorted(PUBLISHED)
-    assert system_names() == ["dgx-a100", "dgx-h100", "dgx-h200", "hgx-b200"]
+    assert system_names() == SYSTEMS
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -72,8 +86,8 @@ def test_profile_matches_published_numbers(name):
     assert gpu.peak("fp16") == gpu.peak("bf16")
     assert gpu.hbm_bytes == hbm_gib * 2**30
     assert gpu.hbm_bw == pytest.approx(hbm_gbps * 1e9)
-    assert gpu.l2_bytes > 1e6 and gpu.smem_per_sm_bytes >= 100 * 1024
-    assert gpu.pcie_bw in (32e9, 64e9)  # Gen4 / Gen5 x16 per direction
+    assert gpu.l2_bytes > 1e6 and gpu.smem_per_sm_bytes >= 64 * 1024  # MI300X LDS: 64 KiB
+    assert gpu.pcie_bw in (32e9, 64e9, 128e9)  # Gen4 / Gen5 / Gen6 (B300) x16 per direction
     if name in PUBLISHED_RIDGE:
         assert gpu.ridge("bf16") == pytest.approx(PUBLISHED_RIDGE[name], rel=0.01)
 
@@ -96,6 +110,55 @@ def test_peaks_are_dense_not_sparse():
         # B200 prints TF32 2.2 PF* against BF16 4.5 PF*, so TF32 is only ~half of BF16 there.
         assert gpu.peak("tf32") == pytest.approx(gpu.peak("bf16") / 2, rel=0.025)
     assert load_gpu("h100").peak("bf16") < 1000e12
+    # The new profiles: FP8 twice BF16, TF32 half (L4 rounds: 242.5 vs 2 x 121).
+    for name in ("h20", "l4", "b300", "gb200", "mi300x"):
+        gpu = load_gpu(name)
+        assert gpu.peak("fp8") == pytest.approx(2 * gpu.peak("bf16"), rel=0.005), name
+        assert gpu.peak("tf32") == pytest.approx(gpu.peak("bf16") / 2, rel=0.025), name
+
+
+def test_gb200_gpu_is_not_an_hgx_b200():
+    # GB200 NVL72 table vs HGX B200 table: more SMs (152 measured vs 148), higher peaks, 186 GB.
+    gb200, b200, b300 = load_gpu("gb200"), load_gpu("b200"), load_gpu("b300")
+    assert (gb200.sms, b200.sms, b300.sms) == (152, 148, 148)
+    assert gb200.peak("bf16") == 2500e12 and b200.peak("bf16") == 2250e12
+    assert gb200.peak("fp64") == 40e12 and b200.peak("fp64") == 37e12
+    assert gb200.hbm_bw == 8000e9 and b200.hbm_bw == 7700e9
+    # Blackwell Ultra: same BF16/FP8 as B200, FP64 and INT8 cut, more memory, PCIe Gen6.
+    assert b300.peak("fp8") == b200.peak("fp8") and b300.peak("fp64") == 1.2e12
+    assert b300.peak("int8") < b200.peak("int8") / 20
+    assert b300.hbm_bytes == 270 * 2**30 and b300.pcie_bw == 128e9
+    assert gb200.arch == b300.arch == "blackwell" and b300.compute_capability == "10.3"
+
+
+def test_fp8_only_where_the_hardware_has_it():
+    a10g, l4 = load_gpu("a10g"), load_gpu("l4")
+    assert "fp8" not in a10g.peak_flops and "int8" not in a10g.peak_flops  # Ampere; not published
+    with pytest.raises(
+        InputError, match=r"A10G.*no fp8 peak.*supports: fp64, fp32, tf32, bf16, fp16"
+    ):
+        a10g.peak("fp8")
+    assert l4.peak("fp8") == 242.5e12  # Ada has FP8
+    assert load_gpu("mi300x").peak("fp8") == pytest.approx(2614.9e12)
+    assert load_gpu("h20").peak("fp8") == 296e12
+
+
+def test_calibrated_comes_from_the_model_table():
+    for name in gpu_names():
+        raw = tomllib.loads((loader.PROFILES_DIR / f"{name}.toml").read_text())
+        assert load_gpu(name).calibrated == ("model" in raw), name
+    assert load_gpu("h100").calibrated and load_gpu("h200").calibrated
+    for name in NOT_CALIBRATED:
+        assert not load_gpu(name).calibrated, name
+
+
+def test_every_arch_is_one_the_code_knows():
+    # comm.py maps unknown archs (ada, cdna3) to the ampere NCCL tables; nothing else keys off arch.
+    archs = {load_gpu(name).arch for name in gpu_names()}
+    assert archs == {"ampere", "ada", "hopper", "blackwell", "cdna3"}
+    mi300x = load_gpu("mi300x")
+    assert (mi300x.arch, mi300x.compute_capability, mi300x.sms) == ("cdna3", "9.4", 304)
+    assert mi300x.smem_per_sm_bytes == 64 * 2**10 and mi300x.nvlink_bw == 448e9  # 7 x 64 GB/s
 
 
 def test_fp8_on_a100_is_a_clear_input_error():
@@ -132,7 +195,7 @@ def test_aliases_never_collide_with_each_other_or_names():
 
 def test_every_number_has_a_source_comment_and_a_sources_entry():
     paths = [*loader.PROFILES_DIR.glob("*.toml"), *loader.SYSTEMS_DIR.glob("*.toml")]
-    assert len(paths) == 14
+    assert len(paths) == len(PUBLISHED) + len(SYSTEMS)
     number_line = re.compile(r"^\s*[a-z0-9_]+\s*=\s*(-?[\d.]+|true|false)\b")
     for path in paths:
         for line in path.read_text().splitlines():
@@ -165,6 +228,19 @@ def test_systems():
     assert load_system("dgx-h200").gpu.name == "h200-sxm-141gb"
     assert load_system("hgx-b200").nvlink_bw == 900e9  # 1.8 TB/s bidirectional
     assert load_system("DGX-B200").name == "hgx-b200"
+
+
+def test_new_systems():
+    nvl72 = load_system("gb200-nvl72")
+    assert nvl72.gpu is load_gpu("gb200")
+    assert (nvl72.gpus_per_node, nvl72.nvswitch, nvl72.nics_per_node) == (72, True, 72)
+    assert nvl72.nvlink_bw == 900e9  # 1.8 TB/s bidirectional per GPU, any of the 72
+    assert nvl72.nic_bw == 50e9  # ConnectX-7 400 Gb/s, one per GPU
+    assert load_system("dgx-gb200") is nvl72
+    b300 = load_system("dgx-b300")
+    assert b300.name == "hgx-b300" and b300.gpu is load_gpu("b300")
+    assert (b300.gpus_per_node, b300.nvswitch, b300.nics_per_node) == (8, True, 8)
+    assert b300.nvlink_bw == 900e9 and b300.nic_bw == 100e9  # ConnectX-8 800 Gb/s
 
 
 # ----------------------------------------------------------------------------- bad input
