@@ -72,8 +72,8 @@ def layer_shape(cfg: ModelConfig, sc: Scenario) -> LayerShape:
     why = []
     if cfg.is_moe:
         why.append("MoE (routing is data dependent)")
-    if cfg.norm != "rmsnorm" or cfg.mlp != "swiglu" or cfg.positions != "rope":
-        why.append(f"{cfg.norm}/{cfg.mlp}/{cfg.positions} (needs rmsnorm/swiglu/rope)")
+    if cfg.norm != "rmsnorm" or cfg.mlp != "gated" or cfg.positions != "rope":
+        why.append(f"{cfg.norm}/{cfg.mlp}/{cfg.positions} (needs rmsnorm/gated/rope)")
     if cfg.parallel_residual:
         why.append("parallel residual")
     if sc.dtype not in LAYER_DTYPES or sc.kv != sc.dtype:

@@ -84,7 +84,7 @@ def train_activation_bytes_per_layer(
         k = cfg.num_experts_per_tok
         mlp = h + k * (h + 3 * f) + cfg.num_experts
     else:
-        mlp = h + (3 * f if cfg.mlp == "swiglu" else 2 * f)
+        mlp = h + (3 * f if cfg.mlp == "gated" else 2 * f)
     total = b * sb * (norms + attn + mlp) + 4 * sb * cfg.heads
     if dropout:  # attention-output and MLP-output dropout masks (Korthikanti: sbh each)
         total += 2 * sb * h
@@ -123,7 +123,7 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
         k = cfg.num_experts_per_tok
         mlp = k * (h + 3 * f / tp)  # permuted tokens, gate_up output, activation output
     else:
-        mlp = (3 * f if cfg.mlp == "swiglu" else 2 * f) / tp
+        mlp = (3 * f if cfg.mlp == "gated" else 2 * f) / tp
     if sc.attn == "math":
         attn += 2 * cfg.heads / tp * (T // mb) * (sc.ctx + 1 if sc.mode == "decode" else sc.seq)
     rows = mb if sc.mode in ("prefill", "generate") else T

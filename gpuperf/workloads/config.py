@@ -1,9 +1,9 @@
 """ModelConfig: the shape of a decoder-only Transformer, loaded from a preset or a HF config.json.
 
 Presets are Hugging Face config.json files (gpuperf/workloads/presets/*.json), so a preset and a
-user's own file go through the same loader. Field names follow transformers where they exist
-(hidden_size, num_key_value_heads, ...); short read-only aliases (hidden, layers, heads, kv_heads,
-intermediate, vocab) keep the op builders readable.
+user's own file go through the same loader (gpuperf.workloads.hf_config). Field names follow
+transformers where they exist (hidden_size, num_key_value_heads, ...); short read-only aliases
+(hidden, layers, heads, kv_heads, intermediate, vocab) keep the op builders readable.
 """
 
 from __future__ import annotations
@@ -16,10 +16,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuperf.errors import InputError, shown
+from gpuperf.workloads.hf_config import SUPPORTED_TYPES, from_hf_dict
 
-Mlp = Literal["swiglu", "gelu"]
+__all__ = ["SUPPORTED_TYPES", "ModelConfig", "from_hf_dict", "hf_config", "load_model"]
+
+Mlp = Literal["gated", "plain"]  # gated: down(act(gate(x)) * up(x)); plain: down(act(up(x)))
+Act = Literal["silu", "gelu", "gelu_tanh", "relu", "relu2"]
 NormKind = Literal["rmsnorm", "layernorm"]
 Positions = Literal["rope", "learned"]
+Router = Literal["softmax", "sigmoid"]
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -34,19 +39,44 @@ class ModelConfig:
     num_hidden_layers: int
     num_attention_heads: int
     num_key_value_heads: int | None = None  # None -> MHA (= num_attention_heads)
-    head_dim: int | None = None  # None -> hidden_size // num_attention_heads
+    head_dim: int | None = None  # None -> hidden_size // num_attention_heads (MLA: nope + rope)
     intermediate_size: int
     vocab_size: int
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
-    mlp: Mlp = "swiglu"
+    mlp: Mlp = "gated"
+    hidden_act: Act = "silu"
     norm: NormKind = "rmsnorm"
     positions: Positions = "rope"
+    rotary_frac: float = 1.0  # fraction of head_dim that RoPE rotates (GPT-NeoX 0.25)
     qkv_bias: bool = False  # bias on q, k, v only (Qwen2)
     linear_bias: bool = False  # bias on every linear layer (GPT-2, GPT-NeoX)
+    qkv_fused: bool = False  # the HF module is one q/k/v linear (Phi-3 qkv_proj, GPT-2 c_attn)
+    gate_up_fused: bool = False  # the HF module is one gate/up linear (Phi-3 gate_up_proj)
+    qk_norm: bool = False  # RMSNorm over each head of q and k (Qwen3, Gemma3)
+    sandwich_norm: bool = False  # norms after attention and after the MLP too (Gemma2/3)
+    embed_scale: bool = False  # embeddings times sqrt(hidden_size) (Gemma)
+    parallel_residual: bool = False  # GPT-NeoX / Falcon: x + attn(ln1(x)) + mlp(ln2(x))
+    shared_input_norm: bool = False  # parallel_residual with one norm for both (Falcon-7B)
+    sliding_window: int = 0  # tokens a sliding layer attends to (0: none)
+    sliding_layers: tuple[int, ...] = ()  # indices of the layers that use the window
+    attn_softcap: float = 0.0  # cap * tanh(scores / cap) (Gemma2; 0: none)
     num_experts: int = 0
     num_experts_per_tok: int = 0
-    parallel_residual: bool = False  # GPT-NeoX / GPT-J: x + attn(ln1(x)) + mlp(ln2(x))
+    moe_intermediate_size: int = 0  # width of one routed expert (0: intermediate_size)
+    shared_intermediate_size: int = 0  # width of the shared-expert MLP (0: none)
+    shared_expert_gate: bool = False  # sigmoid gate on the shared expert (Qwen2-MoE)
+    dense_layers: tuple[int, ...] = ()  # layers of an MoE model with a dense MLP
+    router: Router = "softmax"
+    router_groups: int = 1  # group-limited routing: experts in router_groups groups,
+    router_topk_groups: int = 1  # of which each token may use router_topk_groups
+    router_bias: bool = False  # a per-expert score-correction bias (DeepSeek-V3)
+    norm_topk_prob: bool = False  # renormalise the top-k routing weights
+    q_lora_rank: int = 0  # MLA (DeepSeek-V2/V3): 0 = plain q projection
+    kv_lora_rank: int = 0  # 0: not MLA
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
     # Dropout in training (0 in inference): on the attention probabilities, and on each block's
     # output before the residual add (GPT-2's attn_pdrop / resid_pdrop; 0 for modern LLMs).
     attention_dropout: float = 0.0
@@ -55,11 +85,26 @@ class ModelConfig:
     source: str = ""  # where it was loaded from (preset name or file path)
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.type == "bool" and not isinstance(getattr(self, f.name), bool):
+                raise InputError(f"{self.name}: {f.name} must be true or false, "
+                                 f"got {shown(getattr(self, f.name))}")  # fmt: skip
         for f in ("hidden_size", "num_attention_heads", "intermediate_size"):
             _positive(self, f)
         _positive(self, "num_hidden_layers", top=MAX_LAYERS)
         _positive(self, "vocab_size")
         _positive(self, "max_position_embeddings")
+        for attr, allowed in (
+            ("mlp", ("gated", "plain")),
+            ("hidden_act", ("silu", "gelu", "gelu_tanh", "relu", "relu2")),
+            ("norm", ("rmsnorm", "layernorm")),
+            ("positions", ("rope", "learned")),
+            ("router", ("softmax", "sigmoid")),
+        ):
+            if getattr(self, attr) not in allowed:
+                raise InputError(f"{self.name}: {attr} must be one of {allowed}, "
+                                 f"got {shown(getattr(self, attr))}")  # fmt: skip
+        self._check_mla()
         if self.num_key_value_heads is None:
             object.__setattr__(self, "num_key_value_heads", self.num_attention_heads)
         _positive(self, "num_key_value_heads")
@@ -76,30 +121,68 @@ class ModelConfig:
                 f"{self.name}: num_key_value_heads ({self.num_key_value_heads}) must divide "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
-        _positive(self, "num_experts", zero=True)  # a fraction of an expert is a typo
-        _positive(self, "num_experts_per_tok", zero=True)
-        if self.num_experts and not 1 <= self.num_experts_per_tok <= self.num_experts:
+        self._check_moe()
+        _positive(self, "sliding_window", zero=True)
+        _layer_list(self, "sliding_layers")
+        if self.sliding_layers and not self.sliding_window:
+            raise InputError(f"{self.name}: sliding_layers need a sliding_window > 0")
+        if self.shared_input_norm and not self.parallel_residual:
+            raise InputError(f"{self.name}: shared_input_norm needs parallel_residual")
+        _number(self, "rotary_frac", 0, 1, low_open=True)
+        _number(self, "attn_softcap", 0, 1e300)
+        for attr in ("attention_dropout", "hidden_dropout"):
+            _number(self, attr, 0, 1, high_open=True)
+        _number(self, "rope_theta", 0, 1e300, low_open=True, high_open=True)
+
+    def _check_mla(self) -> None:
+        mla = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        for attr in mla:
+            _positive(self, attr, zero=True)
+        if not self.kv_lora_rank:
+            if extra := [a for a in mla if getattr(self, a)]:
+                raise InputError(f"{self.name}: {extra[0]} needs kv_lora_rank > 0 (MLA)")
+            return
+        for attr in mla[2:]:
+            _positive(self, attr)
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        if self.head_dim is None:  # what HF's eager/SDPA attention sees: qk heads, all heads
+            object.__setattr__(self, "head_dim", qk)
+        if self.num_key_value_heads is None:
+            object.__setattr__(self, "num_key_value_heads", self.num_attention_heads)
+        if self.head_dim != qk or self.num_key_value_heads != self.num_attention_heads:
+            raise InputError(
+                f"{self.name}: an MLA model has head_dim = qk_nope_head_dim + qk_rope_head_dim "
+                f"({qk}) and num_key_value_heads = num_attention_heads "
+                f"({self.num_attention_heads}), got {self.head_dim} and {self.num_key_value_heads}"
+            )
+
+    def _check_moe(self) -> None:
+        for attr in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                     "shared_intermediate_size"):  # fmt: skip
+            _positive(self, attr, zero=True)  # a fraction of an expert is a typo
+        _positive(self, "router_groups")
+        _positive(self, "router_topk_groups")
+        _layer_list(self, "dense_layers")
+        if not self.num_experts:
+            moe_only = ("num_experts_per_tok", "moe_intermediate_size", "shared_intermediate_size",
+                        "shared_expert_gate", "dense_layers", "router_bias")  # fmt: skip
+            if extra := [a for a in moe_only if getattr(self, a)]:
+                raise InputError(f"{self.name}: {extra[0]} needs num_experts > 0")
+            return
+        if not 1 <= self.num_experts_per_tok <= self.num_experts:
             raise InputError(
                 f"{self.name}: num_experts_per_tok ({self.num_experts_per_tok}) must be between 1 "
                 f"and num_experts ({self.num_experts})"
             )
-        for attr in ("attention_dropout", "hidden_dropout"):
-            value = getattr(self, attr)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-                raise InputError(f"{self.name}: {attr} must be a probability in [0, 1), "
-                                 f"got {shown(value)}")  # fmt: skip
-        theta = self.rope_theta
-        if isinstance(theta, bool) or not isinstance(theta, int | float) or not 0 < theta < 1e300:
+        if self.shared_expert_gate and not self.shared_intermediate_size:
+            raise InputError(f"{self.name}: shared_expert_gate needs shared_intermediate_size > 0")
+        g, tg = self.router_groups, self.router_topk_groups
+        if self.num_experts % g or tg > g or self.num_experts_per_tok > tg * self.num_experts // g:
             raise InputError(
-                f"{self.name}: rope_theta must be a positive number, got {shown(theta)}"
+                f"{self.name}: router_groups ({g}) must divide num_experts ({self.num_experts}), "
+                f"and router_topk_groups ({tg}) of them must hold num_experts_per_tok "
+                f"({self.num_experts_per_tok}) experts"
             )
-        for attr, allowed in (
-            ("mlp", ("swiglu", "gelu")),
-            ("norm", ("rmsnorm", "layernorm")),
-            ("positions", ("rope", "learned")),
-        ):
-            if getattr(self, attr) not in allowed:
-                raise InputError(f"{self.name}: {attr} must be one of {allowed}")
 
     # Short aliases used by the op builders.
     @property
@@ -135,34 +218,68 @@ class ModelConfig:
         return self.num_experts > 0
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def expert_intermediate(self) -> int:
+        """Width of one routed expert."""
+        return self.moe_intermediate_size or self.intermediate_size
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is routed (0 for a dense model)."""
+        return self.layers - len(self.dense_layers) if self.is_moe else 0
+
+    @property
     def family(self) -> str:
         return self.model_type
 
     def param_breakdown(self) -> dict[str, int]:
         return dict(_param_breakdown(self))
 
-    def _breakdown(self) -> dict[str, int]:
-        """Parameters by part: embed, pos_embed, attn, mlp (all experts), router, norms, lm_head."""
-        h, d, L = self.hidden, self.hd, self.layers
-        q, kv = self.heads * d, self.kv_heads * d
+    def _attn_params(self) -> int:
+        """One layer's attention projections (MLA: its low-rank factors and their norms)."""
+        h, H = self.hidden, self.heads
+        if self.is_mla:  # HF DeepseekV2Attention / DeepseekV3Attention
+            r, kv_r, v = self.q_lora_rank, self.kv_lora_rank, self.v_head_dim
+            nope, rope = self.qk_nope_head_dim, self.qk_rope_head_dim
+            # q_a_proj, q_a_layernorm, q_b_proj (q_proj without a q rank); kv_a, its norm, kv_b
+            q = h * r + r + r * H * (nope + rope) if r else h * H * (nope + rope)
+            kv = h * (kv_r + rope) + kv_r + kv_r * H * (nope + v)
+            return q + kv + H * v * h  # o_proj
+        q, kv = H * self.hd, self.kv_heads * self.hd
         attn = h * (q + 2 * kv) + q * h
         if self.qkv_bias or self.linear_bias:
             attn += q + 2 * kv
-        if self.linear_bias:
-            attn += h
-        n_mat = 3 if self.mlp == "swiglu" else 2
-        expert = n_mat * h * self.intermediate
-        if self.linear_bias:
-            expert += (2 * self.intermediate if self.mlp == "swiglu" else self.intermediate) + h
-        experts = max(1, self.num_experts)
-        norm_params = h * (2 if self.norm == "layernorm" else 1)
+        return attn + (h if self.linear_bias else 0)
+
+    def _mlp_params(self, width: int) -> int:
+        """One MLP (or one expert) of `width`."""
+        h, gated = self.hidden, self.mlp == "gated"
+        n = (3 if gated else 2) * h * width
+        return n + ((2 * width if gated else width) + h if self.linear_bias else 0)
+
+    def _breakdown(self) -> dict[str, int]:
+        """Parameters by part: embed, pos_embed, attn, mlp (dense MLP, or every routed expert),
+        dense_mlp (the dense layers of an MoE model), shared_expert, router, norms, lm_head."""
+        h, L, E = self.hidden, self.layers, self.num_experts
+        n_moe = self.moe_layers
+        shared_w = self.shared_intermediate_size
+        shared = self._mlp_params(shared_w) if shared_w else 0
+        per_layer_norms = 4 if self.sandwich_norm else 1 if self.shared_input_norm else 2
+        norm = h * (2 if self.norm == "layernorm" else 1)
         return {
             "embed": self.vocab * h,
             "pos_embed": self.max_position_embeddings * h if self.positions == "learned" else 0,
-            "attn": L * attn,
-            "mlp": L * experts * expert,
-            "router": L * h * self.num_experts,
-            "norms": (2 * L + 1) * norm_params,
+            "attn": L * self._attn_params(),
+            "mlp": n_moe * E * self._mlp_params(self.expert_intermediate)
+            if self.is_moe
+            else L * self._mlp_params(self.intermediate),
+            "dense_mlp": len(self.dense_layers) * self._mlp_params(self.intermediate),
+            "shared_expert": n_moe * (shared + (h if self.shared_expert_gate else 0)),
+            "router": n_moe * (h * E + (E if self.router_bias else 0)),
+            "norms": (per_layer_norms * L + 1) * norm + (2 * L * self.hd if self.qk_norm else 0),
             "lm_head": 0 if self.tie_word_embeddings else self.vocab * h,
         }
 
@@ -171,7 +288,8 @@ class ModelConfig:
         return sum(self.param_breakdown().values())
 
     def active_param_count(self) -> int:
-        """Parameters that touch one token: top_k of num_experts experts (all of a dense MLP)."""
+        """Parameters that touch one token: top_k of the routed experts, all shared and dense
+        parts (all of a dense model)."""
         if not self.is_moe:
             return self.param_count()
         b = self.param_breakdown()
@@ -194,6 +312,29 @@ def _positive(cfg: ModelConfig, attr: str, zero: bool = False, top: int = MAX_SI
         what = "a non-negative" if zero else "a positive"
         raise InputError(f"{cfg.name}: {attr} must be {what} integer up to {top}, "
                          f"got {shown(value)}")  # fmt: skip
+
+
+def _number(cfg: ModelConfig, attr: str, low: float, high: float, *, low_open: bool = False,
+            high_open: bool = False) -> None:  # fmt: skip
+    """A finite number (not a bool) in [low, high], ends open where asked."""
+    v = getattr(cfg, attr)
+    ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+    if not ok or v < low or v > high or (low_open and v == low) or (high_open and v == high):
+        span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise InputError(f"{cfg.name}: {attr} must be a number in {span}, got {shown(v)}")
+
+
+def _layer_list(cfg: ModelConfig, attr: str) -> None:
+    """Layer indices: sorted, unique, each in [0, num_hidden_layers); a list becomes a tuple."""
+    v = getattr(cfg, attr)
+    if isinstance(v, list):
+        v = tuple(v)
+        object.__setattr__(cfg, attr, v)
+    L = cfg.num_hidden_layers
+    ok = isinstance(v, tuple) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
+    if not ok or any(not 0 <= i < L for i in v) or list(v) != sorted(set(v)):
+        raise InputError(f"{cfg.name}: {attr} must be sorted, unique layer indices in "
+                         f"[0, {L}), got {shown(v)}")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)
@@ -254,108 +395,3 @@ def _read_json(path: Path) -> dict[str, Any]:
     from gpuperf.fileio import read_json_object
 
     return read_json_object(path, "model config")
-
-
-_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe")
-SUPPORTED_TYPES = (*_LLAMA_LIKE, "gpt2", "gpt_neox")
-
-
-def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConfig:
-    """Map a Hugging Face config dict to ModelConfig; InputError names the missing key."""
-    mtype = str(d.get("model_type", "")).lower().replace("-", "_")
-    source = source or f"preset {name}"
-
-    def get(*keys: str, default: Any = ...) -> Any:
-        for k in keys:
-            if d.get(k) is not None:
-                return d[k]
-        if default is ...:
-            raise InputError(f"{source}: missing {keys[0]!r} (model_type {mtype or '?'})")
-        return default
-
-    def flag(key: str, default: bool) -> bool:
-        """A JSON boolean; a string such as "false" is refused, not read as true."""
-        v = d.get(key)
-        if v is None:
-            return default
-        if not isinstance(v, bool):
-            raise InputError(f"{source}: {key!r} must be true or false, not {v!r}")
-        return v
-
-    def num(*keys: str, default: float) -> float:
-        """A finite JSON number (not a string, not a boolean)."""
-        v = get(*keys, default=default)
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise InputError(f"{source}: {keys[0]!r} must be a number, not {v!r}")
-        return float(v)
-
-    try:
-        if mtype in _LLAMA_LIKE:
-            return ModelConfig(
-                name=name,
-                model_type=mtype,
-                hidden_size=get("hidden_size"),
-                num_hidden_layers=get("num_hidden_layers"),
-                num_attention_heads=get("num_attention_heads"),
-                num_key_value_heads=get("num_key_value_heads", default=None),
-                head_dim=get("head_dim", default=None),
-                intermediate_size=get("intermediate_size"),
-                vocab_size=get("vocab_size"),
-                max_position_embeddings=get("max_position_embeddings", default=2048),
-                tie_word_embeddings=flag("tie_word_embeddings", False),
-                qkv_bias=flag("attention_bias", mtype.startswith("qwen2")),
-                linear_bias=flag("mlp_bias", False),
-                num_experts=get("num_local_experts", "num_experts", default=0),
-                num_experts_per_tok=get("num_experts_per_tok", default=0),
-                rope_theta=num("rope_theta", default=10000.0),
-                attention_dropout=num("attention_dropout", default=0.0),
-                source=source,
-            )
-        if mtype == "gpt2":
-            h = get("n_embd", "hidden_size")
-            return ModelConfig(
-                name=name,
-                model_type=mtype,
-                hidden_size=h,
-                num_hidden_layers=get("n_layer", "num_hidden_layers"),
-                num_attention_heads=get("n_head", "num_attention_heads"),
-                intermediate_size=get("n_inner", "intermediate_size", default=4 * h),
-                vocab_size=get("vocab_size"),
-                max_position_embeddings=get("n_positions", "max_position_embeddings"),
-                tie_word_embeddings=flag("tie_word_embeddings", True),
-                mlp="gelu",
-                norm="layernorm",
-                positions="learned",
-                linear_bias=True,
-                attention_dropout=num("attn_pdrop", default=0.0),
-                hidden_dropout=num("resid_pdrop", default=0.0),
-                source=source,
-            )
-        if mtype == "gpt_neox":
-            return ModelConfig(
-                name=name,
-                model_type=mtype,
-                hidden_size=get("hidden_size"),
-                num_hidden_layers=get("num_hidden_layers"),
-                num_attention_heads=get("num_attention_heads"),
-                intermediate_size=get("intermediate_size"),
-                vocab_size=get("vocab_size"),
-                max_position_embeddings=get("max_position_embeddings", default=2048),
-                tie_word_embeddings=flag("tie_word_embeddings", False),
-                mlp="gelu",
-                norm="layernorm",
-                linear_bias=True,
-                parallel_residual=flag("use_parallel_residual", True),
-                rope_theta=num("rotary_emb_base", "rope_theta", default=10000.0),
-                attention_dropout=num("attention_dropout", default=0.0),
-                hidden_dropout=num("hidden_dropout", default=0.0),
-                source=source,
-            )
-    except TypeError as exc:  # e.g. a string where a number belongs
-        raise InputError(f"{source}: malformed config ({exc})") from None
-    close = difflib.get_close_matches(mtype, SUPPORTED_TYPES, n=1)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    raise InputError(
-        f"{source}: unsupported model_type {mtype or '(missing)'!r}{hint} "
-        f"(supported: {', '.join(SUPPORTED_TYPES)})"
-    )

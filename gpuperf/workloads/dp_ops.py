@@ -69,7 +69,7 @@ def _param_sizes(cfg: ModelConfig) -> list[int]:
     h, d = cfg.hidden, cfg.hd
     q, kv, f = cfg.heads * d, cfg.kv_heads * d, cfg.intermediate
     norm = h * (2 if cfg.norm == "layernorm" else 1)
-    mlp = [h * f, h * f, f * h] if cfg.mlp == "swiglu" else [h * f, f * h]  # gate, up, down
+    mlp = [h * f, h * f, f * h] if cfg.mlp == "gated" else [h * f, f * h]  # gate, up, down
     layer = [h * q, h * kv, h * kv, q * h, *mlp, norm, norm]  # q k v o, mlp, two norms
     ends_first = [cfg.vocab * h] + ([cfg.max_position_embeddings * h]
                                     if cfg.positions == "learned" else [])  # fmt: skip

@@ -221,7 +221,7 @@ def moe_block(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
 def dense_mlp(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     T, h, f = d.T, d.hidden, d.inter
     ops: list[Op] = []
-    if cfg.mlp == "gelu":
+    if cfg.mlp == "plain":
         ops += comm_ops.col_in(d, "mlp/up")
         _gemm(ops, d, "mlp/up", T, f, h)
         ops.append(_ew("mlp/act", "gelu", T * f, d.act, flops=8.0))

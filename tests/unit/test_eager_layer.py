@@ -100,7 +100,7 @@ def test_qkv_bias_is_addmm_not_an_extra_kernel():
     ("model", "sc", "why"),
     [
         ("mixtral-8x7b", Scenario(), "MoE"),
-        ("gpt3-175b", Scenario(), "layernorm/gelu/learned"),
+        ("gpt3-175b", Scenario(), "layernorm/plain/learned"),
         ("llama2-7b", Scenario(dtype="fp8"), "dtype fp8"),
         ("llama2-7b", Scenario(mode="train"), "mode train"),
     ],

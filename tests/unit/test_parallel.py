@@ -122,7 +122,7 @@ def _gpt(hidden: int, layers: int, heads: int, head_dim: int | None = None) -> M
     return ModelConfig(name=f"gpt-h{hidden}", model_type="gpt2", hidden_size=hidden,
                        num_hidden_layers=layers, num_attention_heads=heads, head_dim=head_dim,
                        intermediate_size=4 * hidden, vocab_size=51200,
-                       max_position_embeddings=2048, mlp="gelu", norm="layernorm",
+                       max_position_embeddings=2048, mlp="plain", norm="layernorm",
                        positions="learned", linear_bias=True, tie_word_embeddings=True,
                        attention_dropout=0.1, hidden_dropout=0.1)  # fmt: skip
 

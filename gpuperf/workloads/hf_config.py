@@ -1,0 +1,425 @@
+"""Hugging Face config.json -> ModelConfig, one small mapping per model family.
+
+Each family reads the keys its transformers configuration class defines, under the same names and
+with the same defaults where a key is absent (src/transformers/models/<family>/
+configuration_<family>.py), and the per-layer rules its modeling file applies (which layers slide,
+which layers of an MoE model stay dense). What a family can hold that ModelConfig cannot express
+is refused with an InputError that names the key (falcon's alibi, an unknown activation).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gpuperf.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuperf.workloads.config import ModelConfig
+
+# transformers.activations.ACT2FN names -> ModelConfig.hidden_act
+ACTIVATIONS = {
+    "silu": "silu", "swish": "silu",
+    "gelu": "gelu", "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+    "gelu_accurate": "gelu_tanh", "gelu_python_tanh": "gelu_tanh",
+    "relu": "relu", "relu2": "relu2",
+}  # fmt: skip
+_MISSING: Any = object()
+
+
+class _Reader:
+    """Typed reads from one config dict; every error names the key and the file."""
+
+    def __init__(self, d: dict[str, Any], source: str, mtype: str, prefix: str = "") -> None:
+        self.d, self.source, self.mtype, self.prefix = d, source, mtype, prefix
+
+    def fail(self, key: str, what: str) -> InputError:
+        return InputError(f"{self.source}: {self.prefix + key!r} {what}")
+
+    def get(self, *keys: str, default: Any = _MISSING) -> Any:
+        """The first key that is set (not null); `default` when none is, else 'missing'."""
+        for k in keys:
+            if self.d.get(k) is not None:
+                return self.d[k]
+        if default is _MISSING:
+            raise InputError(f"{self.source}: missing {self.prefix + keys[0]!r} "
+                             f"(model_type {self.mtype or '?'})")  # fmt: skip
+        return default
+
+    def opt(self, key: str, default: Any) -> Any:
+        """A key whose null means "none" (q_lora_rank, sliding_window): `default` only if absent."""
+        return self.d.get(key, default)
+
+    def flag(self, key: str, default: bool) -> bool:
+        """A JSON boolean; a string such as "false" is refused, not read as true."""
+        v = self.d.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self.fail(key, f"must be true or false, not {v!r}")
+        return v
+
+    def num(self, *keys: str, default: float) -> float:
+        """A finite JSON number (not a string, not a boolean)."""
+        v = self.get(*keys, default=default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise self.fail(keys[0], f"must be a number, not {v!r}")
+        return float(v)
+
+    def rope(self, *keys: str, default: float) -> float:
+        """A RoPE setting: a top-level key, else inside rope_parameters (transformers 5), whose
+        per-layer-type form ({"full_attention": {...}}) gives the full-attention value."""
+        if any(self.d.get(k) is not None for k in keys):
+            return self.num(*keys, default=default)
+        rp = self.d.get("rope_parameters")
+        if isinstance(rp, dict) and isinstance(rp.get("full_attention"), dict):
+            rp = rp["full_attention"]
+        if isinstance(rp, dict) and rp.get(keys[-1]) is not None:
+            return _Reader(rp, self.source, self.mtype, "rope_parameters.").num(keys[-1], default=0)
+        return default
+
+    def act(self, key: str, default: str) -> str:
+        """The MLP activation, normalised to ModelConfig.hidden_act."""
+        v = self.get(key, default=default)
+        if not isinstance(v, str) or v.lower() not in ACTIVATIONS:
+            raise self.fail(key, f"{v!r} is not modelled (known: {', '.join(ACTIVATIONS)})")
+        return ACTIVATIONS[v.lower()]
+
+    def layers(self) -> int:
+        """num_hidden_layers when it is a usable count, else 0 (ModelConfig then refuses it)."""
+        from gpuperf.workloads.config import MAX_LAYERS
+
+        L = self.get("num_hidden_layers", "n_layer")
+        ok = isinstance(L, int) and not isinstance(L, bool) and 0 < L <= MAX_LAYERS
+        return L if ok else 0
+
+    def indices(self, key: str, n: int) -> set[int]:
+        """A list of layer indices, each in [0, n)."""
+        v = self.get(key, default=[])
+        ok = isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
+        if not ok or any(not 0 <= i < n for i in v):
+            raise self.fail(key, f"must be a list of layer indices in [0, {n}), not {v!r}")
+        return set(v)
+
+    def step(self, *keys: str, default: int) -> int:
+        """A positive integer: a period such as decoder_sparse_step."""
+        v = self.get(*keys, default=default)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise self.fail(keys[0], f"must be a positive integer, not {v!r}")
+        return v
+
+    def layer_types(self, n: int) -> tuple[int, ...] | None:
+        """The sliding layers named by layer_types, None when the config has none."""
+        v = self.d.get("layer_types")
+        if v is None:
+            return None
+        kinds = ("sliding_attention", "full_attention")
+        if not isinstance(v, list) or len(v) != n or any(t not in kinds for t in v):
+            raise self.fail("layer_types", f"must name {' or '.join(kinds)} for each of the {n} "
+                            "layers")  # fmt: skip
+        return tuple(i for i, t in enumerate(v) if t == "sliding_attention")
+
+
+def _window(window: Any, layers: tuple[int, ...] | range) -> dict[str, Any]:
+    """sliding_window / sliding_layers; no window (null) means no sliding layer."""
+    if window is None or not layers:
+        return {"sliding_window": 0, "sliding_layers": ()}
+    return {"sliding_window": window, "sliding_layers": tuple(layers)}
+
+
+def _shape(f: _Reader, max_pos: int, **defaults: Any) -> dict[str, Any]:
+    """The keys every Llama-style config has; `defaults` for those the family may omit."""
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "intermediate_size", "vocab_size")  # fmt: skip
+    optional = {"num_key_value_heads": None, "head_dim": None, **defaults}
+    kw = {k: f.get(k, default=optional.get(k, _MISSING)) for k in keys}
+    kw["max_position_embeddings"] = f.get("max_position_embeddings", default=max_pos)
+    kw["attention_dropout"] = f.num("attention_dropout", default=0.0)
+    return kw
+
+
+_MAX_POS = {"llama": 2048, "mistral": 131072, "mixtral": 131072, "qwen2": 32768,
+            "qwen2_moe": 32768, "qwen3": 32768, "qwen3_moe": 32768}  # fmt: skip
+
+
+def _llama_like(f: _Reader) -> dict[str, Any]:
+    """llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe."""
+    t = f.mtype
+    kw = _shape(f, _MAX_POS[t], **({"head_dim": 128} if t == "qwen3" else {}))
+    L = f.layers()
+    qkv_bias_key = "qkv_bias" if t == "qwen2_moe" and "qkv_bias" in f.d else "attention_bias"
+    kw |= dict(
+        tie_word_embeddings=f.flag("tie_word_embeddings", False),
+        hidden_act=f.act("hidden_act", "silu"),
+        qkv_bias=f.flag(qkv_bias_key, t in ("qwen2", "qwen2_moe")),  # Qwen2: q, k, v biased
+        linear_bias=f.flag("mlp_bias", False),
+        qk_norm=t.startswith("qwen3"),
+        rope_theta=f.rope("rope_theta", default=1e6 if t == "mixtral" else 10000.0),
+    )
+    if t in ("mistral", "mixtral"):  # every layer slides when a window is set
+        kw |= _window(f.opt("sliding_window", 4096 if t == "mistral" else None), range(L))
+    elif t.startswith("qwen"):  # the window only counts with use_sliding_window
+        window = f.opt("sliding_window", 4096) if f.flag("use_sliding_window", False) else None
+        first = f.get("max_window_layers", default=28)
+        if t == "qwen3_moe":  # Qwen3MoeAttention: every layer
+            layers: Any = range(L)
+        elif (layers := f.layer_types(L)) is None:
+            q2moe = t == "qwen2_moe"  # transformers 5: the even layers below max_window_layers
+            layers = tuple(
+                i for i in range(L) if (i % 2 == 0 and i < first if q2moe else i >= first)
+            )
+        kw |= _window(window, layers)
+    if t == "mixtral":
+        kw |= dict(
+            num_experts=f.get("num_local_experts", default=8),
+            num_experts_per_tok=f.get("num_experts_per_tok", default=2),
+            norm_topk_prob=True,  # MixtralSparseMoeBlock renormalises the top-k weights
+        )
+    elif t in ("qwen2_moe", "qwen3_moe"):
+        q2 = t == "qwen2_moe"
+        step, only = f.step("decoder_sparse_step", default=1), f.indices("mlp_only_layers", L)
+        shared = f.get("shared_expert_intermediate_size", default=5632) if q2 else 0
+        kw |= dict(
+            num_experts=f.get("num_experts", default=60 if q2 else 128),
+            num_experts_per_tok=f.get("num_experts_per_tok", default=4 if q2 else 8),
+            moe_intermediate_size=f.get("moe_intermediate_size", default=1408 if q2 else 768),
+            shared_intermediate_size=shared,
+            shared_expert_gate=q2 and bool(shared),
+            norm_topk_prob=f.flag("norm_topk_prob", False),
+            # Qwen2MoeDecoderLayer: sparse unless listed in mlp_only_layers or off the step
+            dense_layers=tuple(i for i in range(L) if i in only or (i + 1) % step),
+        )
+    return kw
+
+
+def _gemma(f: _Reader) -> dict[str, Any]:
+    """gemma2, gemma3_text (and gemma3's text_config)."""
+    g3 = f.mtype != "gemma2"
+    defaults = {"num_key_value_heads": 4, "head_dim": 256}
+    if g3:  # Gemma3 config.json files leave these to Gemma3TextConfig's defaults
+        defaults |= {"num_attention_heads": 8, "vocab_size": 262208}
+    kw = _shape(f, 131072 if g3 else 8192, **defaults)
+    L = f.layers()
+    cap = f.opt("attn_logit_softcapping", None if g3 else 50.0)
+    if (layers := f.layer_types(L)) is None:  # all but every 2nd (Gemma2) or pattern-th layer
+        every = f.step("sliding_window_pattern", "_sliding_window_pattern", default=6) if g3 else 2
+        layers = tuple(i for i in range(L) if (i + 1) % every)
+    kw |= dict(
+        tie_word_embeddings=f.flag("tie_word_embeddings", True),
+        hidden_act=f.act("hidden_activation", "gelu_pytorch_tanh"),
+        qkv_bias=f.flag("attention_bias", False),
+        qk_norm=g3,
+        sandwich_norm=True,
+        embed_scale=True,
+        attn_softcap=0.0 if cap is None else cap,
+        rope_theta=f.rope("rope_theta", default=1e6 if g3 else 10000.0),
+        **_window(f.opt("sliding_window", 4096), layers),
+    )
+    return kw
+
+
+def _phi3(f: _Reader) -> dict[str, Any]:
+    kw = _shape(f, 4096)
+    kw |= dict(
+        tie_word_embeddings=f.flag("tie_word_embeddings", False),
+        hidden_act=f.act("hidden_act", "silu"),
+        qkv_fused=True,  # Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj
+        gate_up_fused=True,
+        rotary_frac=f.rope("partial_rotary_factor", default=1.0),
+        rope_theta=f.rope("rope_theta", default=10000.0),
+        hidden_dropout=f.num("resid_pdrop", default=0.0),
+        **_window(f.opt("sliding_window", None), range(f.layers())),
+    )
+    return kw
+
+
+def _falcon(f: _Reader) -> dict[str, Any]:
+    if f.flag("alibi", False):
+        raise f.fail("alibi", "is true: alibi positions are not modelled")
+    h, heads = f.get("hidden_size", "n_embed"), f.get("num_attention_heads", "n_head")
+    new = f.flag("new_decoder_architecture", False)
+    parallel = f.flag("parallel_attn", True)
+    # FalconAttention: num_kv_heads with the new architecture, else one (multi_query) or all
+    kv = f.get("num_kv_heads", "n_head_kv", default=heads) if new else None
+    n_ln = f.get("num_ln_in_parallel_attn", default=2 if new else 1)
+    return dict(
+        hidden_size=h,
+        num_hidden_layers=f.get("num_hidden_layers", "n_layer"),
+        num_attention_heads=heads,
+        num_key_value_heads=kv or (1 if f.flag("multi_query", True) else heads),
+        intermediate_size=f.get("ffn_hidden_size", default=4 * h),
+        vocab_size=f.get("vocab_size"),
+        max_position_embeddings=f.get("max_position_embeddings", default=2048),
+        tie_word_embeddings=f.flag("tie_word_embeddings", True),
+        mlp="plain",
+        hidden_act=f.act("activation", "gelu"),
+        norm="layernorm",
+        linear_bias=f.flag("bias", False),
+        qkv_fused=True,  # FalconAttention.query_key_value
+        parallel_residual=parallel or new,
+        shared_input_norm=parallel and n_ln != 2,  # FalconDecoderLayer: input_layernorm only
+        rope_theta=f.rope("rope_theta", default=10000.0),
+        attention_dropout=f.num("attention_dropout", default=0.0),
+        hidden_dropout=f.num("hidden_dropout", default=0.0),
+    )
+
+
+def _nemotron(f: _Reader) -> dict[str, Any]:
+    kw = _shape(f, 4096)
+    kw |= dict(
+        tie_word_embeddings=f.flag("tie_word_embeddings", False),
+        mlp="plain",  # NemotronMLP: down(act(up(x)))
+        hidden_act=f.act("hidden_act", "relu2"),
+        norm="layernorm",  # NemotronLayerNorm1P: a LayerNorm with weight + 1
+        qkv_bias=f.flag("attention_bias", False),
+        linear_bias=f.flag("mlp_bias", False),
+        rotary_frac=f.rope("partial_rotary_factor", default=0.5),
+        rope_theta=f.rope("rope_theta", default=10000.0),
+    )
+    return kw
+
+
+def _deepseek(f: _Reader) -> dict[str, Any]:
+    """deepseek_v2, deepseek_v3: MLA attention, routed + shared experts, first layers dense."""
+    v3 = f.mtype == "deepseek_v3"
+    if f.flag("attention_bias", False):
+        raise f.fail("attention_bias", "is true: MLA projection biases are not modelled")
+    kw = _shape(f, 4096 if v3 else 2048)
+    kw["head_dim"] = None  # config.json's head_dim is the rope part; ModelConfig derives it
+    L = f.layers()
+    nope, rope = f.get("qk_nope_head_dim", default=128), f.get("qk_rope_head_dim", default=64)
+    ints = all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (nope, rope))
+    kw |= dict(
+        tie_word_embeddings=f.flag("tie_word_embeddings", False),
+        hidden_act=f.act("hidden_act", "silu"),
+        q_lora_rank=f.opt("q_lora_rank", 1536) or 0,  # null: DeepSeek-V2-Lite's plain q_proj
+        kv_lora_rank=f.get("kv_lora_rank", default=512),
+        qk_nope_head_dim=nope,
+        qk_rope_head_dim=rope,
+        v_head_dim=f.get("v_head_dim", default=128),
+        rotary_frac=rope / (nope + rope) if ints else 1.0,
+        rope_theta=f.rope("rope_theta", default=10000.0),
+    )
+    experts = f.opt("n_routed_experts", 256 if v3 else 64)
+    if not experts:
+        return kw
+    router = "sigmoid" if v3 else "softmax"  # what DeepseekV3TopkRouter / DeepseekV2Moe run
+    if f.get("scoring_func", default=router) != router:
+        raise f.fail("scoring_func", f"must be {router!r} for {f.mtype} (transformers runs it)")
+    if v3:
+        groups = f.get("n_group", default=8), f.get("topk_group", default=4)
+    elif (method := f.get("topk_method", default="greedy")) == "group_limited_greedy":
+        groups = f.get("n_group"), f.get("topk_group")
+    elif method == "greedy":
+        groups = 1, 1
+    else:
+        raise f.fail("topk_method", f"{method!r} is not modelled (greedy, group_limited_greedy)")
+    width = f.get("moe_intermediate_size", default=2048 if v3 else 1407)
+    shared = f.opt("n_shared_experts", 1 if v3 else 2) or 0
+    first = f.get("first_k_dense_replace", default=3 if v3 else 0)
+    freq = f.step("moe_layer_freq", default=1)  # DeepSeek's own modeling code; HF reads only first
+    kw |= dict(
+        num_experts=experts,
+        num_experts_per_tok=f.get("num_experts_per_tok", default=8 if v3 else _MISSING),
+        moe_intermediate_size=width,
+        shared_intermediate_size=shared * width,  # HF builds the shared experts as one MLP
+        dense_layers=tuple(i for i in range(L) if i < first or i % freq),
+        router=router,
+        router_groups=groups[0],
+        router_topk_groups=groups[1],
+        router_bias=v3,  # DeepseekV3TopkRouter.e_score_correction_bias
+        norm_topk_prob=f.flag("norm_topk_prob", v3),
+    )
+    return kw
+
+
+def _gpt2(f: _Reader) -> dict[str, Any]:
+    h = f.get("n_embd", "hidden_size")
+    return dict(
+        hidden_size=h,
+        num_hidden_layers=f.get("n_layer", "num_hidden_layers"),
+        num_attention_heads=f.get("n_head", "num_attention_heads"),
+        intermediate_size=f.get("n_inner", "intermediate_size", default=4 * h),
+        vocab_size=f.get("vocab_size"),
+        max_position_embeddings=f.get("n_positions", "max_position_embeddings"),
+        tie_word_embeddings=f.flag("tie_word_embeddings", True),
+        mlp="plain",
+        hidden_act=f.act("activation_function", "gelu_new"),
+        norm="layernorm",
+        positions="learned",
+        linear_bias=True,
+        qkv_fused=True,  # GPT2Attention.c_attn
+        attention_dropout=f.num("attn_pdrop", default=0.0),
+        hidden_dropout=f.num("resid_pdrop", default=0.0),
+    )
+
+
+def _gpt_bigcode(f: _Reader) -> dict[str, Any]:
+    kw = _gpt2(f)
+    kw |= dict(
+        num_key_value_heads=1 if f.flag("multi_query", True) else None,
+        max_position_embeddings=f.get("n_positions", "max_position_embeddings", default=1024),
+        hidden_act=f.act("activation_function", "gelu_pytorch_tanh"),
+        attention_dropout=f.num("attn_pdrop", default=0.1),  # GPTBigCodeConfig's defaults
+        hidden_dropout=f.num("resid_pdrop", default=0.1),
+    )
+    return kw
+
+
+def _gpt_neox(f: _Reader) -> dict[str, Any]:
+    kw = _shape(f, 2048)
+    kw |= dict(
+        tie_word_embeddings=f.flag("tie_word_embeddings", False),
+        mlp="plain",
+        hidden_act=f.act("hidden_act", "gelu"),
+        norm="layernorm",
+        linear_bias=True,
+        qkv_fused=True,  # GPTNeoXAttention.query_key_value
+        parallel_residual=f.flag("use_parallel_residual", True),
+        rotary_frac=f.rope("rotary_pct", "partial_rotary_factor", default=0.25),
+        rope_theta=f.rope("rotary_emb_base", "rope_theta", default=10000.0),
+        hidden_dropout=f.num("hidden_dropout", default=0.0),
+    )
+    return kw
+
+
+FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
+    **dict.fromkeys(_MAX_POS, _llama_like),
+    "gemma2": _gemma, "gemma3": _gemma, "gemma3_text": _gemma,
+    "phi3": _phi3, "falcon": _falcon, "nemotron": _nemotron,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
+    "gpt2": _gpt2, "gpt_bigcode": _gpt_bigcode, "gpt_neox": _gpt_neox,
+}  # fmt: skip
+SUPPORTED_TYPES = tuple(FAMILIES)
+
+
+def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConfig:
+    """Map a Hugging Face config dict to ModelConfig; InputError names the missing or bad key."""
+    from gpuperf.workloads.config import ModelConfig
+
+    mtype = str(d.get("model_type", "")).lower().replace("-", "_")
+    source = source or f"preset {name}"
+    family = FAMILIES.get(mtype)
+    if family is None:
+        close = difflib.get_close_matches(mtype, SUPPORTED_TYPES, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise InputError(
+            f"{source}: unsupported model_type {mtype or '(missing)'!r}{hint} "
+            f"(supported: {', '.join(SUPPORTED_TYPES)})"
+        )
+    f = _Reader(d, source, mtype)
+    if mtype == "gemma3":  # Gemma3ForConditionalGeneration: the decoder is text_config
+        text = d.get("text_config", {})
+        if not isinstance(text, dict):
+            raise f.fail("text_config", "must be an object")
+        tie = d.get("tie_word_embeddings")
+        f = _Reader({**({"tie_word_embeddings": tie} if tie is not None else {}), **text},
+                    source, mtype, "text_config.")  # fmt: skip
+    try:
+        kw = family(f)
+        return ModelConfig(name=name, model_type=mtype, source=source, **kw)
+    except TypeError as exc:  # e.g. a string where a number belongs
+        raise InputError(f"{source}: malformed config ({exc})") from None
