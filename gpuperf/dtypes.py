@@ -6,10 +6,11 @@ from typing import Literal, get_args
 
 from gpuperf.errors import InputError, shown
 
-DType = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+DType = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4"]
 DTYPES: tuple[DType, ...] = get_args(DType)
 
-# Bytes per element as stored in memory (tf32 is stored as fp32).
+# Bytes per element as stored in memory (tf32 is stored as fp32). int4 is a weight format only
+# (two per byte; group scales are counted by the op that reads them).
 BYTES: dict[DType, int] = {
     "fp64": 8,
     "fp32": 4,
@@ -19,6 +20,8 @@ BYTES: dict[DType, int] = {
     "fp8": 1,
     "int8": 1,
 }
+BITS: dict[DType, int] = {**{k: 8 * v for k, v in BYTES.items()}, "int4": 4}
+WEIGHT_ONLY: tuple[DType, ...] = ("int4",)  # formats that only weights are stored in
 
 _ALIASES = {
     "float32": "fp32",
@@ -38,6 +41,6 @@ def parse_dtype(text: str) -> DType:
         raise InputError(f"dtype must be a name such as bf16, got {shown(text)}")
     key = text.strip().lower()
     key = _ALIASES.get(key, key)
-    if key not in BYTES:
+    if key not in BITS:
         raise InputError(f"unknown dtype {text!r}; expected one of: {', '.join(DTYPES)}")
     return key  # type: ignore[return-value]

@@ -1,16 +1,26 @@
-"""End-to-end reference runs on a GPU: Hugging Face transformers Llamas with random bf16 weights.
+"""End-to-end reference runs on a GPU: Hugging Face transformers models with random bf16 weights.
 
 Run on the device machine from the repository root:
 
-    python3 benchmarks/device/e2e_hf.py --out "$OUT" [--quick]
+    python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan llama|moe|ckpt|swa] [--only NAMES]
 
-Writes e2e_hf.json: for each run the model config (HF config.json form), the scenario, the measured
-time per forward (median of per-iteration CUDA-event samples, all samples kept) and the environment.
+Writes e2e_<plan>.json (e2e_hf.json for the llama plan): for each run the model config (HF
+config.json form), the scenario, the measured time per step (median of per-iteration CUDA-event
+samples, all samples kept) and the environment; with --profile, one step's GPU kernels from
+torch.profiler (name, count, total time), the ground truth for the op list the model predicts.
 benchmarks/accuracy.py predicts the same scenarios with the current model and compares.
 
-Runs: prefill (eager, SDPA/flash), decode with a DynamicCache (eager: every step concatenates the
-whole KV cache), decode with a StaticCache captured in a CUDA graph, and a training step (forward,
-backward, fused AdamW) of a ~1.1B Llama. A run that fails records its error and the others go on.
+Plans:
+- llama: Llamas: eager prefill (SDPA), decode on a DynamicCache (eager: every step concatenates
+  the whole KV cache), decode on a StaticCache captured in a CUDA graph, a training step (forward,
+  backward, foreach AdamW) of a ~1.1B Llama.
+- moe: MoE models as transformers 5.17 runs them (grouped_mm experts): a Mixtral-, a Qwen3-MoE-,
+  a Qwen1.5-MoE- (shared expert) and a DeepSeek-V3-shaped model (MLA, sigmoid group router,
+  shared expert, a first dense layer), a few layers each; prefill and eager decode.
+- ckpt: training steps with and without gradient checkpointing
+  (model.gradient_checkpointing_enable()).
+- swa: a Mistral-shaped prefill with and without its 4096-token sliding window.
+A run that fails records its error and the others go on.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+DEV = "cuda"  # --device cpu: a smoke test of the plans on tiny shapes (--tiny)
 PRESETS = ROOT / "gpuperf" / "workloads" / "presets"
 
 # A ~1.1B Llama (TinyLlama-like shapes) for the training step.
@@ -48,6 +59,8 @@ TRAIN_1B = {
 def env_stamp() -> dict:
     import torch
 
+    if DEV != "cuda":
+        return {"gpu": "cpu (smoke test)", "torch": torch.__version__}
     env = {
         "gpu": torch.cuda.get_device_name(0),
         "gpu_count": torch.cuda.device_count(),
@@ -78,10 +91,84 @@ def env_stamp() -> dict:
     return env
 
 
-def load_config(name: str) -> dict:
-    if name == "llama-1.1b":
-        return dict(TRAIN_1B)
+# Llama-3.2-3B's shape (meta-llama/Llama-3.2-3B config.json, without its rope_scaling).
+LLAMA_3B = {
+    "model_type": "llama", "hidden_size": 3072, "intermediate_size": 8192,
+    "num_hidden_layers": 28, "num_attention_heads": 24, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": True,
+}  # fmt: skip
+# Qwen/Qwen3-30B-A3B config.json (128 experts, top 8, expert width 768).
+QWEN3_MOE = {
+    "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+    "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+    "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "vocab_size": 151936, "max_position_embeddings": 40960, "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu",
+}  # fmt: skip
+# Qwen/Qwen1.5-MoE-A2.7B config.json (qwen2_moe: 60 experts, top 4, a gated shared expert).
+QWEN2_MOE = {
+    "model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632,
+    "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+    "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "num_experts": 60, "num_experts_per_tok": 4, "norm_topk_prob": False,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936,
+    "max_position_embeddings": 8192, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False, "hidden_act": "silu",
+}  # fmt: skip
+# deepseek-ai/DeepSeek-V3 config.json (without rope_scaling and the MTP layer).
+DEEPSEEK_V3 = {
+    "model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "first_k_dense_replace": 3,
+    "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536,
+    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 8,
+    "topk_group": 4, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
+    "scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1,
+    "vocab_size": 129280, "max_position_embeddings": 163840, "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu",
+    "attention_bias": False,
+}  # fmt: skip
+
+
+def _few_layers(cfg: dict, layers: int, **more) -> dict:  # noqa: ANN003
+    return {**cfg, "num_hidden_layers": layers, **more}
+
+
+def _preset(name: str) -> dict:
     return json.loads((PRESETS / f"{name}.json").read_text())
+
+
+# Models the plans name: a preset, or one of the shapes above cut to a few layers.
+CONFIGS = {
+    "llama-1.1b": lambda: dict(TRAIN_1B),
+    "llama-3b": lambda: dict(LLAMA_3B),
+    "mixtral-4l": lambda: _few_layers(_preset("mixtral-8x7b"), 4),
+    "qwen3-moe-8l": lambda: _few_layers(QWEN3_MOE, 8),
+    "qwen1.5-moe-8l": lambda: _few_layers(QWEN2_MOE, 8),
+    "deepseek-v3-3l": lambda: _few_layers(DEEPSEEK_V3, 3, first_k_dense_replace=1),
+    "mistral-4l-swa": lambda: _few_layers(_preset("mistral-7b"), 4),
+    "mistral-4l-full": lambda: _few_layers(_preset("mistral-7b"), 4, sliding_window=None),
+}
+
+
+TINY = {"hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128,
+        "shared_expert_intermediate_size": 256, "num_attention_heads": 4, "head_dim": 64,
+        "num_key_value_heads": 2, "vocab_size": 1000, "q_lora_rank": 64, "kv_lora_rank": 32,
+        "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+        "num_hidden_layers": 2}  # fmt: skip
+
+
+def load_config(name: str, tiny: bool = False) -> dict:
+    cfg = CONFIGS[name]() if name in CONFIGS else _preset(name)
+    if tiny:  # same code paths on small shapes: keys the family has, made small
+        cfg.update({k: v for k, v in TINY.items() if k in cfg})
+        if cfg.get("num_key_value_heads") == cfg.get("num_attention_heads") or cfg.get(
+            "model_type", ""
+        ).startswith("deepseek"):
+            cfg["num_key_value_heads"] = cfg["num_attention_heads"]
+    return cfg
 
 
 def build_model(cfg_dict: dict):
@@ -92,7 +179,7 @@ def build_model(cfg_dict: dict):
     cfg = AutoConfig.for_model(**d)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    with torch.device("cuda"):
+    with torch.device(DEV):
         try:
             model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
         except TypeError:
@@ -100,12 +187,26 @@ def build_model(cfg_dict: dict):
     return model.to(torch.bfloat16)
 
 
+def sync() -> None:
+    import torch
+
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
 def time_iters(fn, iters: int, warmup: int = 3) -> list[float]:
-    """Per-iteration CUDA-event times in ms, after `warmup` untimed calls."""
+    """Per-iteration CUDA-event times in ms, after `warmup` untimed calls (host clock on CPU)."""
     import torch
 
     for _ in range(warmup):
         fn()
+    if DEV != "cuda":
+        out = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
     torch.cuda.synchronize()
     out = []
     for _ in range(iters):
@@ -121,7 +222,7 @@ def time_iters(fn, iters: int, warmup: int = 3) -> list[float]:
 def run_prefill(model, batch: int, seq: int, iters: int) -> list[float]:
     import torch
 
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device="cuda")
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=DEV)
 
     @torch.no_grad()
     def step():
@@ -139,9 +240,9 @@ def decode_step(model, batch: int, ctx: int):
     vocab = model.config.vocab_size
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
-        ids = torch.randint(0, vocab, (batch, ctx), device="cuda")
+        ids = torch.randint(0, vocab, (batch, ctx), device=DEV)
         model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    tok = torch.randint(0, vocab, (batch, 1), device="cuda")
+    tok = torch.randint(0, vocab, (batch, 1), device=DEV)
 
     @torch.no_grad()
     def step():
@@ -164,10 +265,10 @@ def run_decode_graph(model, batch: int, ctx: int, iters: int) -> list[float]:
     warmup = 3
     cache = StaticCache(config=model.config, max_cache_len=ctx + warmup + iters + 8)
     with torch.no_grad():
-        ids = torch.randint(0, vocab, (batch, ctx), device="cuda")
+        ids = torch.randint(0, vocab, (batch, ctx), device=DEV)
         model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    tok = torch.randint(0, vocab, (batch, 1), device="cuda")
-    pos = torch.tensor([ctx], device="cuda")
+    tok = torch.randint(0, vocab, (batch, 1), device=DEV)
+    pos = torch.tensor([ctx], device=DEV)
 
     def fwd():
         return model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True)
@@ -185,12 +286,14 @@ def run_decode_graph(model, batch: int, ctx: int, iters: int) -> list[float]:
     return time_iters(graph.replay, iters, warmup=warmup)
 
 
-def run_train(model, batch: int, seq: int, iters: int) -> list[float]:
+def run_train(model, batch: int, seq: int, iters: int, ckpt: bool = False) -> list[float]:
     import torch
 
     model.train()
+    if ckpt:  # as a user turns it on: each decoder layer's forward runs again in backward
+        model.gradient_checkpointing_enable()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)  # PyTorch's default: foreach
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device="cuda")
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=DEV)
 
     def step():
         out = model(input_ids=ids, labels=ids, use_cache=False)
@@ -209,10 +312,10 @@ def launch_costs(n: int = 2000) -> dict:
     import torch
     import torch.nn.functional as F
 
-    x = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
-    q = torch.randn(1, 8, 16, 64, device="cuda", dtype=torch.bfloat16)
-    nw = torch.ones(64, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(64, 64, device=DEV, dtype=torch.bfloat16)
+    w = torch.randn(64, 64, device=DEV, dtype=torch.bfloat16)
+    q = torch.randn(1, 8, 16, 64, device=DEV, dtype=torch.bfloat16)
+    nw = torch.ones(64, device=DEV, dtype=torch.bfloat16)
     kernels = {
         "add": lambda: x.add(1.0),
         "mul": lambda: x * x,
@@ -262,7 +365,7 @@ def host_probe(model, batch: int, seq: int, ctx: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     out: dict = {}
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device="cuda")
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=DEV)
     model.eval()
 
     def prefill():
@@ -297,6 +400,33 @@ def host_probe(model, batch: int, seq: int, ctx: int) -> dict:
     return out
 
 
+def kernel_profile(fn, top: int = 60) -> dict:
+    """One call of fn under torch.profiler: its GPU kernels by name (count, total and mean us),
+    the `top` longest in total, and the totals over all of them."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if DEV != "cuda":
+        fn()
+        return {"kernels": 0, "gpu_us": 0.0, "top": []}
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
+        rows.append({"name": e.key[:200], "count": e.count, "total_us": total})
+    rows.sort(key=lambda r: -r["total_us"])
+    return {
+        "kernels": sum(r["count"] for r in rows),
+        "gpu_us": sum(r["total_us"] for r in rows),
+        "top": rows[:top],
+    }
+
+
 PLAN = [
     # (model, mode, impl, cuda_graphs, batch, seq, ctx)
     ("llama2-7b", "prefill", "eager", False, 1, 2048, 0),
@@ -311,6 +441,29 @@ PLAN = [
     ("llama3-8b", "decode", "eager", True, 8, 0, 4096),
     ("llama-1.1b", "train", "eager", False, 4, 2048, 0),
 ]
+MOE_PLAN = [
+    (model, mode, "eager", False, batch, seq, ctx)
+    for model in ("mixtral-4l", "qwen3-moe-8l", "qwen1.5-moe-8l", "deepseek-v3-3l")
+    for mode, batch, seq, ctx in (
+        ("prefill", 1, 2048, 0),
+        ("prefill", 1, 512, 0),
+        ("decode", 1, 0, 1024),
+        ("decode", 8, 0, 1024),
+    )
+]
+CKPT_PLAN = [  # (..., gradient checkpointing) as the 8th field
+    ("llama-1.1b", "train", "eager", False, 4, 2048, 0, True),
+    ("llama-3b", "train", "eager", False, 2, 2048, 0, False),
+    ("llama-3b", "train", "eager", False, 2, 2048, 0, True),
+    ("llama-3b", "train", "eager", False, 4, 2048, 0, True),
+]
+SWA_PLAN = [
+    ("mistral-4l-swa", "prefill", "eager", False, 1, 8192, 0),
+    ("mistral-4l-full", "prefill", "eager", False, 1, 8192, 0),
+    ("mistral-4l-swa", "prefill", "eager", False, 1, 4096, 0),
+    ("mistral-4l-swa", "decode", "eager", False, 1, 0, 8192),
+]
+PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN}
 
 
 def main() -> int:
@@ -318,14 +471,24 @@ def main() -> int:
     ap.add_argument("--out", required=True, help="directory for e2e_hf.json")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--only", default="", help="comma list of model names to run")
+    ap.add_argument("--plan", default="llama", choices=sorted(PLANS))
+    ap.add_argument("--profile", action="store_true", help="record one step's GPU kernels")
+    ap.add_argument("--max-minutes", type=float, default=0.0, help="skip what is left after")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--tiny", action="store_true", help="tiny shapes (a smoke test on the CPU)")
     args = ap.parse_args()
+    global DEV
+    DEV = args.device
+    deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
     import torch
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"env": env_stamp(), "runs": []}
-    path = out_dir / "e2e_hf.json"
+    path = out_dir / ("e2e_hf.json" if args.plan == "llama" else f"e2e_{args.plan}.json")
     try:
+        if DEV != "cuda":
+            raise RuntimeError("launch costs are measured on a GPU")
         result["launch"] = launch_costs()
         print("launch costs:", json.dumps(result["launch"]), flush=True)
     except Exception as exc:  # noqa: BLE001 - record and go on
@@ -333,10 +496,14 @@ def main() -> int:
     path.write_text(json.dumps(result, indent=1))
     only = set(filter(None, args.only.split(",")))
     current_name, model = None, None
-    for name, mode, impl, graphs, batch, seq, ctx in PLAN:
+    for name, mode, impl, graphs, batch, seq, ctx, *rest in PLANS[args.plan]:
+        ckpt = bool(rest and rest[0])
         if only and name not in only:
             continue
-        cfg = load_config(name)
+        if deadline is not None and time.monotonic() > deadline:
+            result["runs"].append({"model": name, "error": "skipped: deadline"})
+            continue
+        cfg = load_config(name, args.tiny)
         run = {
             "model": name,
             "config": cfg,
@@ -348,15 +515,21 @@ def main() -> int:
                 "seq": seq or None,
                 "ctx": ctx or None,
                 "dtype": "bf16",
+                **({"recompute": "full"} if ckpt else {}),
             },
         }
         t0 = time.time()
         try:
             if name != current_name:
                 model = None
-                torch.cuda.empty_cache()
+                if DEV == "cuda":
+                    torch.cuda.empty_cache()
                 model = build_model(cfg)
                 current_name = name
+            for key in ("experts_implementation", "attn_implementation"):
+                run[key] = getattr(model.config, f"_{key}", None)
+            if DEV == "cuda":
+                torch.cuda.reset_peak_memory_stats()
             if name == "llama2-7b" and "host_probe" not in result:
                 try:
                     result["host_probe"] = host_probe(model, 1, 128, 2048)
@@ -366,17 +539,33 @@ def main() -> int:
             if mode == "prefill":
                 model.eval()
                 samples = run_prefill(model, batch, seq, args.iters)
+                if args.profile:
+                    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=DEV)
+                    with torch.no_grad():
+                        run["profile"] = kernel_profile(
+                            lambda ids=ids, m=model: m(
+                                input_ids=ids, use_cache=False, logits_to_keep=1
+                            )
+                        )
             elif mode == "decode" and not graphs:
                 model.eval()
                 samples = run_decode_eager(model, batch, ctx, args.iters)
                 run["note"] = "DynamicCache grows by one token per timed step"
+                if args.profile:
+                    run["profile"] = kernel_profile(decode_step(model, batch, ctx)[0])
             elif mode == "decode":
                 model.eval()
                 samples = run_decode_graph(model, batch, ctx, args.iters)
                 run["note"] = "StaticCache (max_cache_len = ctx + steps + 8), CUDA graph replay"
             else:
-                samples = run_train(model, batch, seq, args.iters)
-                run["note"] = "bf16 params, default (foreach) AdamW with bf16 states, HF loss"
+                samples = run_train(model, batch, seq, args.iters, ckpt)
+                run["note"] = "bf16 params, default (foreach) AdamW with bf16 states, HF loss" + (
+                    ", gradient_checkpointing_enable()" if ckpt else ""
+                )
+                if ckpt:
+                    model.gradient_checkpointing_disable()
+            if DEV == "cuda":
+                run["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
             run["samples_ms"] = samples
             run["measured_ms"] = statistics.median(samples)
         except Exception as exc:  # noqa: BLE001 - record and go on
@@ -385,6 +574,9 @@ def main() -> int:
             if isinstance(exc, torch.OutOfMemoryError):
                 model, current_name = None, None
                 torch.cuda.empty_cache()
+        model_train = model is not None and model.training
+        if model_train:
+            model.zero_grad(set_to_none=True)
         run["wall_s"] = round(time.time() - t0, 1)
         result["runs"].append(run)
         path.write_text(json.dumps(result, indent=1))

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from gpuperf.errors import GpuperfError  # noqa: E402
 from gpuperf.fileio import write_text  # noqa: E402
-from gpuperf.perfmodel.ops import Copy, Elementwise, Gemm, Op  # noqa: E402
+from gpuperf.perfmodel.ops import Copy, Elementwise, Gemm, GroupedGemm, Op  # noqa: E402
 from gpuperf.workloads import single_op as so  # noqa: E402
 
 MODELS = ("llama2-7b", "llama3-8b", "llama2-70b", "mixtral-8x7b")
@@ -155,6 +155,53 @@ def strided_ops() -> list[Op]:
     ]
 
 
+# (N, K) of the weight GEMMs of Llama-3-8B and Llama-3-70B (qkv, o, gate_up, down).
+LLM_NK = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),
+          (10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672))  # fmt: skip
+QUANT_TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+def gemm_quant_ops(tokens: tuple[int, ...] = QUANT_TOKENS) -> list[Op]:
+    """LLM weight GEMMs at 16-8192 tokens in the formats people deploy: bf16 (the reference),
+    fp8 W8A8 with per-tensor and rowwise scales (torch._scaled_mm), int8 W8A8 (torch._int_mm),
+    and weight-only int4 (group 128) and int8 with bf16 activations."""
+    ops: list[Op] = []
+    for n, k in LLM_NK:
+        for m in tokens:
+            ops.append(Gemm(f"bf16/{m}x{n}x{k}", m, n, k, "bf16"))
+            ops.append(Gemm(f"fp8/{m}x{n}x{k}", m, n, k, "fp8", scales="tensor"))
+            ops.append(Gemm(f"fp8row/{m}x{n}x{k}", m, n, k, "fp8", scales="row"))
+            if m in (1, 2, 4, 8, 16, 64, 256, 1024, 4096):
+                if m > 16:
+                    ops.append(Gemm(f"int8/{m}x{n}x{k}", m, n, k, "int8"))
+                ops.append(Gemm(f"w4/{m}x{n}x{k}", m, n, k, "bf16", wdtype="int4", scales="g128"))
+                ops.append(Gemm(f"w8/{m}x{n}x{k}", m, n, k, "bf16", wdtype="int8"))
+    return ops
+
+
+def gemm_quant_decode_ops() -> list[Op]:
+    """The same at 1-8 tokens (decode), where weight-only formats are meant to pay off."""
+    return gemm_quant_ops((1, 2, 4, 8))
+
+
+# (experts, top-k, hidden, expert width) of Mixtral-8x7B, Qwen1.5-MoE-A2.7B, Qwen3-30B-A3B,
+# DeepSeek-V3 (routed experts).
+MOE_SHAPES = {"mixtral": (8, 2, 4096, 14336), "qwen1.5-moe": (60, 4, 2048, 1408),
+              "qwen3-moe": (128, 8, 2048, 768), "deepseek-v3": (256, 8, 7168, 2048)}  # fmt: skip
+MOE_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
+
+
+def grouped_gemm_ops() -> list[Op]:
+    """The two grouped GEMMs of an MoE layer (gate_up: n = 2·width, k = hidden; down: n = hidden,
+    k = width) as transformers' grouped_mm experts run them, over token counts."""
+    ops: list[Op] = []
+    for model, (e, topk, h, f) in MOE_SHAPES.items():
+        for t in MOE_TOKENS:
+            ops.append(GroupedGemm(f"{model}/t{t}/gate_up", t, topk, e, 2 * f, h))
+            ops.append(GroupedGemm(f"{model}/t{t}/down", t, topk, e, h, f))
+    return ops
+
+
 GROUPS = {
     "gemm": gemm_ops,
     "gemm_models": model_gemm_ops,
@@ -165,6 +212,9 @@ GROUPS = {
     "memory": memory_ops,
     "relu": relu_ops,
     "dtype_probe": dtype_probe_ops,
+    "gemm_quant": gemm_quant_ops,
+    "gemm_quant_decode": gemm_quant_decode_ops,
+    "grouped_gemm": grouped_gemm_ops,
 }
 
 

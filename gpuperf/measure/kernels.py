@@ -97,6 +97,10 @@ def check_rows(m: int) -> int:
 def _gemm(op: Any, device: str) -> Kernel:
     import torch
 
+    if type(op).__name__ == "GroupedGemm":
+        from gpuperf.measure import kernels_grouped
+
+        return kernels_grouped.build(op, device, torch)
     from gpuperf.measure import kernels_gemm
 
     return kernels_gemm.build(op, device, torch)

@@ -1,4 +1,6 @@
-"""GEMM kernels: torch.matmul (cuBLAS) for 16/32/64-bit, torch._scaled_mm for fp8, _int_mm for int8.
+"""GEMM kernels: torch.matmul (cuBLAS) for 16/32/64-bit, torch._scaled_mm for fp8 (per-tensor or
+rowwise scales), torch._int_mm for int8 (W8A8), torch._weight_int4pack_mm and
+torch._weight_int8pack_mm for weight-only int4/int8 with bf16 activations.
 
 Layout follows nn.Linear: activations A[m, k] row-major times weights W[n, k] transposed
 (the "TN" case cuBLAS sees in every Transformer layer). C[m, n] is preallocated (out=).
@@ -35,6 +37,12 @@ def _precision(dtype: str) -> Any:
 
 def build(op: Any, device: str, torch: Any) -> Kernel:
     m, n, k, batch, dt = op.m, op.n, op.k, op.batch, op.dtype
+    if op.wdtype == "int4":
+        return _int4_weight_only(op, device, torch)
+    if op.wdtype == "int8":
+        return _int8_weight_only(op, device, torch)
+    if op.wdtype is not None:
+        raise InputError(f"{op.name}: weight-only {op.wdtype} GEMMs are not measured")
     if dt == "fp8":
         return _fp8(op, device, torch)
     if dt == "int8":
@@ -72,32 +80,44 @@ def _fp8(op: Any, device: str, torch: Any) -> Kernel:
         raise InputError(f"{op.name}: batched fp8 GEMM is not supported by torch._scaled_mm")
     if k % 16 or n % 16:
         raise InputError(f"{op.name}: fp8 GEMM (torch._scaled_mm) needs K and N multiples of 16")
+    rowwise = op.scales == "row"
+    if op.scales not in ("", "tensor", "row"):
+        raise InputError(f"{op.name}: fp8 scales are 'tensor' or 'row', got {op.scales!r}")
     a_hi = torch.randn((m, k), dtype=torch.float32, device=device)
     w_hi = torch.randn((n, k), dtype=torch.float32, device=device)
-    # Per-tensor scales: the largest magnitude maps to the largest finite e4m3 value.
-    sa = (a_hi.abs().amax() / FP8_MAX).reshape(())
-    sw = (w_hi.abs().amax() / FP8_MAX).reshape(())
+    # The largest magnitude (of the tensor, or of each row: a token's, a weight row's) maps to
+    # the largest finite e4m3 value. Rowwise: scale_a [m, 1], scale_b [1, n] (fp32).
+    if rowwise:
+        sa = a_hi.abs().amax(dim=1, keepdim=True) / FP8_MAX
+        sw = w_hi.abs().amax(dim=1, keepdim=True) / FP8_MAX
+    else:
+        sa = (a_hi.abs().amax() / FP8_MAX).reshape(())
+        sw = (w_hi.abs().amax() / FP8_MAX).reshape(())
     a = (a_hi / sa).to(torch.float8_e4m3fn)
     w = (w_hi / sw).to(torch.float8_e4m3fn)
     del a_hi, w_hi
     wt = w.t()  # column-major [k, n], as _scaled_mm requires
+    sb = sw.t() if rowwise else sw
     try:
-        torch._scaled_mm(a[:16], wt, scale_a=sa, scale_b=sw, out_dtype=torch.bfloat16)
+        sa16 = sa[:16] if rowwise else sa
+        torch._scaled_mm(a[:16], wt, scale_a=sa16, scale_b=sb, out_dtype=torch.bfloat16)
     except (RuntimeError, NotImplementedError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise EnvironmentUnavailable(f"fp8 GEMM unavailable on {device}: {first}") from None
 
     def run() -> Any:
         return torch._scaled_mm(
-            a, wt, scale_a=sa, scale_b=sw, out_dtype=torch.bfloat16, use_fast_accum=True
+            a, wt, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=True
         )
 
     def check() -> float:
         r = check_rows(m)
-        ref = (a[:r].double() * sa.double()) @ (w.double() * sw.double()).T
+        sa_r = sa[:r] if rowwise else sa
+        ref = (a[:r].double() * sa_r.double()) @ (w.double() * sw.double()).T
         return rel_err(run()[:r], ref)  # the kernel against its own dequantized inputs
 
-    detail = {"kernel": "torch._scaled_mm", "scales": "per-tensor", "fast_accum": True}
+    scales = "rowwise" if rowwise else "per-tensor"
+    detail = {"kernel": "torch._scaled_mm", "scales": scales, "fast_accum": True}
     return Kernel(run, check, TOLERANCE["fp8"], detail)
 
 
@@ -119,3 +139,93 @@ def _int8(op: Any, device: str, torch: Any) -> Kernel:
         return rel_err(run()[:r], a[:r].double() @ w.double().T)
 
     return Kernel(run, check, TOLERANCE["int8"], {"kernel": "torch._int_mm"})
+
+
+def _group_size(op: Any) -> int:
+    """int4 group size from op.scales ("g128", the default; "g32", "g64", "g256")."""
+    text = op.scales or "g128"
+    if not (text.startswith("g") and text[1:].isdigit() and int(text[1:]) in (32, 64, 128, 256)):
+        raise InputError(f"{op.name}: int4 scales are g32, g64, g128 or g256, got {op.scales!r}")
+    return int(text[1:])
+
+
+def _identity_check(run_on: Any, a: Any, k: int, m: int, torch: Any) -> Any:
+    """A check of a quantized linear map against itself: the kernel applied to the identity
+    gives the dequantized weights it uses, and its output on `a` must be `a` times those (so
+    the packing is right whatever the scale format)."""
+
+    def check() -> float:
+        eye = torch.eye(k, dtype=a.dtype, device=a.device)
+        w_dq = run_on(eye).double()  # [k, n]: row i is the map of the i-th unit vector
+        r = check_rows(m)
+        return rel_err(run_on(a[:r]), a[:r].double() @ w_dq)
+
+    return check
+
+
+def _int4_weight_only(op: Any, device: str, torch: Any) -> Kernel:
+    """W4A16 as torch._weight_int4pack_mm runs it (tinygemm on CUDA): bf16 activations, int4
+    weights packed by torch._convert_weight_to_int4pack, a bf16 scale and zero per group of
+    `group` along K."""
+    m, n, k = op.m, op.n, op.k
+    group = _group_size(op)
+    if op.dtype != "bf16" or op.batch > 1:
+        raise InputError(f"{op.name}: int4 weight-only GEMMs take bf16 activations, no batch")
+    if k % group or n % 8 or k % 64:
+        raise InputError(
+            f"{op.name}: int4 weight-only needs K a multiple of {group} and of 64, N of 8"
+        )
+    q = torch.randint(0, 16, (n, k), dtype=torch.int32, device=device)
+    packed_u8 = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)  # two int4 per byte, [n, k/2]
+    scales = torch.rand((k // group, n), dtype=torch.bfloat16, device=device) * 0.02 + 0.01
+    zeros = torch.randn((k // group, n), dtype=torch.bfloat16, device=device) * 0.01
+    s_z = torch.stack([scales, zeros], dim=2).contiguous()  # [k/group, n, 2]
+    a = torch.randn((m, k), dtype=torch.bfloat16, device=device)
+    try:
+        if device.startswith("cuda"):
+            w = torch._convert_weight_to_int4pack(packed_u8, 8)
+
+            def mm(x: Any) -> Any:
+                return torch._weight_int4pack_mm(x, w, group, s_z)
+        else:
+            w = torch._convert_weight_to_int4pack_for_cpu(q, 8)
+
+            def mm(x: Any) -> Any:
+                return torch._weight_int4pack_mm_for_cpu(x, w, group, s_z)
+
+        mm(a[:1])
+    except (RuntimeError, NotImplementedError, AttributeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EnvironmentUnavailable(f"int4 GEMM unavailable on {device}: {first}") from None
+
+    def run() -> Any:
+        return mm(a)
+
+    detail = {"kernel": "torch._weight_int4pack_mm", "group": group, "inner_k_tiles": 8}
+    return Kernel(run, _identity_check(mm, a, k, m, torch), TOLERANCE["bf16"], detail)
+
+
+def _int8_weight_only(op: Any, device: str, torch: Any) -> Kernel:
+    """W8A16 as torch._weight_int8pack_mm runs it: bf16 activations, int8 weights [n, k] with a
+    bf16 scale per output channel."""
+    m, n, k = op.m, op.n, op.k
+    if op.dtype != "bf16" or op.batch > 1:
+        raise InputError(f"{op.name}: int8 weight-only GEMMs take bf16 activations, no batch")
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, device=device)
+    scales = torch.rand((n,), dtype=torch.bfloat16, device=device) * 0.02 + 0.01
+    a = torch.randn((m, k), dtype=torch.bfloat16, device=device)
+
+    def mm(x: Any) -> Any:
+        return torch._weight_int8pack_mm(x, w, scales)
+
+    try:
+        mm(a[:1])
+    except (RuntimeError, NotImplementedError, AttributeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EnvironmentUnavailable(f"int8 GEMM unavailable on {device}: {first}") from None
+
+    def run() -> Any:
+        return mm(a)
+
+    detail = {"kernel": "torch._weight_int8pack_mm"}
+    return Kernel(run, _identity_check(mm, a, k, m, torch), TOLERANCE["bf16"], detail)

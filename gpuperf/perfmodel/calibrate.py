@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from gpuperf.dtypes import BYTES
 from gpuperf.hardware.spec import GpuSpec, ModelParams
 from gpuperf.perfmodel.comm import chunk_misaligned
-from gpuperf.perfmodel.ops import Attention, Collective, Gemm, Op
+from gpuperf.perfmodel.ops import Attention, Collective, Gemm, GroupedGemm, Op
 from gpuperf.perfmodel.ops_io import op_to_dict
 from gpuperf.perfmodel.roofline import op_time
 
@@ -67,9 +67,26 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "comm_bw_eff": (0.3, 1.5),
     "comm_lat_scale": (0.3, 10.0),
     "comm_channel_copy_bw": (2e9, 400e9),  # B/s one NCCL channel copies (comm.ring_copy_tail_us)
+    # Kernels of their own (gpuperf.perfmodel.gemm_quant, gemm_grouped): fitted after the rest,
+    # each on its own kernels' rows only (LATE).
+    "gemm_fp8_eff": (0.3, 1.0),
+    "gemm_int8_eff": (0.2, 1.0),
+    "gemm_cta_bw": (5e9, 500e9),
+    "w4_gemm_eff": (0.005, 0.5),
+    "w4_mem_eff": (0.1, 1.0),
+    "w4_overlap": (0.0, 1.0),
+    "w8_gemm_eff": (1e-4, 0.1),
+    "w8_mem_eff": (0.005, 1.0),
+    "w8_overlap": (0.0, 1.0),
+    "grouped_gemm_eff": (0.3, 1.0),
+    "grouped_gemm_floor_s": (0.0, 50e-6),
 }
 # Fitted in log space (they span orders of magnitude).
 LOG_PARAMS = {
+    "gemm_cta_bw",
+    "w4_gemm_eff",
+    "w8_gemm_eff",
+    "w8_mem_eff",
     "kernel_floor_s",
     "bytes_for_half_bw",
     "comm_lat_scale",
@@ -90,7 +107,7 @@ class Sample:
 
 # Op fields added after the split was first drawn, with their defaults: left out of the hash
 # while at the default, so that adding a field does not move old shapes between the sets.
-_ADDED_FIELDS = {"nodes": 0, "inter_node": False}
+_ADDED_FIELDS = {"nodes": 0, "inter_node": False, "wdtype": None, "scales": ""}
 
 
 def shape_hash(op: Op) -> int:
@@ -116,6 +133,12 @@ def misaligned(op: Gemm) -> bool:
 def op_class(op: Op) -> str:
     """The accuracy class of an op (the rows of the README's accuracy table)."""
     cost = op.cost()
+    if isinstance(op, GroupedGemm):
+        return "grouped gemm (MoE experts)"
+    if isinstance(op, Gemm) and op.wdtype is not None:
+        return "gemm weight-only int4/int8"
+    if isinstance(op, Gemm) and op.dtype == "fp8" and 16 <= op.m <= 8192 and op.batch == 1:
+        return "gemm fp8 LLM shapes (16-8192 tokens)"
     if isinstance(op, Gemm):
         if misaligned(op):
             return "gemm misaligned"
@@ -246,6 +269,40 @@ STAGED: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
 )
 
 
+def _quant_dense(op: Op) -> bool:
+    """cuBLASLt's fp8 (per-tensor scales) and int8 kernels."""
+    return (
+        isinstance(op, Gemm)
+        and op.dtype in ("fp8", "int8")
+        and op.wdtype is None
+        and op.scales != "row"
+    )
+
+
+def _fp8_rowwise(op: Op) -> bool:
+    return isinstance(op, Gemm) and op.dtype == "fp8" and op.scales == "row"
+
+
+def _weight_only(bits: str) -> Callable[[Op], bool]:
+    return lambda op: isinstance(op, Gemm) and op.wdtype == bits
+
+
+# Kernels of their own, fitted after everything else on their rows alone (and left out of the
+# rest of the fit): the formats' parameters cannot bend the bf16 GEMM, memory or attention terms
+# they build on. In order: rowwise fp8 takes the fp8 rate the per-tensor kernels set.
+LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
+    (("gemm_fp8_eff", "gemm_int8_eff"), _quant_dense),
+    (("gemm_cta_bw",), _fp8_rowwise),
+    (("w4_gemm_eff", "w4_mem_eff", "w4_overlap"), _weight_only("int4")),
+    (("w8_gemm_eff", "w8_mem_eff", "w8_overlap"), _weight_only("int8")),
+    (("grouped_gemm_eff", "grouped_gemm_floor_s"), lambda op: isinstance(op, GroupedGemm)),
+)
+
+
+def _late(op: Op) -> bool:
+    return any(select(op) for _, select in LATE)
+
+
 def _fit_one(
     loss: Callable[[GpuSpec], float],
     gpu: GpuSpec,
@@ -285,6 +342,9 @@ def fit(
     samples = [s for s in samples if op_class(s.op) not in UNMODELED]
     if not samples:
         return gpu.params
+    late_names = {n for stage, _ in LATE for n in stage}
+    late = [s for s in samples if _late(s.op)]
+    samples = [s for s in samples if not _late(s.op)]
     current = gpu
     for stage, select in STAGED:
         chosen = [s for s in samples if select(s.op)]
@@ -292,7 +352,15 @@ def fit(
         if fitted and len(chosen) >= 3:
             current = _descend(_loss_fn(chosen, gpu), current, fitted, rounds)
             names = [n for n in names if n not in fitted]
-    return _descend(_loss_fn(samples, gpu), current, names, rounds).params
+    main = [n for n in names if n not in late_names]
+    if samples:
+        current = _descend(_loss_fn(samples, gpu), current, main, rounds)
+    for stage, select in LATE:
+        chosen = [s for s in late if select(s.op)]
+        fitted = [n for n in stage if n in names]
+        if fitted and len(chosen) >= 3:
+            current = _descend(_loss_fn(chosen, current), current, fitted, rounds)
+    return current.params
 
 
 def _descend(

@@ -23,9 +23,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from gpuperf.dtypes import BYTES
+from gpuperf.dtypes import BYTES, DType
 from gpuperf.hardware.spec import GpuSpec
-from gpuperf.perfmodel.ops import Gemm
+from gpuperf.perfmodel.ops import Gemm, GroupedGemm
 from gpuperf.perfmodel.optime import OpTime
 from gpuperf.perfmodel.roofline import finish, matmul_peak
 
@@ -103,11 +103,18 @@ def is_aligned(op: Gemm) -> bool:
 
 
 def _hw(op: Gemm, gpu: GpuSpec) -> _Hw:
+    return hw_for(gpu, op.dtype, is_aligned(op))
+
+
+def hw_for(gpu: GpuSpec, dtype: DType, aligned: bool = True, rate_eff: float | None = None) -> _Hw:
+    """The GPU's numbers for a GEMM kernel in `dtype` (`rate_eff` overrides the share of peak)."""
+    from gpuperf.perfmodel.gemm_quant import dense_eff
+
     p = gpu.params
-    eff = p.gemm_eff if is_aligned(op) else p.gemm_misaligned_eff
+    eff = dense_eff(gpu, dtype, aligned) if rate_eff is None else rate_eff
     return _Hw(
         sms=gpu.sms,
-        rate=eff * matmul_peak(gpu, op.dtype),
+        rate=eff * matmul_peak(gpu, dtype),
         bw=p.gemm_mem_eff * gpu.hbm_bw,
         l2_fit=p.l2_usable_frac * gpu.l2_bytes,
         smem=gpu.smem_per_sm_bytes,
@@ -196,6 +203,17 @@ def gemm_time(
     op: Gemm, gpu: GpuSpec, *, tile: tuple[int, int] | None = None, split_k: int | None = None
 ) -> OpTime:
     """Predicted time of a GEMM: the fastest (tile, split-K) candidate, or the one given."""
+    if isinstance(op, GroupedGemm):
+        from gpuperf.perfmodel.gemm_grouped import grouped_gemm_time
+
+        return grouped_gemm_time(op, gpu)
+    if op.wdtype is not None or (op.dtype == "fp8" and op.scales == "row"):
+        from gpuperf.perfmodel import gemm_quant
+
+        if op.wdtype is not None:
+            return gemm_quant.weight_only_time(op, gpu)
+        if tile is None and split_k is None:
+            return gemm_quant.rowwise_fp8_time(op, gpu)
     if min(op.m, op.n, op.k, op.batch) <= 0:
         return finish(0.0, 0.0, 0.0, {"empty": 1.0})  # PyTorch launches nothing for empty tensors
     b = BYTES[op.dtype]

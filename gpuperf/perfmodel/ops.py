@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from gpuperf.dtypes import BYTES, DType
+from gpuperf.dtypes import BITS, BYTES, DType
 
 OpKind = Literal[
     "gemm",
@@ -56,7 +56,12 @@ class Cost:
 
 @dataclass(frozen=True, slots=True)
 class Gemm:
-    """C[m, n] = A[m, k] @ B[k, n], `batch` independent products (bmm, or one per MoE expert)."""
+    """C[m, n] = A[m, k] @ B[k, n], `batch` independent products (bmm, or one per MoE expert).
+
+    `dtype` is the operands' type (fp8/int8: both quantized, W8A8); `wdtype` the weights' (B's)
+    type when only they are quantized (weight-only int4/int8 with bf16 activations, as
+    torch._weight_int4pack_mm). `scales`: how quantized operands are scaled ("tensor", "row"
+    for fp8; "g128" etc. for grouped int4), which changes the kernel's epilogue and reads."""
 
     name: str
     m: int
@@ -64,21 +69,65 @@ class Gemm:
     k: int
     dtype: DType = "bf16"
     batch: int = 1
+    wdtype: DType | None = None
+    scales: str = ""
     kind: ClassVar[OpKind] = "gemm"
 
     def cost(self) -> Cost:
         b = BYTES[self.dtype]
+        wb = BITS[self.wdtype] / 8 if self.wdtype else b
         out_b = 2 if b == 1 else b  # fp8/int8 GEMMs write 16-bit results
         return Cost(
             flops=2.0 * self.m * self.n * self.k * self.batch,
-            bytes_read=float(b * (self.m * self.k + self.k * self.n) * self.batch),
+            bytes_read=float((b * self.m * self.k + wb * self.k * self.n) * self.batch),
             bytes_written=float(out_b * self.m * self.n * self.batch),
         )
 
     @property
     def shape(self) -> str:
         pre = f"{self.batch}×" if self.batch > 1 else ""
-        return f"{pre}{self.m}×{self.n}×{self.k}"
+        w = f" w{self.wdtype}" if self.wdtype else ""
+        sc = f" {self.scales}" if self.scales else ""
+        return f"{pre}{self.m}×{self.n}×{self.k}{w}{sc}"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupedGemm:
+    """One grouped GEMM over the experts of an MoE layer (torch._grouped_mm, CUTLASS grouped
+    kernels): `tokens` tokens each routed to `topk` of `experts` experts, every expert's rows
+    times its own B[k, n]. The rows per expert follow from the routing; the op holds the shape
+    and the time model the routing (uniform over experts unless a profile says otherwise)."""
+
+    name: str
+    tokens: int
+    topk: int
+    experts: int
+    n: int
+    k: int
+    dtype: DType = "bf16"
+    kind: ClassVar[OpKind] = "gemm"
+
+    @property
+    def rows(self) -> int:
+        return self.tokens * self.topk
+
+    def touched(self) -> float:
+        """Experts that receive at least one row, on average, when each token picks topk distinct
+        experts uniformly at random: E·(1 - (1 - k/E)^T)."""
+        e, k = self.experts, min(self.topk, self.experts)
+        return e * (1.0 - (1.0 - k / e) ** self.tokens)
+
+    def cost(self) -> Cost:
+        b = BYTES[self.dtype]
+        return Cost(
+            flops=2.0 * self.rows * self.n * self.k,
+            bytes_read=b * (self.rows * self.k + self.touched() * self.k * self.n),
+            bytes_written=float(b * self.rows * self.n),
+        )
+
+    @property
+    def shape(self) -> str:
+        return f"{self.tokens}×top{self.topk}/{self.experts}e ×{self.n}×{self.k}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,4 +355,15 @@ class P2P:
         return f"{self.nbytes} B"
 
 
-Op = Gemm | Attention | Elementwise | Reduce | Norm | Embedding | Copy | Collective | P2P
+Op = (
+    Gemm
+    | GroupedGemm
+    | Attention
+    | Elementwise
+    | Reduce
+    | Norm
+    | Embedding
+    | Copy
+    | Collective
+    | P2P
+)

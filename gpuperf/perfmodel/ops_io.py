@@ -19,6 +19,7 @@ OP_TYPES: dict[str, type] = {
     cls.__name__: cls
     for cls in (
         ops.Gemm,
+        ops.GroupedGemm,
         ops.Attention,
         ops.Elementwise,
         ops.Reduce,

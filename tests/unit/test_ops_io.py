@@ -10,6 +10,7 @@ from gpuperf.perfmodel.ops_io import OP_TYPES, op_from_dict, op_to_dict
 
 EXAMPLES = [
     ops.Gemm("L0/mlp/up", m=2048, n=11008, k=4096, dtype="fp8", batch=8),
+    ops.GroupedGemm("L0/mlp/experts_gate_up", tokens=512, topk=8, experts=128, n=1536, k=2048),
     ops.Attention("L0/attn", 2, 32, 8, 1, 4096, 128, causal=True, kv_dtype="fp8", backward=True),
     ops.Elementwise("L0/act", "silu", 1 << 20, n_in=1, out_dtype="fp32", flops_per_elem=4.0),
     ops.Reduce("topk", "topk", 16, 32000, out_cols=2, dtype="fp32"),
@@ -37,7 +38,17 @@ def test_round_trip_through_json(op):
 
 def test_dict_has_every_field():
     d = op_to_dict(ops.Gemm("g", m=1, n=2, k=3))
-    assert d == {"type": "Gemm", "name": "g", "m": 1, "n": 2, "k": 3, "dtype": "bf16", "batch": 1}
+    assert d == {"type": "Gemm", "name": "g", "m": 1, "n": 2, "k": 3, "dtype": "bf16", "batch": 1,
+                 "wdtype": None, "scales": ""}  # fmt: skip
+
+
+def test_weight_only_gemm_reads_its_weights_at_their_width():
+    """W4A16: a 4096x4096 int4 weight is 8 MiB, half of int8 and a quarter of bf16."""
+    w4 = ops.Gemm("g", m=1, n=4096, k=4096, wdtype="int4").cost()
+    bf = ops.Gemm("g", m=1, n=4096, k=4096).cost()
+    assert w4.bytes_read == 2 * 4096 + 4096 * 4096 // 2
+    assert bf.bytes_read - w4.bytes_read == 4096 * 4096 * 3 // 2
+    assert w4.flops == bf.flops
 
 
 def test_unknown_type_suggests_a_close_name():

@@ -1,0 +1,78 @@
+"""Fit the parameters of the kernels that have their own (gpuperf.perfmodel.gemm_quant and
+gemm_grouped: fp8 and int8 GEMMs, rowwise fp8, weight-only int4/int8, MoE grouped GEMMs) on
+their calibration-split rows, holding every other parameter of the shipped profile, and print
+their held-out errors.
+
+    .venv/bin/python benchmarks/fit_formats.py h100 [--write]
+
+The other parameters were fitted before these kernels were measured (gpuperf calibrate); a full
+`gpuperf calibrate --from` refits them too (calibrate.LATE fits these last, on their own rows).
+--write puts the values in the profile's [model.extra].
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpuperf.hardware.loader import PROFILES_DIR, load_gpu  # noqa: E402
+from gpuperf.perfmodel import calibrate as cal  # noqa: E402
+from gpuperf.perfmodel.accuracy import load_samples  # noqa: E402
+from gpuperf.perfmodel.roofline import op_time  # noqa: E402
+
+FILES = ("gemm.json", "gemm_quant.json", "gemm_quant_decode.json", "grouped_gemm.json")
+NAMES = [n for stage, _ in cal.LATE for n in stage]
+SOURCE = "calibrated by benchmarks/fit_formats.py (calibration split of {files})"
+
+
+def write(profile: Path, values: dict[str, float], source: str) -> None:
+    """Set `values` in the profile's [model.extra] (replacing earlier lines of the same keys)."""
+    text = profile.read_text()
+    head, sep, extra = text.partition("\n[model.extra]\n")
+    if not sep:
+        head, sep, extra = text.rstrip("\n"), "\n\n[model.extra]\n", ""
+    keep = [ln for ln in extra.splitlines() if ln.split("=")[0].strip() not in values]
+    new = [f"{k} = {v:.6g}  # source: {source}" for k, v in values.items()]
+    profile.write_text(head + sep + "\n".join([*keep, *new]) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("gpu", help="a shipped profile (h100, h200)")
+    ap.add_argument("--write", action="store_true")
+    a = ap.parse_args()
+    gpu = load_gpu(a.gpu)
+    folder = ROOT / "benchmarks" / "results" / gpu.name
+    files = [folder / f for f in FILES if (folder / f).exists()]
+    samples = [s for s in load_samples(files) if cal._late(s.op)]
+    calib = [s for s in samples if cal.is_calibration(s.op)]
+    params = cal.fit(calib, gpu, NAMES)
+    fitted = cal.dataclasses.replace(gpu, params=params)
+    values = {n: cal.param_value(params, n) for n in NAMES}
+    for n, v in values.items():
+        print(f"{n:22s} {v:.4g}")
+    errs: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for s in samples:
+        split = "calibration" if cal.is_calibration(s.op) else "held-out"
+        e = op_time(s.op, fitted).time / s.measured_s - 1
+        errs[(cal.op_class(s.op), split)].append(e)
+    print(f"\n{'class':40s} {'split':12s} {'n':>4s} {'median |err|':>13s} {'bias':>7s}")
+    for (cls, split), e in sorted(errs.items()):
+        med = statistics.median(abs(x) for x in e)
+        bias = 100 * statistics.median(e)
+        print(f"{cls:40s} {split:12s} {len(e):4d} {100 * med:12.1f}% {bias:+6.1f}%")
+    if a.write:
+        names = "+".join(f.stem for f in files)
+        write(PROFILES_DIR / f"{gpu.name}.toml", values, SOURCE.format(files=names))
+        print(f"wrote [model.extra] of {gpu.name}.toml")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

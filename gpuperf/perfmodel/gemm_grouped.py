@@ -1,0 +1,108 @@
+"""Grouped GEMM time: the experts of an MoE layer in one launch, as PyTorch's torch._grouped_mm
+runs it on Hopper (CUTLASS, aten/src/ATen/native/cuda/GroupMM.cu), which Hugging Face
+transformers' grouped_mm experts call.
+
+The kernel: a small `prepare_grouped_gemm_data` launch writes each group's pointers and shape,
+then one persistent CUTLASS kernel walks every group's tiles. Its tile is 64×128 (ping-pong)
+when the mean rows per group or N is at most 128, else 128×256 (cooperative); there is no split-K.
+
+Rows per expert follow the routing: each of T tokens picks k distinct experts of E uniformly at
+random, so an expert's rows are Binomial(T, k/E). The busy tiles are the sum over experts of
+ceil(rows/Tm) · ceil(N/Tn), with the expectation taken over that distribution: uneven rows cost
+whole tiles (at 128 rows per expert on average, half the experts need a second 128-row tile).
+Each touched expert's weights are streamed once per wave of its M-tiles; rows are read once per
+N-tile wave and written once. Time = max(math, memory) + the two launch floors + the grouped
+setup (`grouped_gemm_floor_s` in [model.extra]); the math runs at `grouped_gemm_eff` of the dense
+GEMM rate (the CUTLASS grouped kernel against cuBLAS's best dense kernel).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from gpuperf.dtypes import BYTES
+from gpuperf.hardware.spec import GpuSpec
+from gpuperf.perfmodel.gemm import K_STEP_BYTES, MAX_CTAS_PER_SM, STAGES, hw_for
+from gpuperf.perfmodel.ops import GroupedGemm
+from gpuperf.perfmodel.optime import OpTime
+from gpuperf.perfmodel.roofline import finish
+
+GROUPED_EFF = 0.85  # defaults, overridden by a profile's [model.extra]
+GROUPED_FLOOR_S = 8e-6
+SMALL_TILE, LARGE_TILE = (64, 128), (128, 256)
+
+
+@functools.lru_cache(maxsize=4096)
+def expected_ceil(trials: int, p: float, tile: int) -> float:
+    """E[ceil(X / tile)] for X ~ Binomial(trials, p): sum over j >= 0 of P(X > j·tile)."""
+    mean = trials * p
+    var = mean * (1.0 - p)
+    if var > 400.0:  # normal approximation with continuity correction
+        sd = math.sqrt(var)
+        top = int((mean + 10 * sd) // tile) + 1
+        return sum(
+            0.5 * math.erfc((j * tile + 0.5 - mean) / (sd * math.sqrt(2))) for j in range(top)
+        )
+    # Exact: the pmf in log space, accumulated up to far past the mean.
+    if p >= 1:
+        return float(-(-trials // tile))
+    hi = min(trials, int(mean + 12 * math.sqrt(var) + tile + 2))
+    logp, logq = math.log(p), math.log1p(-p)
+    log_pmf, cdf, total = trials * logq, 0.0, 0.0
+    for x in range(hi + 1):
+        cdf += math.exp(log_pmf)
+        if x % tile == 0:
+            total += max(0.0, 1.0 - cdf)  # P(X > j·tile)
+        if x < trials:
+            log_pmf += math.log(trials - x) - math.log(x + 1) + logp - logq
+    return total
+
+
+def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
+    """Predicted time of one torch._grouped_mm over an MoE layer's experts."""
+    e, k_top, t = op.experts, min(op.topk, op.experts), op.tokens
+    if min(t, op.n, op.k, e, k_top) <= 0:
+        return finish(0.0, 0.0, 0.0, {"empty": 1.0})
+    b = BYTES[op.dtype]
+    hw = hw_for(gpu, op.dtype)
+    extra = gpu.params.extra
+    eff = float(extra.get("grouped_gemm_eff", GROUPED_EFF))
+    setup = float(extra.get("grouped_gemm_floor_s", GROUPED_FLOOR_S))
+    p = k_top / e
+    mean_rows = op.rows / e  # PyTorch picks the tile from the mean over all groups
+    tm, tn = SMALL_TILE if (mean_rows <= 128 or op.n <= 128) else LARGE_TILE
+    touched = op.touched()
+    tiles_m = e * expected_ceil(t, p, tm)  # busy M-tiles over all experts
+    tiles_n = -(-op.n // tn)
+    ctas = tiles_m * tiles_n
+    tk = max(1, K_STEP_BYTES // b)
+    ksteps = -(-op.k // tk)
+    per_sm = max(1, min(MAX_CTAS_PER_SM, int(hw.smem // (STAGES * (tm + tn) * K_STEP_BYTES))))
+    feed = min(1.0, 2.0 * tm * tn / (tm + tn) / hw.edge_full)
+    t_kstep = 2.0 * tm * tn * tk * hw.sms / (eff * hw.rate * feed)
+    per_sm_ctas = math.ceil(ctas / hw.sms - 1e-9)
+    balanced = ctas * ksteps / hw.sms
+    busiest = balanced + hw.tail * (per_sm_ctas * ksteps - balanced)
+    # A persistent kernel fills its pipeline once per SM, not once per tile: the next tile's
+    # loads overlap this one's epilogue.
+    t_math = (busiest + hw.fill) * t_kstep
+
+    slots = hw.sms * per_sm
+    r0 = max(1.0, math.sqrt(slots * tn / tm))
+    c0 = max(1.0, slots / r0)
+    m_tiles_per_expert = tiles_m / max(touched, 1e-9)
+    a_bytes = op.rows * op.k * b * math.ceil(tiles_n / c0)
+    w_bytes = touched * op.k * op.n * b * max(1.0, math.ceil(m_tiles_per_expert / r0))
+    traffic = a_bytes + w_bytes + op.rows * op.n * b
+    t_mem = (traffic + hw.half_bytes) / hw.bw
+    floor = hw.floor + hw.reduce_floor + setup  # the grouped kernel, the prepare kernel, setup
+    detail = {
+        "tile": f"{tm}x{tn}",
+        "touched": touched,
+        "tiles": ctas,
+        "rows_per_expert": op.rows / max(touched, 1e-9),
+        "eff": eff * hw.rate / gpu.peak(op.dtype),
+        "traffic_bytes": traffic,
+    }
+    return finish(t_math, t_mem, floor, detail)
