@@ -89,6 +89,9 @@ def predict(
     impl: str = "fused",
     cuda_graphs: bool = False,
     attn: str = "flash",
+    weight_dtype: str | None = None,
+    fp8_scales: str = "tensor",
+    mla: str = "auto",
     system: SystemLike | None = None,
     nodes: int | None = None,
     **parallel: Any,
@@ -99,7 +102,9 @@ def predict(
     generate (prefill of seq, then new_tokens decode steps; extra has ttft_ms and tpot_ms), or
     train (forward + backward + AdamW over batch × seq). impl "eager" issues one kernel per
     PyTorch op (unfused); cuda_graphs replays the step as a graph (cheap launches); attn "math"
-    materializes the attention scores. parallel: the Scenario's tp, pp, dp, cp, ep, micro_batch,
+    materializes the attention scores. weight_dtype "int4"/"int8": weight-only quantized GEMMs
+    with `dtype` activations; fp8_scales "tensor"/"row": how dtype="fp8" GEMMs scale; mla
+    "naive"/"absorbed": the attention form of an MLA model (auto: what `impl` runs). parallel: the Scenario's tp, pp, dp, cp, ep, micro_batch,
     global_batch, zero, recompute, sequence_parallel, tp_impl, tp_overlap, schedule,
     virtual_stages, nvls (see gpuperf.workloads.scenario). gpu=None means h100, or the GPU of
     `system`; nodes counts nodes of `system`. One GPU is the plan whose degrees are all 1.
@@ -137,6 +142,9 @@ def predict(
         impl=impl,  # type: ignore[arg-type]
         cuda_graphs=cuda_graphs,
         attn=attn,  # type: ignore[arg-type]
+        weight_dtype=_dtype(weight_dtype),
+        fp8_scales=fp8_scales,  # type: ignore[arg-type]
+        mla=mla,  # type: ignore[arg-type]
         **parallel,
     )
     return run_predict(cfg, scenario, place(cfg, scenario, gpu_spec, sys_spec, nodes))

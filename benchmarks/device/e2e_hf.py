@@ -401,29 +401,35 @@ def host_probe(model, batch: int, seq: int, ctx: int) -> dict:
 
 
 def kernel_profile(fn, top: int = 60) -> dict:
-    """One call of fn under torch.profiler: its GPU kernels by name (count, total and mean us),
-    the `top` longest in total, and the totals over all of them."""
+    """One call of fn under torch.profiler: its GPU kernels by name (count, total us), the `top`
+    longest in total and the totals over all of them; and the host ops with the most self CPU
+    time (count, self us), where the host's time goes."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     if DEV != "cuda":
         fn()
-        return {"kernels": 0, "gpu_us": 0.0, "top": []}
+        return {"kernels": 0, "gpu_us": 0.0, "top": [], "host_top": []}
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    rows = []
+    rows, host = [], []
     for e in prof.key_averages():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
-        rows.append({"name": e.key[:200], "count": e.count, "total_us": total})
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
+            rows.append({"name": e.key[:200], "count": e.count, "total_us": total})
+        else:
+            host.append({"name": e.key[:120], "count": e.count,
+                         "self_us": e.self_cpu_time_total})  # fmt: skip
     rows.sort(key=lambda r: -r["total_us"])
+    host.sort(key=lambda r: -r["self_us"])
     return {
         "kernels": sum(r["count"] for r in rows),
         "gpu_us": sum(r["total_us"] for r in rows),
         "top": rows[:top],
+        "host_self_us": sum(r["self_us"] for r in host),
+        "host_top": host[:40],
     }
 
 
@@ -530,6 +536,7 @@ def main() -> int:
                 run[key] = getattr(model.config, f"_{key}", None)
             if DEV == "cuda":
                 torch.cuda.reset_peak_memory_stats()
+                torch.cuda.synchronize()
             if name == "llama2-7b" and "host_probe" not in result:
                 try:
                     result["host_probe"] = host_probe(model, 1, 128, 2048)

@@ -107,6 +107,18 @@ def attention_masked_ops() -> list[Op]:
     return ops
 
 
+def attention_masked_prefill_ops() -> list[Op]:
+    """Prefill with an explicit boolean mask, as Hugging Face passes for a sliding window (or a
+    padded batch): SDPA cannot skip the masked blocks; causal (a lower-triangular mask) and
+    full."""
+    ops: list[Op] = []
+    for seq in (1024, 2048, 4096, 8192):
+        for causal in (True, False):
+            op = so.attention(batch=1, heads=32, kv_heads=8, seq=seq, causal=causal)
+            ops.append(replace(op, name=op.name + "/mask", mask=True))
+    return ops
+
+
 def attention_backend_ops() -> list[tuple[Op, str]]:
     op = so.attention(batch=2, heads=32, kv_heads=8, seq=4096, causal=True)
     dec = so.attention(batch=16, heads=32, kv_heads=8, seq=1, kv_len=8192, causal=True)
@@ -208,6 +220,7 @@ GROUPS = {
     "attention": attention_ops,
     "attention_backends": attention_backend_ops,
     "attention_masked": attention_masked_ops,
+    "attention_masked_prefill": attention_masked_prefill_ops,
     "strided": strided_ops,
     "memory": memory_ops,
     "relu": relu_ops,

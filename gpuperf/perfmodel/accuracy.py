@@ -208,7 +208,8 @@ def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
 
 # The Scenario fields a whole-model run records and its prediction takes.
 SCENARIO_KEYS = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "dtype", "tp", "dp",
-                  "pp", "micro_batch", "zero", "tp_impl", "sequence_parallel")  # fmt: skip
+                  "pp", "micro_batch", "zero", "tp_impl", "sequence_parallel", "recompute",
+                  "weight_dtype", "fp8_scales")  # fmt: skip
 
 
 def predict_multigpu(r: MultiGpuRun, gpu: GpuSpec) -> Any:
@@ -291,13 +292,14 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec) -> pd.DataFrame:
         sc = r.scenario
         cfg = from_hf_dict(r.config, name=r.model)
         kw = {k: sc[k] for k in ("batch", "seq", "ctx") if sc.get(k)}
+        kw |= {k: sc[k] for k in ("recompute", "weight_dtype", "fp8_scales") if sc.get(k)}
         p = predict(
             cfg, gpu=gpu, mode=sc["mode"], impl=sc.get("impl", "eager"),
             cuda_graphs=bool(sc.get("cuda_graphs")), dtype=sc.get("dtype", "bf16"), **kw,
         )  # fmt: skip
         label = f"{sc['mode']} b{sc.get('batch')} " + (
             f"ctx{sc['ctx']}" if sc["mode"] == "decode" else f"s{sc.get('seq')}"
-        )
+        ) + (" ckpt" if sc.get("recompute") == "full" else "")
         rows.append(
             {
                 "class": e2e_class(sc),

@@ -75,7 +75,7 @@ def _hw(op: Attention, gpu: GpuSpec) -> _Hw:
     p = gpu.params
     eff = p.attn_bwd_eff if op.backward else p.attn_eff
     overlap = p.attn_exp_overlap
-    mm_flops = (10.0 if op.backward else 4.0) * op.head_dim
+    mm_flops = (5.0 if op.backward else 2.0) * (op.head_dim + op.vdim)
     exp_rate = gpu.sms * gpu.boost_clock_mhz * 1e6 * SFU_PER_CLK_PER_SM
     t_mm, t_exp = mm_flops / matmul_peak(gpu, op.dtype), 1.0 / exp_rate
     # Serial (FA2) pays both; an overlapping kernel (FA3, cuDNN on Hopper) pays the larger.
@@ -107,6 +107,9 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
         rows, units, causal = op.q_len, op.batch * op.heads, op.causal
     br = BLOCK_M if rows >= BLOCK_M else BLOCK_M_DECODE
     n_qt, total, longest = tile_blocks(rows, op.kv_len, op.q_len, br, causal)
+    if op.window and op.window < op.kv_len:  # a windowed kernel visits the window's blocks only
+        span = -(-(op.window + br) // BLOCK_N)
+        total, longest = min(total, n_qt * span), min(longest, span)
     t_block = br * BLOCK_N * hw.t_pair
 
     base_bytes = op.cost().bytes
@@ -122,7 +125,7 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
         units_time = max(-(-longest // s), waves * total / (n_qt * s)) + waves * hw.fill
         t_math = units_time * t_block
         # Each split writes fp32 partial outputs for its real query rows; the combine reads them.
-        partials = 2.0 * units * rows * s * d * PARTIAL_BYTES if s > 1 else 0.0
+        partials = 2.0 * units * rows * s * op.vdim * PARTIAL_BYTES if s > 1 else 0.0
         t_mem = (base_bytes + partials + hw.half_bytes) / hw.bw
         t = max(t_math, t_mem)
         if best is None or t < best[0]:
@@ -138,6 +141,10 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
         "waves": waves,
         "eff": hw.eff,
         "gqa_packed": 1.0 if packed else 0.0,
-        "kv_bytes": 2.0 * op.batch * op.kv_heads * op.kv_len * d * BYTES[op.kv_dtype or op.dtype],
+        "kv_bytes": op.batch
+        * op.kv_heads
+        * op.kv_len
+        * (d + op.vdim)
+        * BYTES[op.kv_dtype or op.dtype],
     }
     return finish(t_math, t_mem, hw.floor, detail)

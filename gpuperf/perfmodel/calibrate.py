@@ -107,7 +107,15 @@ class Sample:
 
 # Op fields added after the split was first drawn, with their defaults: left out of the hash
 # while at the default, so that adding a field does not move old shapes between the sets.
-_ADDED_FIELDS = {"nodes": 0, "inter_node": False, "wdtype": None, "scales": ""}
+_ADDED_FIELDS = {
+    "nodes": 0,
+    "inter_node": False,
+    "wdtype": None,
+    "scales": "",
+    "groups": 0,
+    "v_head_dim": 0,
+    "window": 0,
+}
 
 
 def shape_hash(op: Op) -> int:

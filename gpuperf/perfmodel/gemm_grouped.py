@@ -70,10 +70,11 @@ def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
     eff = float(extra.get("grouped_gemm_eff", GROUPED_EFF))
     setup = float(extra.get("grouped_gemm_floor_s", GROUPED_FLOOR_S))
     p = k_top / e
-    mean_rows = op.rows / e  # PyTorch picks the tile from the mean over all groups
+    local = op.local
+    mean_rows = op.rows / local  # PyTorch picks the tile from the mean over all groups
     tm, tn = SMALL_TILE if (mean_rows <= 128 or op.n <= 128) else LARGE_TILE
     touched = op.touched()
-    tiles_m = e * expected_ceil(t, p, tm)  # busy M-tiles over all experts
+    tiles_m = local * expected_ceil(t, p, tm)  # busy M-tiles over this GPU's experts
     tiles_n = -(-op.n // tn)
     ctas = tiles_m * tiles_n
     tk = max(1, K_STEP_BYTES // b)

@@ -104,8 +104,10 @@ def _vector(dtype: str) -> str:
     return "fp64" if dtype == "fp64" else "fp32"
 
 
-# Copies out of a broadcast view: PyTorch's unvectorized elementwise kernel (strided_copy_eff).
-STRIDED_FNS = frozenset({"repeat_kv"})
+# PyTorch's unvectorized elementwise kernel (strided_copy_eff): copies out of a broadcast view
+# (HF's repeat_kv), a masked fill with a broadcast mask, and pointwise ops on the strided halves
+# of a chunked tensor (act(gate) · up of a fused gate_up output: HF's grouped MoE experts, Phi-3).
+STRIDED_FNS = frozenset({"repeat_kv", "masked_fill", "act_chunk", "mul_chunk"})
 
 
 def elementwise_time(op: Elementwise, gpu: GpuSpec) -> OpTime:

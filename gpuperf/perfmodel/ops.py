@@ -105,17 +105,23 @@ class GroupedGemm:
     n: int
     k: int
     dtype: DType = "bf16"
+    groups: int = 0  # experts this GPU runs (expert parallelism: experts / ep); 0 = all
     kind: ClassVar[OpKind] = "gemm"
 
     @property
+    def local(self) -> int:
+        return self.groups or self.experts
+
+    @property
     def rows(self) -> int:
-        return self.tokens * self.topk
+        """Routed rows that reach this GPU's experts (all of them without expert parallelism)."""
+        return self.tokens * self.topk * self.local // self.experts
 
     def touched(self) -> float:
-        """Experts that receive at least one row, on average, when each token picks topk distinct
-        experts uniformly at random: E·(1 - (1 - k/E)^T)."""
+        """This GPU's experts that receive at least one row, on average, when each token picks
+        topk distinct experts uniformly at random: local·(1 - (1 - k/E)^T)."""
         e, k = self.experts, min(self.topk, self.experts)
-        return e * (1.0 - (1.0 - k / e) ** self.tokens)
+        return self.local * (1.0 - (1.0 - k / e) ** self.tokens)
 
     def cost(self) -> Cost:
         b = BYTES[self.dtype]
@@ -127,7 +133,8 @@ class GroupedGemm:
 
     @property
     def shape(self) -> str:
-        return f"{self.tokens}×top{self.topk}/{self.experts}e ×{self.n}×{self.k}"
+        here = f" ({self.local} here)" if self.groups else ""
+        return f"{self.tokens}×top{self.topk}/{self.experts}e{here} ×{self.n}×{self.k}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,35 +160,54 @@ class Attention:
     # with torch 2.11, SDPA still picks cuDNN then, at the speed of unmasked decode
     # (benchmarks/results/*/attention_masked.json), so the time model treats it alike.
     mask: bool = False
+    # Value head size when it differs from the query/key one (MLA: q·k over 192, values 128).
+    v_head_dim: int = 0
+    # Sliding window: each query sees at most the `window` latest keys (0: all), as a
+    # windowed FlashAttention kernel skips the blocks outside it.
+    window: int = 0
     kind: ClassVar[OpKind] = "attention"
 
+    @property
+    def vdim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
     def attended_pairs(self) -> float:
-        """Number of (query, key) pairs computed per head, after causal masking."""
-        q, kv = self.q_len, self.kv_len
+        """Number of (query, key) pairs computed per head, after causal masking and the window."""
+        q, kv, w = self.q_len, self.kv_len, self.window
         if not self.causal:
-            return float(q * kv)
+            return float(q * min(kv, w) if w else q * kv)
         # Query i (0-based among the last q of kv positions) sees kv - q + i + 1 keys.
-        return float(q * (kv - q) + q * (q + 1) / 2)
+        full = q * (kv - q) + q * (q + 1) / 2
+        if not w or w >= kv:
+            return float(full)
+        # Capped at w: queries that see fewer than w keys keep them all.
+        short = max(0, min(q, w - (kv - q)))  # queries that see at most w keys
+        return float(short * (kv - q) + short * (short + 1) / 2 + (q - short) * w)
 
     def cost(self) -> Cost:
         b = BYTES[self.dtype]
         kvb = BYTES[self.kv_dtype or self.dtype]
         pairs = self.attended_pairs() * self.batch * self.heads
-        fwd_flops = 4.0 * pairs * self.head_dim  # QKᵀ and PV, 2 FLOP per multiply-add each
+        # QKᵀ over head_dim and PV over the value dim, 2 FLOP per multiply-add each.
+        fwd_flops = 2.0 * pairs * (self.head_dim + self.vdim)
         q_elems = self.batch * self.heads * self.q_len * self.head_dim
-        kv_elems = 2 * self.batch * self.kv_heads * self.kv_len * self.head_dim
+        o_elems = self.batch * self.heads * self.q_len * self.vdim
+        kv_elems = self.batch * self.kv_heads * self.kv_len * (self.head_dim + self.vdim)
         if not self.backward:
-            return Cost(fwd_flops, b * q_elems + kvb * kv_elems, b * q_elems)
+            return Cost(fwd_flops, b * q_elems + kvb * kv_elems, b * o_elems)
         # Backward (FlashAttention-2): recompute QKᵀ, dV, dP, dQ, dK = 2.5x forward FLOPs;
         # reads Q, K, V, O, dO; writes dQ, dK, dV.
-        return Cost(2.5 * fwd_flops, 3 * b * q_elems + kvb * kv_elems, b * q_elems + kvb * kv_elems)
+        reads = b * (q_elems + 2 * o_elems) + kvb * kv_elems
+        return Cost(2.5 * fwd_flops, reads, b * q_elems + kvb * kv_elems)
 
     @property
     def shape(self) -> str:
         gqa = f"/{self.kv_heads}" if self.kv_heads != self.heads else ""
         return (
             f"b{self.batch} h{self.heads}{gqa} q{self.q_len} kv{self.kv_len} d{self.head_dim}"
+            + (f"/{self.v_head_dim}" if self.v_head_dim else "")
             + (" causal" if self.causal else "")
+            + (f" window{self.window}" if self.window else "")
             + (" mask" if self.mask else "")
         )
 

@@ -23,6 +23,8 @@ TpImpl = Literal["megatron", "dtensor"]
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved"]
 AttnImpl = Literal["flash", "math"]
+Fp8Scales = Literal["tensor", "row"]
+MlaForm = Literal["auto", "naive", "absorbed"]
 MODES: tuple[Mode, ...] = ("prefill", "decode", "generate", "train")
 TP_IMPLS: tuple[TpImpl, ...] = ("megatron", "dtensor")
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
@@ -42,6 +44,8 @@ _CHOICES = {
     "recompute": RECOMPUTE,
     "schedule": SCHEDULES,
     "attn": ATTN_IMPLS,
+    "fp8_scales": ("tensor", "row"),
+    "mla": ("auto", "naive", "absorbed"),
 }
 
 
@@ -83,6 +87,10 @@ class Scenario:
     impl: Impl = "fused"
     cuda_graphs: bool = False
     attn: AttnImpl = "flash"
+    # Weight-only quantization: int4 (group-wise, 128) or int8 weights with `dtype` activations.
+    weight_dtype: DType | None = None
+    fp8_scales: Fp8Scales = "tensor"  # fp8 GEMMs: one scale per tensor, or per row (token)
+    mla: MlaForm = "auto"  # MLA models: the naive (expanded) or absorbed attention
     # --- parallelism -------------------------------------------------------------------------
     tp: int = 1
     pp: int = 1
@@ -115,6 +123,7 @@ class Scenario:
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise InputError(f"{name} must be true, false or None, got {value!r}")
+        self._check_formats()
         sp = self.sequence_parallel
         if self.dp_overlap is None:
             object.__setattr__(self, "dp_overlap", self.impl == "eager")
@@ -150,6 +159,30 @@ class Scenario:
                   and self.impl == "fused")  # fmt: skip
             object.__setattr__(self, "sequence_parallel", sp)
         self._check_combinations()
+
+    def _check_formats(self) -> None:
+        from gpuperf.dtypes import WEIGHT_ONLY
+
+        if self.dtype in WEIGHT_ONLY:
+            raise InputError(
+                f"dtype {self.dtype} is a weight format: give weight_dtype={self.dtype} "
+                "(--weight-dtype) with bf16 activations"
+            )
+        if self.kv_dtype in WEIGHT_ONLY:
+            raise InputError(f"kv_dtype {self.kv_dtype} is not a cache format (bf16, fp8, ...)")
+        if self.weight_dtype is not None:
+            if self.weight_dtype not in ("int4", "int8"):
+                raise InputError(
+                    "weight_dtype must be int4 or int8 (weight-only), "
+                    f"got {shown(self.weight_dtype)}"
+                )
+            if self.dtype not in ("bf16", "fp16"):
+                raise InputError(
+                    f"weight-only {self.weight_dtype} runs with bf16 or fp16 activations, "
+                    f"not {self.dtype}"
+                )
+            if self.mode == "train":
+                raise InputError("weight-only quantization is an inference format (not train)")
 
     def _check_combinations(self) -> None:
         if self.sequence_parallel and self.tp == 1:

@@ -22,9 +22,11 @@ from gpuperf.perfmodel.ops import P2P, Collective, Copy, Op
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.groups import SINGLE, Groups
+from gpuperf.workloads.layer_kinds import LayerKind, kind_runs
 from gpuperf.workloads.scenario import Scenario
 from gpuperf.workloads.shard import Params, Stage, gpu_params, stages
 from gpuperf.workloads.transformer_layers import (
+    DENSE,
     Dims,
     eager_layer,
     fused_layer,
@@ -134,9 +136,10 @@ def _boundary(nbytes: int, act: str, tp: int, tp_nodes: int, inter_node: bool, s
 
 
 @functools.lru_cache(maxsize=256)
-def _layer_templates(cfg: ModelConfig, d: Dims, eager: bool, train: bool, recompute: str) -> tuple:
-    """(forward ops, backward ops, forward hides, backward hides) of one layer."""
-    layer = eager_layer(cfg, d) if eager else fused_layer(cfg, d)
+def _layer_templates(cfg: ModelConfig, d: Dims, eager: bool, train: bool, recompute: str,
+                     kind: LayerKind = DENSE) -> tuple:  # fmt: skip
+    """(forward ops, backward ops, forward hides, backward hides) of one layer of `kind`."""
+    layer = eager_layer(cfg, d, kind) if eager else fused_layer(cfg, d, kind)
     layer_bwd: list[Op] = []
     bwd_hide: dict[str, tuple[str, ...]] = {}
     if train:
@@ -156,14 +159,16 @@ def _stage_parts(cfg: ModelConfig, d: Dims, eager: bool, mode: str, recompute: s
     """A stage's forward and backward Parts; fsdp: (params, dp ranks, dp nodes, expert-dp ranks,
     expert-dp nodes) under ZeRO-3."""
     train = mode == "train"
-    layer, layer_bwd, fwd_hide, bwd_hide = _layer_templates(cfg, d, eager, train, recompute)
+    runs = [(first, n, _layer_templates(cfg, d, eager, train, recompute, kind))
+            for first, n, kind in kind_runs(cfg, st.first, st.layers)]  # fmt: skip
     fsdp = _fsdp_layer_ops(d, st, *fsdp) if fsdp is not None else None
-    fwd = _forward_parts(cfg, d, eager, mode, st, layer, fwd_hide, fsdp)
-    bwd = _backward_parts(cfg, d, eager, st, layer_bwd, bwd_hide, fsdp) if train else []
+    fwd = _forward_parts(cfg, d, eager, mode, st, runs, fsdp)
+    bwd = _backward_parts(cfg, d, eager, st, runs, fsdp) if train else []
     return tuple(fwd), tuple(bwd)
 
 
-def _forward_parts(cfg, d, eager, mode, st, layer, hide, fsdp) -> list[Part]:  # noqa: ANN001
+def _forward_parts(cfg, d, eager, mode, st, runs, fsdp) -> list[Part]:  # noqa: ANN001
+    """The stage's forward: the prologue, each run of alike layers, the head."""
     from gpuperf.workloads.transformer import epilogue, prologue
 
     parts: list[Part] = []
@@ -172,27 +177,29 @@ def _forward_parts(cfg, d, eager, mode, st, layer, hide, fsdp) -> list[Part]:  #
         pre = [*fsdp.first, *pre]
     if pre:
         parts.append(_part(pre))
+    end = st.first + st.layers
+    for first, n, (layer, _, hide, _) in runs:
 
-    def body(last: bool) -> tuple[list[Op], dict]:
-        if not fsdp:
-            return list(layer), dict(hide)
-        if last:  # the last layer has no next layer to prefetch
-            return [*layer, *fsdp.fwd[-1:]], dict(hide)
-        return [*layer, *fsdp.fwd], {**hide, **fsdp.fwd_hide}
+        def body(last: bool, layer=layer, hide=hide) -> tuple[list[Op], dict]:  # noqa: ANN001
+            if not fsdp:
+                return list(layer), dict(hide)
+            if last:  # the last layer has no next layer to prefetch
+                return [*layer, *fsdp.fwd[-1:]], dict(hide)
+            return [*layer, *fsdp.fwd], {**hide, **fsdp.fwd_hide}
 
-    n, first = st.layers, st.first
-    if n and first == 0 and not eager and not cfg.parallel_residual:
-        # vLLM's first layer has no residual yet: a plain norm, not the fused add + norm.
-        ops, h = body(n == 1)
-        plain = [replace(ops[0], residual=False), *ops[1:]]  # type: ignore[call-arg]
-        parts.append(_part(plain, h, layer0=0))
-        n, first = n - 1, 1
-    if n and fsdp:
-        if n > 1:
-            parts.append(_part(*body(False), repeat=n - 1, layer0=first))
-        parts.append(_part(*body(True), layer0=first + n - 1))
-    elif n:
-        parts.append(_part(*body(False), repeat=n, layer0=first))
+        ends_stage = first + n == end
+        if n and first == 0 and not eager and not cfg.parallel_residual:
+            # vLLM's first layer has no residual yet: a plain norm, not the fused add + norm.
+            ops, h = body(n == 1 and ends_stage)
+            plain = [replace(ops[0], residual=False), *ops[1:]]  # type: ignore[call-arg]
+            parts.append(_part(plain, h, layer0=0))
+            n, first = n - 1, 1
+        if n and fsdp and ends_stage:
+            if n > 1:
+                parts.append(_part(*body(False), repeat=n - 1, layer0=first))
+            parts.append(_part(*body(True), layer0=first + n - 1))
+        elif n:
+            parts.append(_part(*body(False), repeat=n, layer0=first))
     if st.has_head:
         post = epilogue(cfg, d, eager, mode)
         if mode == "train":
@@ -203,19 +210,21 @@ def _forward_parts(cfg, d, eager, mode, st, layer, hide, fsdp) -> list[Part]:  #
     return parts
 
 
-def _backward_parts(cfg, d, eager, st, layer_bwd, hide, fsdp) -> list[Part]:  # noqa: ANN001
+def _backward_parts(cfg, d, eager, st, runs, fsdp) -> list[Part]:  # noqa: ANN001
+    """The stage's backward: the head, each run of alike layers from the last, the embedding."""
     from gpuperf.workloads.transformer_train import head_backward, tail_backward
 
     parts: list[Part] = []
     if st.has_head:
         parts.append(_part(head_backward(cfg, d, eager)))
-    body, body_hide = list(layer_bwd), dict(hide)
-    if fsdp:
-        body = [*fsdp.bwd_pre, *body, *fsdp.bwd_post]
-        body_hide.update(fsdp.bwd_hide)
-    if st.layers:
-        parts.append(_part(body, body_hide, repeat=st.layers, layer0=st.first + st.layers - 1,
-                           descending=True))  # fmt: skip
+    for first, n, (_, layer_bwd, _, hide) in reversed(runs):
+        body, body_hide = list(layer_bwd), dict(hide)
+        if fsdp:
+            body = [*fsdp.bwd_pre, *body, *fsdp.bwd_post]
+            body_hide.update(fsdp.bwd_hide)
+        if n:
+            parts.append(_part(body, body_hide, repeat=n, layer0=first + n - 1,
+                               descending=True))  # fmt: skip
     tail = tail_backward(cfg, d) if st.has_embed else []
     if fsdp:
         tail = [*tail, *fsdp.last]

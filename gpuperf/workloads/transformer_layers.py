@@ -17,7 +17,6 @@ parallelism can divide them later; build_ops uses tp=1.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, replace
 
 from gpuperf.dtypes import BYTES, DType
@@ -25,7 +24,10 @@ from gpuperf.perfmodel.ops import Attention, Copy, Elementwise, Gemm, Norm, Op, 
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.groups import SINGLE, Groups
+from gpuperf.workloads.layer_kinds import LayerKind
 from gpuperf.workloads.scenario import Scenario
+
+DENSE = LayerKind()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,9 @@ class Dims:
     g: Groups = SINGLE  # communicator groups (tensor, context, expert parallel)
     attn: str = "flash"  # flash: one fused kernel; math: scores materialized, softmax, P·V
     train: bool = False  # dropout runs in training only
+    wgemm: DType | None = None  # weight-only GEMM format (int4/int8 weights, bf16 activations)
+    scales: str = ""  # fp8: "tensor" or "row" scales; int4: group size ("g128")
+    mla: str = "auto"  # MLA form: naive, absorbed, or what the implementation runs (auto)
 
     @property
     def rows(self) -> int:
@@ -98,6 +103,10 @@ def make_dims(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> Dims:
         g=g,
         attn=sc.attn,
         train=sc.mode == "train",
+        wgemm=sc.weight_dtype,
+        scales=("g128" if sc.weight_dtype == "int4" else "")
+        or (sc.fp8_scales if BYTES[sc.dtype] == 1 and sc.dtype == "fp8" else ""),
+        mla=sc.mla,
     )
 
 
@@ -107,25 +116,43 @@ def _ew(name: str, fn: str, numel: int, dt: DType, n_in: int = 1, out: DType | N
 
 
 def _gemm(ops: list[Op], d: Dims, name: str, m: int, n: int, k: int, batch: int = 1) -> None:
-    """A weight GEMM; quantized dtypes first quantize the activation (one kernel, as vLLM)."""
+    """A weight GEMM; quantized dtypes first quantize the activation (one kernel, as vLLM);
+    weight-only formats read packed weights with bf16 activations."""
+    if d.wgemm is not None:
+        ops.append(Gemm(name, m, n, k, d.act, batch, d.wgemm, d.scales))
+        return
     if BYTES[d.gemm] == 1:
         ops.append(_ew(name + "_quant", "quant", batch * m * k, d.act, out=d.gemm, flops=2.0))
-    ops.append(Gemm(name, m, n, k, d.gemm, batch))
+    ops.append(Gemm(name, m, n, k, d.gemm, batch, None, d.scales))
 
 
-def attention_core(d: Dims, name: str = "attn/core") -> Attention:
-    return Attention(name, d.batch, d.heads, d.kv_heads, d.q_len, d.kv_len, d.head_dim, True,
-                     d.act, d.kv)  # fmt: skip
+def attention_core(d: Dims, name: str = "attn/core", window: int = 0) -> Attention:
+    """FlashAttention over the cache; with a sliding `window` the kernel skips the blocks
+    outside it, and a decode step reads only the window (vLLM, flash_attn's window_size)."""
+    kv = min(d.kv_len, window) if window and d.decode else d.kv_len
+    return Attention(name, d.batch, d.heads, d.kv_heads, d.q_len, kv, d.head_dim, True,
+                     d.act, d.kv, window=window if window < kv else 0)  # fmt: skip
 
 
-def attention_ops(d: Dims, dropout: bool = False) -> list[Op]:
+def sliding_sdpa(d: Dims, window: int, name: str = "attn/core") -> Attention:
+    """Hugging Face's sliding-window attention through SDPA: once the keys outnumber the window
+    the window is a dense boolean mask (is_causal off), so the kernel computes every (query,
+    key) pair of the square and masks them; a decode step's cache holds the window alone."""
+    kv = min(d.kv_len, window) if d.decode else d.kv_len
+    if kv < window:
+        return attention_core(d, name)
+    return Attention(name, d.batch, d.heads, d.kv_heads, d.q_len, kv, d.head_dim, d.decode,
+                     d.act, d.kv, mask=True, window=window if d.decode else 0)  # fmt: skip
+
+
+def attention_ops(d: Dims, dropout: bool = False, window: int = 0) -> list[Op]:
     """The attention of one layer: one fused kernel (flash, which applies dropout inside), the
     materialized form (math; dropout is a kernel of its own), or ring attention (cp > 1)."""
     if d.g.cp > 1:
         return ring_attention(d)
     if d.attn == "math":
         return math_attention(d, dropout)
-    return [attention_core(d)]
+    return [attention_core(d, window=window)]
 
 
 def math_attention(d: Dims, dropout: bool = False) -> list[Op]:
@@ -176,70 +203,82 @@ def ring_hide(d: Dims, backward: bool = False) -> comm_ops.Hide:
     return hide
 
 
-def _touched_experts(cfg: ModelConfig, d: Dims) -> tuple[int, int]:
-    """(experts this GPU runs, rows each) under uniform routing: each of the T·ep tokens routed
-    to this GPU's experts' group picks k distinct experts of E at random, so a local expert is
-    untouched with probability (1 - k/E)^(T·ep)."""
-    E, k, T, ep = cfg.num_experts, cfg.num_experts_per_tok, d.T, d.g.ep
-    local = E // ep
-    touched = min(local, max(-(-k // ep), math.ceil(local * (1 - (1 - k / E) ** (T * ep)) - 1e-9)))
-    touched = max(1, touched)
-    return touched, math.ceil(T * k / touched)
+# Activation kernels by hidden_act: fused "act_and_mul" (gated) names, FLOPs per element.
+_ACT_FLOPS = {"silu": 4.0, "gelu": 8.0, "gelu_tanh": 8.0, "relu": 1.0, "relu2": 2.0}
 
 
-def moe_block(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
-    """Router, top-k, permute, expert GEMMs, activation, combine.
-
-    Uniform routing assumed: each token picks k distinct experts at random, so a pass over T tokens
-    touches E·(1 - (1 - k/E)^T) experts on average (all of them once T is large, exactly k when
-    T = 1), each with ceil(T·k / touched) rows. Real routing is uneven; the busiest expert sets the
-    time, so this is a lower bound on the expert GEMM time. Under expert parallelism the token
-    copies go to their experts' ranks and back (two all-to-alls) and each rank runs E/ep experts.
-    """
-    E, k, T, h, f = cfg.num_experts, cfg.num_experts_per_tok, d.T, d.hidden, d.inter
-    touched, rows = _touched_experts(cfg, d)
-    ops: list[Op] = comm_ops.col_in(d, "mlp/router")
-    ops.append(Gemm("mlp/router", T, E, h, d.act))
-    ops.append(Reduce("mlp/topk", "topk", T, E, k, d.act))
-    ops.append(Copy("mlp/permute", T * k * h * BYTES[d.act], d.act))
-    ops += comm_ops.expert_alltoall(d, "mlp/dispatch", T * k)
-    if eager:
-        _gemm(ops, d, "mlp/experts_gate", rows, f, h, touched)
-        _gemm(ops, d, "mlp/experts_up", rows, f, h, touched)
-        ops.append(_ew("mlp/act", "silu", touched * rows * f, d.act, flops=4.0))
-        ops.append(_ew("mlp/mul", "mul", touched * rows * f, d.act, n_in=2))
-    else:
-        _gemm(ops, d, "mlp/experts_gate_up", rows, 2 * f, h, touched)
-        ops.append(_ew("mlp/act", "silu_and_mul", touched * rows * f, d.act, n_in=2, flops=5.0))
-    _gemm(ops, d, "mlp/experts_down", rows, h, f, touched)
-    ops += comm_ops.expert_alltoall(d, "mlp/combine", T * k)
-    ops.append(_ew("mlp/combine", "moe_combine", T * h, d.act, n_in=k, flops=2.0 * k))
-    ops += comm_ops.row_out(d, "mlp/experts_down")
-    return ops
-
-
-def dense_mlp(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
-    T, h, f = d.T, d.hidden, d.inter
+def dense_mlp(cfg: ModelConfig, d: Dims, eager: bool, inter: int | None = None,
+              prefix: str = "mlp", comm: bool = True) -> list[Op]:  # fmt: skip
+    """A dense MLP of width `inter` (this GPU's share): gated (act(gate) · up) or plain (act(up)),
+    with the activation the config names. Eager runs Hugging Face's modules (separate gate and up
+    GEMMs, or one gate_up GEMM split into strided halves, Phi-3); fused runs one gate_up GEMM and
+    one act-and-mul kernel (vLLM)."""
+    T, h = d.T, d.hidden
+    f = d.inter if inter is None else inter
+    act, a = cfg.hidden_act, d.act
+    flops = _ACT_FLOPS[act]
     ops: list[Op] = []
     if cfg.mlp == "plain":
-        ops += comm_ops.col_in(d, "mlp/up")
-        _gemm(ops, d, "mlp/up", T, f, h)
-        ops.append(_ew("mlp/act", "gelu", T * f, d.act, flops=8.0))
+        ops += comm_ops.col_in(d, f"{prefix}/up") if comm else []
+        _gemm(ops, d, f"{prefix}/up", T, f, h)
+        if eager and act == "relu2":  # Nemotron's ReLU²: relu, then square
+            ops.append(_ew(f"{prefix}/act", "relu", T * f, a))
+            ops.append(_ew(f"{prefix}/act_square", "pow", T * f, a))
+        else:
+            ops.append(_ew(f"{prefix}/act", act if eager else act + "_fused", T * f, a,
+                           flops=flops))  # fmt: skip
+    elif eager and cfg.gate_up_fused:  # one gate_up GEMM, then chunk: strided halves
+        _gemm(ops, d, f"{prefix}/gate_up", T, 2 * f, h)
+        ops.append(_ew(f"{prefix}/act", "act_chunk", T * f, a, flops=flops))
+        ops.append(_ew(f"{prefix}/mul", "mul_chunk", T * f, a, n_in=2))
     elif eager:  # HF LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x))
-        _gemm(ops, d, "mlp/gate", T, f, h)
-        ops.append(_ew("mlp/act", "silu", T * f, d.act, flops=4.0))
-        _gemm(ops, d, "mlp/up", T, f, h)
-        ops.append(_ew("mlp/mul", "mul", T * f, d.act, n_in=2))
+        _gemm(ops, d, f"{prefix}/gate", T, f, h)
+        ops.append(_ew(f"{prefix}/act", act, T * f, a, flops=flops))
+        _gemm(ops, d, f"{prefix}/up", T, f, h)
+        ops.append(_ew(f"{prefix}/mul", "mul", T * f, a, n_in=2))
     else:
-        ops += comm_ops.col_in(d, "mlp/gate_up")
-        _gemm(ops, d, "mlp/gate_up", T, 2 * f, h)
-        ops.append(_ew("mlp/act", "silu_and_mul", T * f, d.act, n_in=2, flops=5.0))
-    _gemm(ops, d, "mlp/down", T, h, f)
-    ops += comm_ops.row_out(d, "mlp/down")
+        ops += comm_ops.col_in(d, f"{prefix}/gate_up") if comm else []
+        _gemm(ops, d, f"{prefix}/gate_up", T, 2 * f, h)
+        fn = "silu_and_mul" if act == "silu" else f"{act}_and_mul"
+        ops.append(_ew(f"{prefix}/act", fn, T * f, a, n_in=2, flops=flops + 1.0))
+    _gemm(ops, d, f"{prefix}/down", T, h, f)
+    ops += comm_ops.row_out(d, f"{prefix}/down") if comm else []
     return ops
 
 
-def fused_layer(cfg: ModelConfig, d: Dims) -> list[Op]:
+def mlp_block(cfg: ModelConfig, d: Dims, eager: bool, kind: LayerKind) -> list[Op]:
+    """The layer's MLP: routed experts (and shared ones) in an MoE layer, else a dense MLP (the
+    dense layers of an MoE model use intermediate_size)."""
+    if kind.moe:
+        from gpuperf.workloads.moe_layers import moe_block
+
+        return moe_block(cfg, d, eager)
+    return dense_mlp(cfg, d, eager)
+
+
+def _qk_norms(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
+    """Qwen3's and Gemma3's RMSNorm over each head of q and of k."""
+    if not cfg.qk_norm:
+        return []
+    rows_q, rows_k, hd, a = d.T * d.heads, d.T * d.kv_heads, d.head_dim, d.act
+    if eager:
+        return eager_norm(cfg, "attn/q_norm", rows_q, hd, a) + eager_norm(
+            cfg, "attn/k_norm", rows_k, hd, a
+        )
+    return [Norm("attn/q_norm", "rmsnorm", rows_q, hd, a), Norm("attn/k_norm", "rmsnorm", rows_k,
+                                                                  hd, a)]  # fmt: skip
+
+
+def _rotary(cfg: ModelConfig, d: Dims) -> int:
+    """Values of each head that RoPE rotates (partial rotary: GPT-NeoX, Nemotron, Phi-3)."""
+    return max(2, int(d.head_dim * cfg.rotary_frac) // 2 * 2)
+
+
+def _window(cfg: ModelConfig, kind: LayerKind) -> int:
+    return cfg.sliding_window if kind.sliding else 0
+
+
+def fused_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
     """vLLM / Megatron-style layer. Norms fuse the previous residual add unless the residual is
     parallel. Under tensor parallelism the collectives of comm_ops sit between the kernels."""
     T, h, hd = d.T, d.hidden, d.head_dim
@@ -248,20 +287,32 @@ def fused_layer(cfg: ModelConfig, d: Dims) -> list[Op]:
     drop = d.train and cfg.hidden_dropout > 0
     fused_res = not cfg.parallel_residual and not drop
     ops: list[Op] = [Norm("attn/norm", cfg.norm, d.rows, h, d.act, fused_res)]
-    ops += comm_ops.col_in(d, "attn/qkv")
-    _gemm(ops, d, "attn/qkv", T, (d.heads + 2 * d.kv_heads) * hd, h)
-    if cfg.positions == "rope":
-        ops.append(_ew("attn/rope", "rope", T * (d.heads + d.kv_heads) * hd, d.act, flops=3.0))
-    if d.cache:
-        ops.append(Copy("attn/kv_write", T * 2 * d.kv_heads * hd * BYTES[d.kv], d.kv))
-    ops += attention_ops(d, d.train and cfg.attention_dropout > 0)
-    _gemm(ops, d, "attn/out", T, h, d.heads * hd)
-    ops += comm_ops.row_out(d, "attn/out")
+    if cfg.is_mla:
+        from gpuperf.workloads.mla_layers import mla_attention
+
+        ops += mla_attention(cfg, d, False, d.mla)
+    else:
+        ops += comm_ops.col_in(d, "attn/qkv")
+        _gemm(ops, d, "attn/qkv", T, (d.heads + 2 * d.kv_heads) * hd, h)
+        ops += _qk_norms(cfg, d, False)
+        if cfg.positions == "rope":
+            n = T * (d.heads + d.kv_heads) * _rotary(cfg, d)
+            ops.append(_ew("attn/rope", "rope", n, d.act, flops=3.0))
+        if d.cache:
+            ops.append(Copy("attn/kv_write", T * 2 * d.kv_heads * hd * BYTES[d.kv], d.kv))
+        ops += attention_ops(d, d.train and cfg.attention_dropout > 0, _window(cfg, kind))
+        _gemm(ops, d, "attn/out", T, h, d.heads * hd)
+        ops += comm_ops.row_out(d, "attn/out")
+    if cfg.sandwich_norm:  # Gemma2/3: the attention output is normalized before the residual
+        ops.append(Norm("attn/post_norm", cfg.norm, d.rows, h, d.act))
     if drop:
         ops.append(_ew("attn/bias_dropout_add", "dropout_add", d.rows * h, d.act, n_in=2,
                        flops=3.0))  # fmt: skip
-    ops.append(Norm("mlp/norm", cfg.norm, d.rows, h, d.act, fused_res))
-    ops += moe_block(cfg, d, False) if cfg.is_moe else dense_mlp(cfg, d, False)
+    if not (cfg.parallel_residual and cfg.shared_input_norm):
+        ops.append(Norm("mlp/norm", cfg.norm, d.rows, h, d.act, fused_res))
+    ops += mlp_block(cfg, d, False, kind)
+    if cfg.sandwich_norm:
+        ops.append(Norm("mlp/post_norm", cfg.norm, d.rows, h, d.act))
     if drop:
         ops.append(_ew("mlp/bias_dropout_add", "dropout_add", d.rows * h, d.act, n_in=2,
                        flops=3.0))  # fmt: skip
@@ -295,16 +346,21 @@ def eager_norm(cfg: ModelConfig, name: str, rows: int, cols: int, act: DType) ->
     return ops
 
 
-def eager_rope(name: str, d: Dims, heads: int) -> list[Op]:
-    """x * cos + rotate_half(x) * sin; rotate_half = cat(-x2, x1): 5 kernels per tensor."""
-    n = d.T * heads * d.head_dim
-    return [
+def eager_rope(name: str, d: Dims, heads: int, dim: int | None = None) -> list[Op]:
+    """x * cos + rotate_half(x) * sin; rotate_half = cat(-x2, x1): 5 kernels per tensor. Partial
+    rotary (`dim` < head_dim) slices the rotated part and cats it back to the rest."""
+    rot = d.head_dim if dim is None else dim
+    n = d.T * heads * rot
+    ops: list[Op] = [
         _ew(f"{name}/mul_cos", "mul", n, d.act),
         _ew(f"{name}/neg", "neg", n // 2, d.act),
         Copy(f"{name}/cat", n * BYTES[d.act], d.act),
         _ew(f"{name}/mul_sin", "mul", n, d.act),
         _ew(f"{name}/add", "add", n, d.act, n_in=2),
     ]
+    if rot < d.head_dim:
+        ops.append(Copy(f"{name}/cat_pass", d.T * heads * d.head_dim * BYTES[d.act], d.act))
+    return ops
 
 
 def static_cache_attention(d: Dims) -> list[Op]:
@@ -328,15 +384,26 @@ def static_cache_attention(d: Dims) -> list[Op]:
     return ops
 
 
-def eager_layer(cfg: ModelConfig, d: Dims) -> list[Op]:
-    """HF LlamaDecoderLayer with SDPA and a DynamicCache (GQA via SDPA enable_gqa, no repeat_kv)."""
+def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
+    """HF attention: q/k/v projections (one fused GEMM where the module is one), q/k norms,
+    RoPE, the cache update (a sliding layer keeps its window), SDPA, the output projection."""
     T, h, hd, a = d.T, d.hidden, d.head_dim, d.act
-    ops: list[Op] = eager_norm(cfg, "attn/norm", T, h, a)
-    _gemm(ops, d, "attn/q", T, d.heads * hd, h)
-    _gemm(ops, d, "attn/k", T, d.kv_heads * hd, h)
-    _gemm(ops, d, "attn/v", T, d.kv_heads * hd, h)
+    window = _window(cfg, kind)
+    if window and d.decode:  # DynamicSlidingWindowLayer: the cache holds the window alone
+        d = replace(d, kv_len=min(d.kv_len, window))
+    ops: list[Op] = []
+    if cfg.qkv_fused:
+        _gemm(ops, d, "attn/qkv", T, (d.heads + 2 * d.kv_heads) * hd, h)
+    else:
+        _gemm(ops, d, "attn/q", T, d.heads * hd, h)
+        _gemm(ops, d, "attn/k", T, d.kv_heads * hd, h)
+        _gemm(ops, d, "attn/v", T, d.kv_heads * hd, h)
+    ops += _qk_norms(cfg, d, True)
     if cfg.positions == "rope":
-        ops += eager_rope("attn/rope_q", d, d.heads) + eager_rope("attn/rope_k", d, d.kv_heads)
+        rot = _rotary(cfg, d)
+        ops += eager_rope("attn/rope_q", d, d.heads, rot) + eager_rope(
+            "attn/rope_k", d, d.kv_heads, rot
+        )
     if d.static_cache:
         ops += static_cache_attention(d)
     else:
@@ -346,15 +413,37 @@ def eager_layer(cfg: ModelConfig, d: Dims) -> list[Op]:
         kv_bytes = d.batch * d.kv_heads * hd * (BYTES[d.kv] * past + BYTES[a] * d.q_len)
         ops.append(Copy("attn/cache_k", kv_bytes, d.kv))
         ops.append(Copy("attn/cache_v", kv_bytes, d.kv))
-        ops += attention_ops(d)
+        if window and d.g.cp == 1 and d.attn == "flash":
+            ops.append(sliding_sdpa(d, window))
+        else:
+            ops += attention_ops(d)
     _gemm(ops, d, "attn/out", T, h, d.heads * hd)
     ops += comm_ops.row_out(d, "attn/out")
+    return ops
+
+
+def eager_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
+    """A Hugging Face decoder layer with SDPA and a DynamicCache (GQA via SDPA enable_gqa, no
+    repeat_kv): LlamaDecoderLayer and the families built like it."""
+    T, h, a = d.T, d.hidden, d.act
+    ops: list[Op] = eager_norm(cfg, "attn/norm", T, h, a)
+    if cfg.is_mla:
+        from gpuperf.workloads.mla_layers import mla_attention
+
+        ops += mla_attention(cfg, d, True, d.mla)
+    else:
+        ops += _eager_attention(cfg, d, kind)
+    if cfg.sandwich_norm:  # Gemma2/3: post_attention_layernorm before the residual add
+        ops += eager_norm(cfg, "attn/post_norm", T, h, a)
     if cfg.parallel_residual:
-        ops += eager_norm(cfg, "mlp/norm", T, h, a)
+        if not cfg.shared_input_norm:
+            ops += eager_norm(cfg, "mlp/norm", T, h, a)
     else:
         ops.append(_ew("attn/residual", "add", T * h, a, n_in=2))
         ops += eager_norm(cfg, "mlp/norm", T, h, a)
-    ops += moe_block(cfg, d, True) if cfg.is_moe else dense_mlp(cfg, d, True)
+    ops += mlp_block(cfg, d, True, kind)
+    if cfg.sandwich_norm:
+        ops += eager_norm(cfg, "mlp/post_norm", T, h, a)
     n_res = 3 if cfg.parallel_residual else 2
     ops.append(_ew("mlp/residual", "add", T * h, a, n_in=n_res, flops=n_res - 1.0))
     return ops

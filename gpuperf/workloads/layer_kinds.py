@@ -1,0 +1,42 @@
+"""Which layers of a model are alike: an MoE model's dense layers (DeepSeek's first three) and a
+model's sliding-window layers (Gemma's five of six, Mistral's all) run other kernels than the
+rest. The step engine costs one layer of each kind and repeats it over each run of alike layers.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+from gpuperf.workloads.config import ModelConfig
+
+
+class LayerKind(NamedTuple):
+    """What sets a layer's kernels apart: routed experts, and a sliding attention window."""
+
+    moe: bool = False
+    sliding: bool = False
+
+
+@functools.lru_cache(maxsize=256)
+def layer_kinds(cfg: ModelConfig) -> tuple[LayerKind, ...]:
+    """The kind of every layer, first to last."""
+    dense, sliding = set(cfg.dense_layers), set(cfg.sliding_layers)
+    window = cfg.sliding_window > 0
+    return tuple(
+        LayerKind(cfg.is_moe and i not in dense, window and i in sliding) for i in range(cfg.layers)
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def kind_runs(cfg: ModelConfig, first: int, n: int) -> tuple[tuple[int, int, LayerKind], ...]:
+    """The layers [first, first + n) as runs of alike layers: (first layer, count, kind)."""
+    kinds = layer_kinds(cfg)[first : first + n]
+    runs: list[tuple[int, int, LayerKind]] = []
+    for i, kind in enumerate(kinds):
+        if runs and runs[-1][2] == kind:
+            start, count, _ = runs[-1]
+            runs[-1] = (start, count + 1, kind)
+        else:
+            runs.append((first + i, 1, kind))
+    return tuple(runs)

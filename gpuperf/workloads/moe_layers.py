@@ -1,0 +1,207 @@
+"""An MoE layer's kernels: the router, the routed experts and the shared experts.
+
+Two implementations:
+
+- eager: Hugging Face transformers 5.x, whose experts default to `grouped_mm`
+  (transformers/integrations/moe.py): sort the (token, expert) pairs by expert, gather the token
+  rows, histc + cumsum for the group offsets, a masked fill of the sentinel rows, one grouped
+  GEMM for gate and up, a masked fill, act(gate) · up on the two strided halves, the down
+  grouped GEMM, a masked fill, times the routing weight, the inverse permutation (index_put +
+  gather) and a sum over the k copies. Mixtral's and DeepSeek's routers hand back fp32 weights,
+  so the weighting, the un-permute and the sum run in fp32 there (then one cast); Qwen's are
+  bf16. Kernel list checked against torch.profiler traces of Mixtral-, Qwen3-MoE-, Qwen1.5-MoE-
+  and DeepSeek-V3-shaped models on an H100 (benchmarks/results/h100-sxm5-80gb/e2e_moe.json).
+- fused: a serving engine's fused MoE (vLLM's fused_moe): one top-k softmax kernel, one block
+  alignment kernel, the gate_up grouped GEMM, silu_and_mul, the down grouped GEMM (which applies
+  the routing weights) and a sum over the k copies.
+
+Both size the routed experts by `moe_intermediate_size`, run shared experts as a dense MLP over
+every token and, under expert parallelism, send each token copy to its expert's rank and back.
+"""
+
+from __future__ import annotations
+
+from gpuperf.dtypes import BYTES, DType
+from gpuperf.perfmodel.ops import (
+    Copy,
+    Elementwise,
+    Embedding,
+    Gemm,
+    GroupedGemm,
+    Norm,
+    Op,
+    Reduce,
+)
+from gpuperf.workloads import comm_ops
+from gpuperf.workloads.config import ModelConfig
+
+INDEX: DType = "fp64"  # int64 indices move 8 bytes per element, as fp64 does
+INT32: DType = "fp32"  # int32 counts move 4 bytes per element
+
+
+def _ew(name: str, fn: str, numel: int, dt: DType, n_in: int = 1, out: DType | None = None,
+        flops: float = 1.0) -> Elementwise:  # fmt: skip
+    return Elementwise(name, fn, numel, n_in, 1, dt, out, flops)
+
+
+def _topk(name: str, rows: int, cols: int, k: int) -> list[Op]:
+    """torch.topk as PyTorch runs it on a GPU: select the k largest of each row, then sort them
+    (a second, small kernel)."""
+    return [Reduce(name, "topk", rows, cols, k, "fp32"),
+            _ew(name + ".sort", "sort", rows * k, "fp32", n_in=2, flops=0.0)]  # fmt: skip
+
+
+def router(cfg: ModelConfig, d, eager: bool) -> tuple[list[Op], DType]:  # noqa: ANN001
+    """The router's kernels and the dtype of the routing weights they hand to the experts."""
+    T, E, k, h = d.T, cfg.num_experts, cfg.num_experts_per_tok, d.hidden
+    ops: list[Op] = comm_ops.col_in(d, "mlp/router")
+    if not eager:  # one fused top-k (and grouped top-k) softmax kernel, as vLLM runs it
+        ops.append(Gemm("mlp/router", T, E, h, d.act))
+        ops.append(Reduce("mlp/topk_softmax", "topk", T, E, 2 * k, "fp32"))
+        return ops, "fp32"
+    if cfg.router == "sigmoid":  # DeepSeek-V3: an fp32 linear, sigmoid, group-limited top-k
+        g, tg = cfg.router_groups, cfg.router_topk_groups
+        ops += [
+            _ew("mlp/router.x_f32", "cast", T * h, d.act, out="fp32", flops=0.0),
+            _ew("mlp/router.w_f32", "cast", E * h, d.act, out="fp32", flops=0.0),
+            Gemm("mlp/router", T, E, h, "fp32"),
+            _ew("mlp/router.sigmoid", "sigmoid", T * E, "fp32", flops=4.0),
+        ]
+        if cfg.router_bias:
+            ops.append(_ew("mlp/router.bias", "add", T * E, "fp32", n_in=2))
+        if g > 1:
+            ops += [
+                *_topk("mlp/router.group_top2", T * g, E // g, 2),
+                Reduce("mlp/router.group_sum", "sum", T * g, 2, 1, "fp32"),
+                *_topk("mlp/router.group_topk", T, g, tg),
+                _ew("mlp/router.group_mask", "fill", T * g, "fp32", n_in=0, flops=0.0),
+                _ew("mlp/router.group_scatter", "scatter", T * tg, "fp32", flops=0.0),
+                _ew("mlp/router.mask_expand", "copy", T * E, "fp32", flops=0.0),
+                _ew("mlp/router.masked_fill", "masked_fill", T * E, "fp32", n_in=2, flops=0.0),
+            ]
+        ops += _topk("mlp/topk", T, E, k)
+        ops.append(_ew("mlp/router.gather", "gather", T * k, "fp32", flops=0.0))
+        if cfg.norm_topk_prob:
+            ops.append(Reduce("mlp/router.sum", "sum", T, k, 1, "fp32"))
+            ops.append(_ew("mlp/router.div", "div", T * k, "fp32", n_in=2))
+        ops.append(_ew("mlp/router.scale", "mul", T * k, "fp32"))
+        return ops, "fp32"
+    # Softmax routers: Mixtral keeps fp32 weights; Qwen2/3-MoE cast them to the model dtype.
+    ops.append(Gemm("mlp/router", T, E, h, d.act))
+    mixtral = cfg.model_type == "mixtral"
+    if mixtral:
+        ops.append(_ew("mlp/router.f32", "cast", T * E, d.act, out="fp32", flops=0.0))
+    ops.append(Norm("mlp/router.softmax", "softmax", T, E, "fp32"))
+    ops += _topk("mlp/topk", T, E, k)
+    if mixtral or cfg.norm_topk_prob:
+        ops.append(Reduce("mlp/router.sum", "sum", T, k, 1, "fp32"))
+        ops.append(_ew("mlp/router.div", "div", T * k, "fp32", n_in=2))
+    if mixtral:
+        return ops, "fp32"
+    ops.append(_ew("mlp/router.cast", "cast", T * k, "fp32", out=d.act, flops=0.0))
+    return ops, d.act
+
+
+def _sort(name: str, n: int) -> list[Op]:
+    """torch.sort of n int64 expert ids (with their positions): one in-place block sort for a
+    few thousand keys, else cub's radix sort (a histogram, a scan and one pass per 8 key bits
+    that hold a value, over keys and positions)."""
+    if n <= 4096:
+        return [_ew(name, "sort", n, INDEX, n_in=2, flops=0.0)]
+    ops: list[Op] = [_ew(name + ".positions", "arange", n, INDEX, n_in=0, flops=0.0)]
+    ops.append(Reduce(name + ".histogram", "sum", 1, n, 8, INDEX))
+    ops.append(Reduce(name + ".scan", "sum", 1, 8 * 256, 8, INT32))
+    passes = 8  # PyTorch sorts int64 keys over all eight bytes
+    ops += [Copy(f"{name}.pass{i}", 2 * 2 * n * BYTES[INDEX], INDEX) for i in range(passes)]
+    return ops
+
+
+def routed_experts(cfg: ModelConfig, d, eager: bool, wdt: DType) -> list[Op]:  # noqa: ANN001
+    """The routed experts of one MoE layer (this GPU's E / ep of them under expert parallelism)."""
+    T, E, k, h = d.T, cfg.num_experts, cfg.num_experts_per_tok, d.hidden
+    f = cfg.expert_intermediate // d.g.tp
+    ep = d.g.ep
+    local, a = E // ep, d.act
+    S = T * k  # routed (token, expert) pairs
+    tokens = T * ep  # tokens whose copies can reach this rank's experts (every rank's)
+    rows_here = S  # under uniform routing each rank receives, on average, as many as it sends
+    ops: list[Op] = []
+    if not eager:
+        ops.append(Reduce("mlp/moe_align", "sum", 1, S, local, INT32))
+        ops += comm_ops.expert_alltoall(d, "mlp/dispatch", S)
+        ops.append(_grouped(d, "mlp/experts_gate_up", tokens, k, E, local, 2 * f, h))
+        ops.append(_ew("mlp/act", "silu_and_mul", rows_here * f, a, n_in=2, flops=5.0))
+        ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
+        ops += comm_ops.expert_alltoall(d, "mlp/combine", S)
+        ops.append(Reduce("mlp/moe_sum", "sum", T * h, k, 1, a))
+        return ops
+    # Hugging Face grouped_mm experts (transformers/integrations/moe.py), in order.
+    ops += _sort("mlp/experts.sort", S)
+    ops.append(_ew("mlp/experts.token_index", "div", S, INDEX, flops=1.0))
+    ops.append(Embedding("mlp/experts.gather", S, h, a))
+    ops.append(_ew("mlp/experts.weights_gather", "gather", S, wdt, flops=0.0))
+    ops.append(_ew("mlp/experts.ids_int32", "cast", S, INDEX, out=INT32, flops=0.0))
+    ops.append(_ew("mlp/experts.histc_zero", "fill", local, INT32, n_in=0, flops=0.0))
+    ops.append(_ew("mlp/experts.histc", "histc", S, INT32, flops=1.0))
+    ops.append(Reduce("mlp/experts.cumsum", "sum", 1, local, local, INT32))
+    ops.append(_ew("mlp/experts.sentinel", "compare", S, INDEX, flops=1.0))
+    ops.append(_ew("mlp/experts.clamp", "clamp", S, INDEX, flops=1.0))
+    ops += comm_ops.expert_alltoall(d, "mlp/dispatch", S)
+    ops.append(_ew("mlp/experts.mask_in", "masked_fill", rows_here * h, a, n_in=1, flops=0.0))
+    gated = cfg.mlp == "gated"
+    up = 2 * f if gated else f
+    ops.append(_grouped(d, "mlp/experts_gate_up" if gated else "mlp/experts_up",
+                        tokens, k, E, local, up, h))  # fmt: skip
+    ops.append(_ew("mlp/experts.mask_up", "masked_fill", rows_here * up, a, flops=0.0))
+    if gated:  # act_fn on the gate half and times the up half: strided views of one tensor
+        ops.append(_ew("mlp/act", "act_chunk", rows_here * f, a, flops=4.0))
+        ops.append(_ew("mlp/mul", "mul_chunk", rows_here * f, a, n_in=2))
+    else:
+        ops.append(_ew("mlp/act", cfg.hidden_act, rows_here * f, a, flops=4.0))
+    ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
+    ops.append(_ew("mlp/experts.mask_down", "masked_fill", rows_here * h, a, flops=0.0))
+    ops += comm_ops.expert_alltoall(d, "mlp/combine", S)
+    # proj_out * sample_weights: fp32 weights promote the product (and all that follows) to fp32.
+    ops.append(_ew("mlp/experts.weight", "mul", S * h, a, out=wdt))
+    ops.append(_ew("mlp/experts.inv_perm", "arange", S, INDEX, n_in=0, flops=0.0))
+    ops.append(_ew("mlp/experts.inv_perm_put", "scatter", S, INDEX, flops=0.0))
+    ops.append(Embedding("mlp/experts.unpermute", S, h, wdt))
+    ops.append(Reduce("mlp/experts.sum", "sum", T * h, k, 1, wdt))
+    if wdt != a:
+        ops.append(_ew("mlp/experts.cast", "cast", T * h, wdt, out=a, flops=0.0))
+    return ops
+
+
+def _grouped(d, name: str, tokens: int, k: int, experts: int, local: int, n: int,  # noqa: ANN001
+             kk: int) -> GroupedGemm:  # fmt: skip
+    """The grouped GEMM over this GPU's `local` experts, fed by the `tokens` whose copies can
+    reach them (every rank's under expert parallelism)."""
+    return GroupedGemm(name, tokens, k, experts, n, kk, d.gemm, 0 if local == experts else local)
+
+
+def shared_experts(cfg: ModelConfig, d, eager: bool) -> list[Op]:  # noqa: ANN001
+    """The shared expert: a dense gated MLP over every token (Qwen2-MoE adds a sigmoid gate)."""
+    if not cfg.shared_intermediate_size:
+        return []
+    from gpuperf.workloads.transformer_layers import dense_mlp
+
+    f = cfg.shared_intermediate_size // d.g.tp
+    ops = dense_mlp(cfg, d, eager, f, "mlp/shared", comm=False)
+    if cfg.shared_expert_gate:
+        T, h, a = d.T, d.hidden, d.act
+        ops += [
+            Gemm("mlp/shared_gate", T, 1, h, a),
+            _ew("mlp/shared_gate.sigmoid", "sigmoid", T, a, flops=4.0),
+            _ew("mlp/shared_gate.mul", "mul", T * h, a, n_in=2),
+        ]
+    ops.append(_ew("mlp/shared_add", "add", d.T * d.hidden, d.act, n_in=2))
+    return ops
+
+
+def moe_block(cfg: ModelConfig, d, eager: bool) -> list[Op]:  # noqa: ANN001
+    """Router, routed experts, shared experts; the tensor-parallel reduction of the output."""
+    ops, wdt = router(cfg, d, eager)
+    ops += routed_experts(cfg, d, eager, wdt)
+    ops += shared_experts(cfg, d, eager)
+    ops += comm_ops.row_out(d, "mlp/experts_down")
+    return ops
