@@ -104,7 +104,8 @@ def predict(
     PyTorch op (unfused); cuda_graphs replays the step as a graph (cheap launches); attn "math"
     materializes the attention scores. weight_dtype "int4"/"int8": weight-only quantized GEMMs
     with `dtype` activations; fp8_scales "tensor"/"row": how dtype="fp8" GEMMs scale; mla
-    "naive"/"absorbed": the attention form of an MLA model (auto: what `impl` runs). parallel: the Scenario's tp, pp, dp, cp, ep, micro_batch,
+    "naive"/"absorbed": the attention form of an MLA model (auto: what `impl` runs).
+    parallel: the Scenario's tp, pp, dp, cp, ep, micro_batch,
     global_batch, zero, recompute, sequence_parallel, tp_impl, tp_overlap, schedule,
     virtual_stages, nvls (see gpuperf.workloads.scenario). gpu=None means h100, or the GPU of
     `system`; nodes counts nodes of `system`. One GPU is the plan whose degrees are all 1.

@@ -48,6 +48,9 @@ TARGETS: dict[str, float] = {
     "whole-model prefill": 0.10,
     "whole-model decode": 0.15,
     "training step": 0.15,
+    "checkpointed training step": 0.08,
+    "MoE whole model (HF), prefill": 0.10,
+    "MoE whole model (HF), decode": 0.10,
 }
 
 
@@ -60,6 +63,7 @@ class E2ERun:
     scenario: dict[str, Any]
     measured_s: float
     source: str
+    launch_add_s: float | None = None  # that machine's host: one eager add, issued (e2e_hf.py)
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -98,6 +102,9 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
     out = []
     for path in files:
         data = read_json(path)
+        launch = data.get("launch")
+        add_us = launch.get("host_dispatch_us/add") if isinstance(launch, dict) else None
+        add_s = add_us * 1e-6 if isinstance(add_us, int | float) and add_us > 0 else None
         for run in _list(data, "runs", path):
             # The first runs stepped a fused AdamW; gpuperf's eager training models torch's
             # default foreach AdamW, so those steps are not the modeled scenario.
@@ -115,6 +122,7 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
                         run["scenario"],
                         run["measured_ms"] / 1e3,
                         path.name,
+                        add_s,
                     )
                 )
     return out
@@ -187,6 +195,27 @@ def load_multigpu(files: Iterable[Path]) -> list[MultiGpuRun]:
 # Hugging Face runs set a profile's host constants: the live calibration on that H200 machine
 # (benchmarks/results/h200-sxm-141gb/live_calibration_1gpu.toml).
 PROFILE_HOST_BARE_S = {"h200-sxm-141gb": 9.36375e-06}
+
+
+# The same host's eager add (e2e_hf.py's launch costs) in the runs that set each profile's host
+# constants: the median over e2e_hf_run1.json and e2e_hf_run2.json of that GPU's folder.
+PROFILE_LAUNCH_ADD_S = {"h100-sxm5-80gb": 9.35e-6, "h200-sxm-141gb": 5.75e-6}
+
+
+def on_e2e_host(gpu: GpuSpec, launch_add_s: float | None) -> GpuSpec | None:
+    """The profile with the host of the machine a whole-model run ran on: its host constants
+    (dispatch, per layer, the cuDNN plan, which is host work too) scaled by that machine's eager
+    add over the profile host's. None when either is unknown."""
+    ref = PROFILE_LAUNCH_ADD_S.get(gpu.name)
+    if not launch_add_s or ref is None:
+        return None
+    from dataclasses import replace
+
+    k, p = launch_add_s / ref, gpu.params
+    params = replace(p, host_dispatch_s=p.host_dispatch_s * k,
+                     host_decode_layer_s=p.host_decode_layer_s * k,
+                     host_attn_plan_s=p.host_attn_plan_s * k)  # fmt: skip
+    return replace(gpu, params=params)
 
 
 def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
@@ -275,10 +304,15 @@ def op_table(samples: Sequence[Sample], gpu: GpuSpec, system: Any = None) -> pd.
     return pd.DataFrame(rows)
 
 
-def e2e_class(scenario: dict[str, Any]) -> str:
+def e2e_class(scenario: dict[str, Any], config: dict[str, Any] | None = None) -> str:
     mode = scenario.get("mode")
+    config = config or {}
     if mode == "train":
-        return "training step"
+        return "checkpointed training step" if scenario.get("recompute") == "full" else (
+            "training step")  # fmt: skip
+    moe = any(config.get(k) for k in ("num_local_experts", "num_experts", "n_routed_experts"))
+    if moe:
+        return f"MoE whole model (HF), {mode}"
     return "whole-model decode" if mode == "decode" else "whole-model prefill"
 
 
@@ -293,22 +327,30 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec) -> pd.DataFrame:
         cfg = from_hf_dict(r.config, name=r.model)
         kw = {k: sc[k] for k in ("batch", "seq", "ctx") if sc.get(k)}
         kw |= {k: sc[k] for k in ("recompute", "weight_dtype", "fp8_scales") if sc.get(k)}
-        p = predict(
-            cfg, gpu=gpu, mode=sc["mode"], impl=sc.get("impl", "eager"),
-            cuda_graphs=bool(sc.get("cuda_graphs")), dtype=sc.get("dtype", "bf16"), **kw,
-        )  # fmt: skip
-        label = f"{sc['mode']} b{sc.get('batch')} " + (
-            f"ctx{sc['ctx']}" if sc["mode"] == "decode" else f"s{sc.get('seq')}"
-        ) + (" ckpt" if sc.get("recompute") == "full" else "")
+        kw |= {
+            "mode": sc["mode"],
+            "impl": sc.get("impl", "eager"),
+            "dtype": sc.get("dtype", "bf16"),
+            "cuda_graphs": bool(sc.get("cuda_graphs")),
+        }
+        p = predict(cfg, gpu=gpu, **kw)
+        here = on_e2e_host(gpu, r.launch_add_s)
+        p_host = predict(cfg, gpu=here, **kw).total_ms if here is not None else None
+        label = (
+            f"{sc['mode']} b{sc.get('batch')} "
+            + (f"ctx{sc['ctx']}" if sc["mode"] == "decode" else f"s{sc.get('seq')}")
+            + (" ckpt" if sc.get("recompute") == "full" else "")
+        )
         rows.append(
             {
-                "class": e2e_class(sc),
+                "class": e2e_class(sc, r.config),
                 "split": "calibration" if r.model in E2E_CALIBRATION_MODELS else "held-out",
                 "name": r.model,
                 "shape": label + (" graph" if sc.get("cuda_graphs") else f" {sc.get('impl')}"),
                 "predicted_ms": p.total_ms,
                 "measured_ms": r.measured_s * 1e3,
                 "ratio": p.total_ms / (r.measured_s * 1e3),
+                "host_ratio": None if p_host is None else p_host / (r.measured_s * 1e3),
                 "source": r.source,
             }
         )

@@ -171,6 +171,12 @@ class Attention:
     def vdim(self) -> int:
         return self.v_head_dim or self.head_dim
 
+    @property
+    def fixed_window(self) -> bool:
+        """A decode step over a sliding window that is full: its key count is the same every
+        step (the backend met this shape before; nothing to plan)."""
+        return bool(self.window) and self.kv_len <= self.window
+
     def attended_pairs(self) -> float:
         """Number of (query, key) pairs computed per head, after causal masking and the window."""
         q, kv, w = self.q_len, self.kv_len, self.window

@@ -45,9 +45,11 @@ class HostRules:
     attn_plan: float = 0.0
     comm: float = 0.0
     dtensor: float = 0.0
+    moe: float = 1.0  # host cost of an eager MoE block's kernels, in per_kernel units
 
     @staticmethod
-    def of(sc: Scenario | None, gpu: GpuSpec, system: SystemSpec | None = None) -> HostRules:
+    def of(sc: Scenario | None, gpu: GpuSpec, system: SystemSpec | None = None,
+           family: str = "") -> HostRules:  # fmt: skip
         if sc is None:
             return HostRules()
         p = gpu.params
@@ -64,6 +66,7 @@ class HostRules:
             attn_plan=slow * p.host_attn_plan_s if eager_decode else 0.0,
             comm=slow * float(extra.get("host_collective_s", HOST_COLLECTIVE_S)),
             dtensor=slow * dt,
+            moe=HF_MOE_HOST.get(family, HF_MOE_HOST_DEFAULT) if sc.impl == "eager" else 1.0,
         )
 
 
@@ -83,6 +86,16 @@ HOST_DTENSOR_OP_S = 113e-6
 #   linear at 2 / 4 ranks. Host costs scale by 1 + k*log2(ranks on the host), k the median of
 #   those eight ratios' k (0.25).
 HOST_RANK_SLOWDOWN = 0.25
+# Hugging Face's MoE blocks (router, grouped_mm experts, shared experts) spend more host time per
+# kernel than its dense MLP: measured by benchmarks/device/host_block_probe.py on the H200 host
+# (host_block_probe.json), one block called back to back at one token, host µs per op gpuperf
+# predicts for it over the same for Llama-3-8B's MLP (22.6 µs): Mixtral 50.5, Qwen1.5-MoE 27.8,
+# Qwen3-MoE 26.7. DeepSeek-V3's block ran GPU-bound at one token (22.8 µs per op is a lower
+# bound), so it and other families take the Qwen models' value. Not fitted to any model run.
+HF_MOE_HOST = {"mixtral": 2.23, "qwen2_moe": 1.23, "qwen3_moe": 1.18}
+HF_MOE_HOST_DEFAULT = 1.2
+# Names of the ops of an MoE block (gpuperf.workloads.moe_layers).
+MOE_PREFIXES = ("mlp/router", "mlp/topk", "mlp/experts", "mlp/shared")
 
 
 def _is_optimizer(op: Op) -> bool:
@@ -216,11 +229,12 @@ def comm_class(name: str, kind: str) -> str:
 class Coster:
     """Costs Parts for one (GPU, system, scenario); distinct ops and templates are costed once."""
 
-    def __init__(self, gpu: GpuSpec, system: SystemSpec | None, sc: Scenario | None) -> None:
+    def __init__(self, gpu: GpuSpec, system: SystemSpec | None, sc: Scenario | None,
+                 family: str = "") -> None:  # fmt: skip
         self.gpu, self.system, self.sc = gpu, system, sc
         self.compute_gpu = sustained(gpu) if sc is not None else gpu
         self.comm_gpu = in_graph(gpu) if sc is not None and sc.cuda_graphs else gpu
-        self.rules = HostRules.of(sc, gpu, system)
+        self.rules = HostRules.of(sc, gpu, system, family)
         self.nvls = bool(sc is not None and sc.nvls)
         self.overlap_cost = overlap_cost(gpu)
         self._rows: dict[tuple, tuple[Any, ...]] = {}
@@ -281,11 +295,14 @@ class Coster:
         plan_at = -1
         for i, op in enumerate(ops):
             kind = op.kind
+            if rules.moe != 1.0 and op.name.startswith(MOE_PREFIXES):
+                host[i] *= rules.moe
             if kind in _COMM:
                 host[i] += rules.comm
             elif rules.dtensor and (layered and kind == "gemm" or _is_optimizer(op)):
                 host[i] += rules.dtensor
-            if first_step and plan_at < 0 and kind == "attention" and rules.attn_plan:
+            if (first_step and plan_at < 0 and kind == "attention" and rules.attn_plan
+                    and not op.fixed_window):  # fmt: skip
                 plan_at = i
         if rules.layer_first and layered and len(ops):
             host[0] += rules.layer_first

@@ -74,9 +74,10 @@ def _classify(c: Costed, mult: float, into: dict[str, float]) -> None:
 
 
 def _first_attention(parts: Sequence[Part]) -> int:
-    """Index of the first Part with an attention kernel (where a step's one-off host costs go)."""
+    """Index of the first Part with an attention kernel whose key count grows step by step (a
+    new shape: where a step's one-off host costs go)."""
     for j, p in enumerate(parts):
-        if any(op.kind == "attention" for op in p.ops):
+        if any(op.kind == "attention" and not op.fixed_window for op in p.ops):  # type: ignore[union-attr]
             return j
     return -1
 
@@ -117,10 +118,11 @@ class Engine:
     def coster(self, sc: Scenario) -> Coster:
         from gpuperf.step.cost import HostRules
 
-        key = (HostRules.of(sc, self.gpu, self.system), sc.nvls)
+        family = self.cfg.model_type
+        key = (HostRules.of(sc, self.gpu, self.system, family), sc.nvls)
         c = self._costers.get(key)
         if c is None:
-            c = self._costers[key] = Coster(self.gpu, self.system, sc)
+            c = self._costers[key] = Coster(self.gpu, self.system, sc, family)
         return c
 
     def cost(self, sc: Scenario, where: Placement) -> StepCost:
@@ -159,7 +161,7 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
     """The numbers of one step of `sc` (not generate) placed as `where` says."""
     from gpuperf.step.memory import busiest
 
-    coster = coster or Coster(where.gpu, where.system, sc)
+    coster = coster or Coster(where.gpu, where.system, sc, cfg.model_type)
     work = build(cfg, sc, where.groups)
     m, v = work.microbatches, sc.virtual_stages
     first = _first_attention(work.stages[0].fwd)
@@ -370,19 +372,19 @@ def predict(cfg: ModelConfig, sc: Scenario, where: Placement) -> Prediction:
 _COSTERS: dict[tuple, tuple[Any, Coster]] = {}
 
 
-def coster_for(sc: Scenario, where: Placement) -> Coster:
+def coster_for(sc: Scenario, where: Placement, family: str = "") -> Coster:
     """A Coster shared by every prediction on the same GPU, system, host rules and NVLS setting
     (its caches hold op times and costed templates, which depend on nothing else)."""
     from gpuperf.step import cost
 
     # The time model is part of the key: what a Coster cached, it cached with it.
-    rules = cost.HostRules.of(sc, where.gpu, where.system)
+    rules = cost.HostRules.of(sc, where.gpu, where.system, family)
     key = (where.gpu, id(where.system), rules, sc.nvls, cost._op_time)
     hit = _COSTERS.get(key)
     if hit is None or hit[0] is not where.system:
         if len(_COSTERS) > 32:
             _COSTERS.clear()
-        hit = _COSTERS[key] = (where.system, Coster(where.gpu, where.system, sc))
+        hit = _COSTERS[key] = (where.system, Coster(where.gpu, where.system, sc, family))
     return hit[1]
 
 
@@ -390,7 +392,7 @@ def _predict_step(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predictio
     from gpuperf.step.mfu import model_flops_per_token, recompute_flops_per_token
     from gpuperf.step.result import Prediction
 
-    cost = step_cost(cfg, sc, where, coster_for(sc, where))
+    cost = step_cost(cfg, sc, where, coster_for(sc, where, cfg.model_type))
     total_s = cost.total_s
     kernels = cost.kernels
     pred = Prediction(

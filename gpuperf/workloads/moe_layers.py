@@ -152,13 +152,16 @@ def routed_experts(cfg: ModelConfig, d, eager: bool, wdt: DType) -> list[Op]:  #
     up = 2 * f if gated else f
     ops.append(_grouped(d, "mlp/experts_gate_up" if gated else "mlp/experts_up",
                         tokens, k, E, local, up, h))  # fmt: skip
+    # proj_out.masked_fill(...) out of place: a copy, then the fill
+    ops.append(Copy("mlp/experts.mask_up_clone", rows_here * up * BYTES[a], a))
     ops.append(_ew("mlp/experts.mask_up", "masked_fill", rows_here * up, a, flops=0.0))
     if gated:  # act_fn on the gate half and times the up half: strided views of one tensor
-        ops.append(_ew("mlp/act", "act_chunk", rows_here * f, a, flops=4.0))
-        ops.append(_ew("mlp/mul", "mul_chunk", rows_here * f, a, n_in=2))
+        ops.append(_ew("mlp/experts.act", "act_chunk", rows_here * f, a, flops=4.0))
+        ops.append(_ew("mlp/experts.mul", "mul_chunk", rows_here * f, a, n_in=2))
     else:
-        ops.append(_ew("mlp/act", cfg.hidden_act, rows_here * f, a, flops=4.0))
+        ops.append(_ew("mlp/experts.act", cfg.hidden_act, rows_here * f, a, flops=4.0))
     ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
+    ops.append(Copy("mlp/experts.mask_down_clone", rows_here * h * BYTES[a], a))
     ops.append(_ew("mlp/experts.mask_down", "masked_fill", rows_here * h, a, flops=0.0))
     ops += comm_ops.expert_alltoall(d, "mlp/combine", S)
     # proj_out * sample_weights: fp32 weights promote the product (and all that follows) to fp32.

@@ -414,6 +414,11 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
         ops.append(Copy("attn/cache_k", kv_bytes, d.kv))
         ops.append(Copy("attn/cache_v", kv_bytes, d.kv))
         if window and d.g.cp == 1 and d.attn == "flash":
+            if d.decode and d.kv_len >= window:
+                # The window is a slice of the concatenated cache: SDPA gets contiguous copies.
+                win = d.batch * d.kv_heads * hd * window * BYTES[d.kv]
+                ops.append(Copy("attn/window_k", win, d.kv))
+                ops.append(Copy("attn/window_v", win, d.kv))
             ops.append(sliding_sdpa(d, window))
         else:
             ops += attention_ops(d)

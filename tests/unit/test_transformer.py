@@ -131,10 +131,12 @@ def test_moe_mixtral():
     cfg = load_model("mixtral-8x7b")
     o = by_name(build_ops(cfg, Scenario(mode="prefill", batch=1, seq=1000)))
     up = o["L0/mlp/experts_gate_up"]
-    assert (up.batch, up.m, up.n, up.k) == (8, 250, 2 * 14336, 4096)  # 1000 x 2 / 8 rows each
-    assert (o["L0/mlp/router"].n, o["L0/mlp/topk"].out_cols) == (8, 2)
+    assert (up.tokens, up.topk, up.experts, up.n, up.k) == (1000, 2, 8, 2 * 14336, 4096)
+    assert up.rows == 2000 and up.touched() == 8  # 1000 tokens x 2 reach all 8 experts
+    assert o["L0/mlp/router"].n == 8
     one = by_name(build_ops(cfg, Scenario(mode="decode", batch=1, ctx=10)))
-    assert (one["L0/mlp/experts_down"].batch, one["L0/mlp/experts_down"].m) == (2, 1)
+    down = one["L0/mlp/experts_down"]
+    assert down.rows == 2 and down.touched() == 2  # one token: its two experts, one row each
     # Expert GEMM FLOPs per token = 2 x active expert params.
     flops = sum(op.cost().flops for n, op in o.items() if n.startswith("L0/mlp/experts"))
     assert flops == 2 * 1000 * 2 * 3 * 4096 * 14336
