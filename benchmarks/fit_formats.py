@@ -1,5 +1,6 @@
 """Fit the parameters of the kernels that have their own (gpuperf.perfmodel.gemm_quant and
-gemm_grouped: fp8 and int8 GEMMs, rowwise fp8, weight-only int4/int8, MoE grouped GEMMs) on
+gemm_grouped: fp8 and int8 GEMMs, rowwise fp8, weight-only int4/int8, MoE grouped GEMMs; masked
+prefill attention) on
 their calibration-split rows, holding every other parameter of the shipped profile, and print
 their held-out errors.
 
@@ -13,6 +14,7 @@ The other parameters were fitted before these kernels were measured (gpuperf cal
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -26,7 +28,13 @@ from gpuperf.perfmodel import calibrate as cal  # noqa: E402
 from gpuperf.perfmodel.accuracy import load_samples  # noqa: E402
 from gpuperf.perfmodel.roofline import op_time  # noqa: E402
 
-FILES = ("gemm.json", "gemm_quant.json", "gemm_quant_decode.json", "grouped_gemm.json")
+FILES = (
+    "gemm.json",
+    "gemm_quant.json",
+    "gemm_quant_decode.json",
+    "grouped_gemm.json",
+    "attention_masked_prefill.json",
+)
 NAMES = [n for stage, _ in cal.LATE for n in stage]
 SOURCE = "calibrated by benchmarks/fit_formats.py (calibration split of {files})"
 
@@ -54,7 +62,8 @@ def main() -> int:
     calib = [s for s in samples if cal.is_calibration(s.op)]
     params = cal.fit(calib, gpu, NAMES)
     fitted = cal.dataclasses.replace(gpu, params=params)
-    values = {n: cal.param_value(params, n) for n in NAMES}
+    # Parameters with no rows of their kernel here stay at the model's default (left out).
+    values = {n: v for n in NAMES if not math.isnan(v := cal.param_value(params, n))}
     for n, v in values.items():
         print(f"{n:22s} {v:.4g}")
     errs: dict[tuple[str, str], list[float]] = defaultdict(list)

@@ -53,12 +53,34 @@ SCENARIO_OPTIONS: list[Callable[..., Any]] = [
         show_default=True,
         help="flash: one fused attention kernel; math: scores materialized, softmax, then P·V.",
     ),
+    click.option(
+        "--weight-dtype",
+        type=click.Choice(["int4", "int8"]),
+        default=None,
+        help="Weight-only quantization: int4 (group 128) or int8 weights, --dtype activations "
+        "(e.g. --weight-dtype int4).",
+    ),
+    click.option(
+        "--fp8-scales",
+        type=click.Choice(["tensor", "row"]),
+        default="tensor",
+        show_default=True,
+        help="With --dtype fp8: one scale per tensor, or per token and weight row (rowwise).",
+    ),
+    click.option(
+        "--mla",
+        type=click.Choice(["auto", "naive", "absorbed"]),
+        default="auto",
+        show_default=True,
+        help="MLA models (DeepSeek): naive (expanded K/V, Hugging Face) or absorbed (FlashMLA); "
+        "auto: what --impl runs.",
+    ),
 ]
 
 
 def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Adds --mode --batch --seq --ctx --new-tokens --dtype --kv-dtype --impl --cuda-graphs
-    --attn."""
+    --attn --weight-dtype --fp8-scales --mla."""
     for deco in reversed(SCENARIO_OPTIONS):
         func = deco(func)
     return func

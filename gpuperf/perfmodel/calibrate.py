@@ -80,6 +80,8 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "w8_overlap": (0.0, 1.0),
     "grouped_gemm_eff": (0.3, 1.0),
     "grouped_gemm_floor_s": (0.0, 50e-6),
+    "grouped_gemm_mem_eff": (0.3, 1.0),
+    "attn_mask_eff": (0.1, 1.0),
 }
 # Fitted in log space (they span orders of magnitude).
 LOG_PARAMS = {
@@ -303,7 +305,11 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
     (("gemm_cta_bw",), _fp8_rowwise),
     (("w4_gemm_eff", "w4_mem_eff", "w4_overlap"), _weight_only("int4")),
     (("w8_gemm_eff", "w8_mem_eff", "w8_overlap"), _weight_only("int8")),
-    (("grouped_gemm_eff", "grouped_gemm_floor_s"), lambda op: isinstance(op, GroupedGemm)),
+    (
+        ("grouped_gemm_mem_eff", "grouped_gemm_eff", "grouped_gemm_floor_s"),
+        lambda op: isinstance(op, GroupedGemm),
+    ),
+    (("attn_mask_eff",), lambda op: isinstance(op, Attention) and op.mask and op.q_len > 1),
 )
 
 

@@ -2,11 +2,13 @@
 parameters FSDP gathers. One model for one GPU and for every plan; one capacity rule.
 
 Inference: weights at the scenario dtype (fp8/int8: every linear layer at 1 byte, embeddings,
-lm_head and norms stay 16-bit, as vLLM loads fp8 checkpoints); KV cache = 2 (K and V) x layers x
-kv_heads x head_dim x tokens x batch x bytes (tokens: seq for prefill, ctx + 1 for decode,
-seq + new_tokens for generate); activations = the peak transient working set of one layer (the
-residual stream and norm output plus the larger of the attention and MLP intermediates; layers run
-one after another and free theirs) plus the fp32 logits.
+lm_head and norms stay 16-bit, as vLLM loads fp8 checkpoints; weight-only int4: half a byte plus
+a 16-bit scale and zero per 128 weights); KV cache = 2 (K and V) x layers x kv_heads x head_dim x
+tokens x batch x bytes (tokens: seq for prefill, ctx + 1 for decode, seq + new_tokens for
+generate; an MLA layer caches its latent and rotary key, kv_lora_rank + qk_rope_head_dim values
+per token; a sliding-window layer its window); activations = the peak transient working set of
+one layer (the residual stream and norm output plus the larger of the attention and MLP
+intermediates; layers run one after another and free theirs) plus the fp32 logits.
 
 Training (mixed-precision AdamW): 16-bit parameters, gradients as dp_ops.grad_bytes says (fp32
 main gradients under Megatron's bf16 training, the parameters' dtype in eager PyTorch), and the
@@ -57,18 +59,36 @@ def _act_dtype(sc: Scenario) -> DType:
     return "bf16" if BYTES[sc.dtype] == 1 else sc.dtype
 
 
-def weight_bytes(cfg: ModelConfig, dtype: DType) -> float:
-    """Weights at `dtype`; 1-byte dtypes quantize the linear layers only."""
-    if BYTES[dtype] > 1:
+# Group-wise int4 weights carry a 16-bit scale and zero per group of 128 (tinygemm's layout).
+INT4_GROUP = 128
+
+
+def weight_bytes(cfg: ModelConfig, dtype: DType, weight_dtype: DType | None = None) -> float:
+    """Weights at `dtype`; 1-byte dtypes quantize the linear layers only, as do the weight-only
+    formats (int4 with its group scales and zeros, int8 with a scale per output channel)."""
+    if BYTES[dtype] > 1 and weight_dtype is None:
         return float(cfg.param_count() * BYTES[dtype])
     parts = cfg.param_breakdown()
-    linear = parts["attn"] + parts["mlp"]
-    return float(linear * BYTES[dtype] + (cfg.param_count() - linear) * 2)
+    linear = sum(parts[k] for k in ("attn", "mlp", "dense_mlp", "shared_expert"))
+    if weight_dtype == "int4":
+        per = 0.5 + 2 * 2 / INT4_GROUP
+    elif weight_dtype == "int8":
+        per = 1.0
+    else:
+        per = float(BYTES[dtype])
+    rest = BYTES[dtype] if BYTES[dtype] > 1 else 2
+    return float(linear * per + (cfg.param_count() - linear) * rest)
 
 
 def kv_cache_bytes(cfg: ModelConfig, tokens: int, batch: int, dtype: DType) -> float:
-    """K and V for `tokens` positions of `batch` sequences, all layers."""
-    return float(2 * cfg.layers * cfg.kv_heads * cfg.hd * tokens * batch * BYTES[dtype])
+    """The cache for `tokens` positions of `batch` sequences, all layers: K and V per KV head,
+    or an MLA layer's latent and rotary key; a sliding-window layer keeps its window alone."""
+    mla = cfg.kv_lora_rank + cfg.qk_rope_head_dim
+    per_layer = mla if cfg.is_mla else 2 * cfg.kv_heads * cfg.hd
+    window = cfg.sliding_window
+    sliding = len(cfg.sliding_layers) if window else 0
+    kept = (cfg.layers - sliding) * tokens + sliding * min(tokens, window)
+    return float(per_layer * kept * batch * BYTES[dtype])
 
 
 @functools.lru_cache(maxsize=1024)
@@ -81,8 +101,8 @@ def train_activation_bytes_per_layer(
     norms = 2 * h
     attn = h + q + 2 * kv + q
     if cfg.is_moe:  # each token's hidden copies and expert intermediates, k times
-        k = cfg.num_experts_per_tok
-        mlp = h + k * (h + 3 * f) + cfg.num_experts
+        k, fe = cfg.num_experts_per_tok, cfg.expert_intermediate
+        mlp = h + k * (h + 3 * fe) + cfg.num_experts + 3 * cfg.shared_intermediate_size
     else:
         mlp = h + (3 * f if cfg.mlp == "gated" else 2 * f)
     total = b * sb * (norms + attn + mlp) + 4 * sb * cfg.heads
@@ -119,9 +139,9 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
     tp = sc.tp
     h, q, kv, f = cfg.hidden, cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd, cfg.intermediate
     attn = (q + 2 * kv + q) / tp  # QKV output and attention output live together
-    if cfg.is_moe:
-        k = cfg.num_experts_per_tok
-        mlp = k * (h + 3 * f / tp)  # permuted tokens, gate_up output, activation output
+    if cfg.is_moe:  # permuted tokens, gate_up output, activation output, k copies each
+        k, fe = cfg.num_experts_per_tok, cfg.expert_intermediate
+        mlp = k * (h + 3 * fe / tp) + 3 * cfg.shared_intermediate_size / tp
     else:
         mlp = (3 * f if cfg.mlp == "gated" else 2 * f) / tp
     if sc.attn == "math":
@@ -152,10 +172,11 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, work: StepWork, st: StageWork) 
     g, p = work.groups, st.params
     stage_frac = st.stage.layers / cfg.layers
     if sc.mode != "train":
-        scale = weight_bytes(cfg, sc.dtype) / cfg.param_count()
+        scale = weight_bytes(cfg, sc.dtype, sc.weight_dtype) / cfg.param_count()
         out["weights"] = p.total * scale
         tokens = {"prefill": sc.seq, "decode": sc.ctx + 1, "generate": sc.seq + sc.new_tokens}
-        kv_local = max(1, cfg.kv_heads // sc.tp) / cfg.kv_heads
+        # KV heads split over TP ranks (an MLA latent is replicated on every rank).
+        kv_local = 1.0 if cfg.is_mla else max(1, cfg.kv_heads // sc.tp) / cfg.kv_heads
         out["kv_cache"] = (kv_cache_bytes(cfg, tokens[sc.mode] // sc.cp, sc.batch, sc.kv)
                            * kv_local * stage_frac)  # fmt: skip
         out["activations"] = inference_activation_bytes(cfg, sc)

@@ -37,8 +37,20 @@ def matmul_params(cfg: Any) -> float:
 
 
 def attention_flops_per_token(cfg: Any, sc: Any) -> float:
-    """4·L·H·Q·T: QKᵀ and P·V of one token's forward, full (non-causal) count."""
-    return 4.0 * cfg.num_hidden_layers * cfg.num_attention_heads * _head_dim(cfg) * _attended(sc)
+    """4·L·H·Q·T: QKᵀ and P·V of one token's forward, full (non-causal) count; with Q the mean
+    of the query/key and value head sizes where they differ (MLA), and T capped at the window
+    in sliding-window layers."""
+    q = _head_dim(cfg)
+    d = (q + (getattr(cfg, "v_head_dim", 0) or q)) / 2
+    t = _attended(sc)
+    layers = cfg.num_hidden_layers
+    window = getattr(cfg, "sliding_window", 0)
+    if window:
+        sliding = len(cfg.sliding_layers)
+        span = (layers - sliding) * t + sliding * min(t, window)
+    else:
+        span = layers * t
+    return 4.0 * cfg.num_attention_heads * d * span
 
 
 def model_flops_per_token(cfg: Any, sc: Any) -> tuple[float, str]:

@@ -71,9 +71,10 @@ def gpu_params(cfg: ModelConfig, sc: Scenario, stage: Stage) -> Params:
     b = cfg.param_breakdown()
     L, tp = cfg.layers, sc.tp
     experts = b["mlp"] if cfg.is_moe else 0
-    norms_per_layer = (b["norms"] / (2 * L + 1)) * 2
-    final_norm = b["norms"] / (2 * L + 1)
-    layer_dense = (b["attn"] + (b["mlp"] - experts)) / L / tp + norms_per_layer + b["router"] / L
+    final_norm = cfg.hidden * (2 if cfg.norm == "layernorm" else 1)
+    norms_per_layer = (b["norms"] - final_norm) / L
+    dense_linear = b["attn"] + (b["mlp"] - experts) + b["dense_mlp"] + b["shared_expert"]
+    layer_dense = dense_linear / L / tp + norms_per_layer + b["router"] / L
     layer_expert = experts / L / sc.ep / tp
     ends = 0.0
     if stage.has_embed:

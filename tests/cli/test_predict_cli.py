@@ -188,3 +188,22 @@ def test_sweep_products_are_capped_before_any_work(capsys, args):
     code, out, err = run(capsys, "predict", *args, "--gpu", "h100")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "points; at most 10,000" in err
+
+
+def test_formats_and_mla_from_the_command_line(capsys):
+    code, out, err = run(capsys, "predict", "llama3-8b", "--gpu", "h200", "--mode", "decode",
+                         "--weight-dtype", "int4", "--format", "json")  # fmt: skip
+    assert code == 0, err
+    shapes = [op["shape"] for op in json.loads(out)["ops"] if op["kind"] == "gemm"]
+    assert any("wint4" in s for s in shapes)
+    code, out, err = run(capsys, "predict", "llama3-8b", "--gpu", "h200", "--dtype", "fp8",
+                         "--fp8-scales", "row", "--format", "json")  # fmt: skip
+    assert code == 0 and any(" row" in op["shape"] for op in json.loads(out)["ops"]), err
+    code, out, err = run(capsys, "predict", "deepseek-v3", "--gpu", "h200", "--mode", "decode",
+                         "--mla", "absorbed", "--format", "json")  # fmt: skip
+    assert code == 0 and any("d576/512" in op["shape"] for op in json.loads(out)["ops"]), err
+
+
+def test_int4_activations_are_a_one_line_error(capsys):
+    code, out, err = run(capsys, "predict", "llama3-8b", "--dtype", "int4")
+    assert code == 2 and err.count("\n") == 1 and "--weight-dtype" in err

@@ -1,0 +1,139 @@
+"""Issue 14's architectures in the op lists: MoE as Hugging Face runs it (grouped_mm experts,
+routers, shared experts, dense layers), MLA (naive and absorbed), sliding windows, and their
+memory. Hand math first; the kernel lists follow transformers 5.17's code (moe_layers,
+mla_layers docstrings)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuperf import api
+from gpuperf.perfmodel.ops import Attention, Gemm, GroupedGemm
+from gpuperf.step.memory import kv_cache_bytes, weight_bytes
+from gpuperf.workloads.config import load_model
+from gpuperf.workloads.scenario import Scenario
+from gpuperf.workloads.transformer import build_ops
+
+
+def by_name(ops):
+    return {op.name: op for op in ops}
+
+
+def test_qwen3_moe_experts_are_grouped_gemms_of_the_expert_width():
+    cfg = load_model("qwen3-30b-a3b")
+    o = by_name(build_ops(cfg, Scenario(mode="prefill", seq=512, impl="eager")))
+    up = o["L0/mlp/experts_gate_up"]
+    assert isinstance(up, GroupedGemm)
+    assert (up.tokens, up.topk, up.experts, up.n, up.k) == (512, 8, 128, 2 * 768, 2048)
+    # HF's grouped_mm path: sort, gather, the offsets, three masked fills, the inverse permute.
+    for name in ("experts.gather", "experts.histc", "experts.cumsum", "experts.mask_in",
+                 "experts.mask_up", "experts.mask_down", "experts.unpermute", "experts.sum"):
+        assert f"L0/mlp/{name}" in o, name  # fmt: skip
+    # Qwen's router hands bf16 weights to the experts: no fp32 cast at the end.
+    assert "L0/mlp/experts.cast" not in o and o["L0/mlp/experts.unpermute"].dtype == "bf16"
+
+
+def test_mixtral_weights_are_fp32_so_the_weighted_sum_is_too():
+    o = by_name(build_ops(load_model("mixtral-8x7b"), Scenario(seq=256, impl="eager")))
+    assert o["L0/mlp/experts.unpermute"].dtype == "fp32"
+    assert o["L0/mlp/experts.cast"].out_dtype == "bf16"
+
+
+def test_deepseek_v3_dense_layers_mla_and_shared_expert():
+    cfg = load_model("deepseek-v3")
+    ops = build_ops(cfg, Scenario(mode="decode", batch=1, ctx=1023, impl="eager"))
+    o = by_name(ops)
+    assert "L0/mlp/gate" in o and "L0/mlp/experts_gate_up" not in o  # first_k_dense_replace
+    assert "L3/mlp/experts_gate_up" in o and "L3/mlp/shared/gate" in o
+    assert o["L3/mlp/shared/gate"].n == 2048  # one shared expert of the expert width
+    # Naive MLA in decode: kv_b expands the whole cached latent (1024 tokens) every step.
+    kv_b = o["L0/attn/kv_b"]
+    assert isinstance(kv_b, Gemm) and (kv_b.m, kv_b.n, kv_b.k) == (1024, 128 * (128 + 128), 512)
+    core = o["L0/attn/core"]
+    assert (core.head_dim, core.vdim, core.kv_len) == (192, 128, 1024)
+    assert o["L3/mlp/router"].dtype == "fp32"  # DeepSeek's router runs in fp32
+
+
+def test_absorbed_mla_attends_over_the_latent():
+    cfg = load_model("deepseek-v3")
+    o = by_name(build_ops(cfg, Scenario(mode="decode", ctx=4095, mla="absorbed")))
+    core = o["L0/attn/core"]
+    assert (core.kv_heads, core.head_dim, core.vdim, core.kv_len) == (1, 512 + 64, 512, 4096)
+    assert "L0/attn/kv_b" not in o and o["L0/attn/q_absorb"].batch == 128
+    with pytest.raises(Exception, match="naive"):
+        build_ops(cfg, Scenario(mode="decode", impl="eager", mla="absorbed"))
+
+
+def test_mla_caches_the_latent():
+    cfg = load_model("deepseek-v3")
+    # 61 layers x (512 + 64) values x 1000 tokens x 2 bytes
+    assert kv_cache_bytes(cfg, 1000, 1, "bf16") == 61 * 576 * 1000 * 2
+
+
+def test_sliding_window_caps_the_cache_and_the_decode_attention():
+    cfg = load_model("mistral-7b")  # a 4096-token window on every layer
+    assert kv_cache_bytes(cfg, 16000, 1, "bf16") == kv_cache_bytes(cfg, 4096, 1, "bf16")
+    fused = by_name(build_ops(cfg, Scenario(mode="decode", ctx=16000)))["L0/attn/core"]
+    assert fused.kv_len == 4096
+    eager = by_name(build_ops(cfg, Scenario(mode="decode", ctx=16000, impl="eager")))
+    assert eager["L0/attn/core"].kv_len == 4096 and eager["L0/attn/core"].fixed_window
+
+
+def test_hf_sliding_prefill_past_the_window_is_a_masked_square_flash_a_window():
+    cfg = load_model("mistral-7b")
+    hf = by_name(build_ops(cfg, Scenario(seq=8192, impl="eager")))["L0/attn/core"]
+    assert hf.mask and not hf.causal and hf.attended_pairs() == 8192 * 8192
+    flash = by_name(build_ops(cfg, Scenario(seq=8192)))["L0/attn/core"]
+    # causal within a 4096 window: the first 4096 queries see 1..4096 keys, the rest 4096 each
+    assert flash.attended_pairs() == 4096 * 4097 / 2 + 4096 * 4096
+
+
+def test_window_pairs_by_hand():
+    a = Attention("a", 1, 1, 1, q_len=10, kv_len=10, head_dim=8, window=4)
+    assert a.attended_pairs() == 1 + 2 + 3 + 4 * 7
+    assert Attention("a", 1, 1, 1, 1, 100, 8, window=4).attended_pairs() == 4
+
+
+def test_weight_only_int4_memory_and_ops():
+    cfg = load_model("llama3-8b")
+    p = api.predict(cfg, gpu="h100", mode="decode", weight_dtype="int4")
+    gemms = [op for op in build_ops(cfg, Scenario(mode="decode", weight_dtype="int4"))
+             if isinstance(op, Gemm) and op.name.startswith("L0/")]  # fmt: skip
+    assert gemms and all(g.wdtype == "int4" and g.dtype == "bf16" for g in gemms)
+    b = cfg.param_breakdown()
+    linear = b["attn"] + b["mlp"]
+    expected = linear * (0.5 + 4 / 128) + (cfg.param_count() - linear) * 2
+    assert weight_bytes(cfg, "bf16", "int4") == pytest.approx(expected)
+    assert p.memory["weights"] == pytest.approx(expected)
+
+
+def test_fp8_rowwise_reaches_the_gemms():
+    ops = build_ops(load_model("llama3-8b"), Scenario(seq=256, dtype="fp8", fp8_scales="row"))
+    down = by_name(ops)["L0/mlp/down"]
+    assert (down.dtype, down.scales) == ("fp8", "row")
+
+
+def test_weight_formats_are_refused_where_they_do_not_apply():
+    with pytest.raises(Exception, match="weight format"):
+        Scenario(dtype="int4")
+    with pytest.raises(Exception, match="inference"):
+        Scenario(mode="train", weight_dtype="int4")
+    with pytest.raises(Exception, match="bf16 or fp16"):
+        Scenario(dtype="fp8", weight_dtype="int4")
+
+
+def test_moe_host_cost_is_measured_per_family():
+    """Mixtral's eager MoE block costs the host more per kernel than a dense MLP (measured:
+    step.cost.HF_MOE_HOST); the same ops under a fused implementation do not."""
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.step.cost import HF_MOE_HOST, HostRules
+
+    h100 = load_gpu("h100")
+    rules = HostRules.of(Scenario(mode="decode", impl="eager"), h100, None, "mixtral")
+    assert rules.moe == HF_MOE_HOST["mixtral"] > 2
+    assert HostRules.of(Scenario(mode="decode"), h100, None, "mixtral").moe == 1.0
+    # Mixtral and Mistral-7B share their attention and 32 layers; Mixtral's MoE block costs the
+    # host more than Mistral's MLP.
+    moe = api.predict("mixtral-8x7b", gpu="h100", mode="decode", impl="eager", ctx=1024)
+    dense = api.predict("mistral-7b", gpu="h100", mode="decode", impl="eager", ctx=1024)
+    assert moe.extra["host_ms"] > 1.5 * dense.extra["host_ms"]
