@@ -14,7 +14,7 @@ from gpuperf.cli.common import SIZE
 # CLI option name -> api.predict argument, for the options below.
 PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "nodes", "global_batch", "micro_batch", "zero",
              "dp_overlap", "recompute", "sequence_parallel", "tp_impl", "tp_overlap", "schedule",
-             "virtual_stages", "nvls")  # fmt: skip
+             "virtual_stages", "nvls", "moe_imbalance")  # fmt: skip
 
 plan_cli_options: list[Callable[..., Any]] = [
     click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs."),
@@ -53,6 +53,9 @@ plan_cli_options: list[Callable[..., Any]] = [
                  help="Model chunks per stage (interleaved)."),
     click.option("--nvls/--no-nvls", default=False, show_default=True,
                  help="Allow NVLink SHARP collectives."),
+    click.option("--moe-imbalance", type=click.FloatRange(1, 64), default=1.0, show_default=True,
+                 help="With --ep: the busiest rank gets this many times the mean token copies "
+                 "(e.g. --moe-imbalance 1.3)."),
 ]  # fmt: skip
 
 

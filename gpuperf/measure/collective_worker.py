@@ -222,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             _write(a.out, rows, env)
     dist.barrier()
-    dist.destroy_process_group()
+    from gpuperf.measure.launch import worker_exit
+
+    worker_exit()
     return 0
 
 

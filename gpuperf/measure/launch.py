@@ -207,3 +207,18 @@ def supervise(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(supervise(sys.argv[1:]))
+
+
+def worker_exit(destroy_group: bool = True) -> None:
+    """End a torchrun worker whose result is written: destroy its process group (unless asked
+    not to), then leave without the interpreter's teardown. On a loaded host a worker thread
+    still joinable when its C++ object is destroyed aborts the process ("terminate called
+    without an active exception", SIGABRT) after the run succeeded, and torchrun then reports
+    the whole run failed (seen with gloo on 2 CPU ranks under load)."""
+    import torch.distributed as dist
+
+    if destroy_group:
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

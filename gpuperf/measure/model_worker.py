@@ -341,12 +341,11 @@ def main() -> int:
         _write(path, out)
     _stage(rank, "done")
     dist.barrier()
-    if spec.get("graphs") and world > 1:
-        # Destroying a communicator whose collectives a CUDA graph captured can hang
-        # (pytorch/pytorch#115388); the result is written, so leave without it.
-        sys.stderr.flush()
-        os._exit(0)
-    dist.destroy_process_group()
+    # Destroying a communicator whose collectives a CUDA graph captured can hang
+    # (pytorch/pytorch#115388): those runs leave it.
+    from gpuperf.measure.launch import worker_exit
+
+    worker_exit(destroy_group=not (spec.get("graphs") and world > 1))
     return 0
 
 

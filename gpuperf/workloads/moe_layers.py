@@ -123,16 +123,20 @@ def routed_experts(cfg: ModelConfig, d, eager: bool, wdt: DType) -> list[Op]:  #
     ep = d.g.ep
     local, a = E // ep, d.act
     S = T * k  # routed (token, expert) pairs
-    tokens = T * ep  # tokens whose copies can reach this rank's experts (every rank's)
-    rows_here = S  # under uniform routing each rank receives, on average, as many as it sends
+    # Tokens whose copies can reach this rank's experts (every rank's). Under uniform routing
+    # each rank receives as many copies as it sends; the busiest rank (which sets the pace)
+    # receives moe_imbalance times that.
+    skew = d.moe_imbalance if ep > 1 else 1.0
+    tokens = max(1, round(T * ep * skew))
+    rows_here = max(1, round(S * skew))
     ops: list[Op] = []
     if not eager:
         ops.append(Reduce("mlp/moe_align", "sum", 1, S, local, INT32))
-        ops += comm_ops.expert_alltoall(d, "mlp/dispatch", S)
+        ops += comm_ops.expert_alltoall(d, "mlp/dispatch", rows_here)
         ops.append(_grouped(d, "mlp/experts_gate_up", tokens, k, E, local, 2 * f, h))
         ops.append(_ew("mlp/act", "silu_and_mul", rows_here * f, a, n_in=2, flops=5.0))
         ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
-        ops += comm_ops.expert_alltoall(d, "mlp/combine", S)
+        ops += comm_ops.expert_alltoall(d, "mlp/combine", rows_here)
         ops.append(Reduce("mlp/moe_sum", "sum", T * h, k, 1, a))
         return ops
     # Hugging Face grouped_mm experts (transformers/integrations/moe.py), in order.
@@ -146,7 +150,7 @@ def routed_experts(cfg: ModelConfig, d, eager: bool, wdt: DType) -> list[Op]:  #
     ops.append(Reduce("mlp/experts.cumsum", "sum", 1, local, local, INT32))
     ops.append(_ew("mlp/experts.sentinel", "compare", S, INDEX, flops=1.0))
     ops.append(_ew("mlp/experts.clamp", "clamp", S, INDEX, flops=1.0))
-    ops += comm_ops.expert_alltoall(d, "mlp/dispatch", S)
+    ops += comm_ops.expert_alltoall(d, "mlp/dispatch", rows_here)
     ops.append(_ew("mlp/experts.mask_in", "masked_fill", rows_here * h, a, n_in=1, flops=0.0))
     gated = cfg.mlp == "gated"
     up = 2 * f if gated else f
@@ -163,7 +167,7 @@ def routed_experts(cfg: ModelConfig, d, eager: bool, wdt: DType) -> list[Op]:  #
     ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
     ops.append(Copy("mlp/experts.mask_down_clone", rows_here * h * BYTES[a], a))
     ops.append(_ew("mlp/experts.mask_down", "masked_fill", rows_here * h, a, flops=0.0))
-    ops += comm_ops.expert_alltoall(d, "mlp/combine", S)
+    ops += comm_ops.expert_alltoall(d, "mlp/combine", rows_here)
     # proj_out * sample_weights: fp32 weights promote the product (and all that follows) to fp32.
     ops.append(_ew("mlp/experts.weight", "mul", S * h, a, out=wdt))
     ops.append(_ew("mlp/experts.inv_perm", "arange", S, INDEX, n_in=0, flops=0.0))

@@ -34,7 +34,7 @@ DEGREES = ("tp", "pp", "dp", "cp", "ep")
 # The parallel options (api.predict's keyword arguments, the CLI's --tp ... --nvls).
 PARALLEL_FIELDS = (*DEGREES, "micro_batch", "global_batch", "zero", "dp_overlap", "recompute",
                    "sequence_parallel", "tp_impl", "tp_overlap", "schedule", "virtual_stages",
-                   "nvls")  # fmt: skip
+                   "nvls", "moe_imbalance")  # fmt: skip
 _POSITIVE = ("batch", "seq", "ctx", "new_tokens", *DEGREES, "virtual_stages")
 _BOOLS = ("cuda_graphs", "tp_overlap", "nvls")
 _CHOICES = {
@@ -108,6 +108,9 @@ class Scenario:
     schedule: Schedule = "1f1b"
     virtual_stages: int = 1
     nvls: bool = False
+    # Expert parallelism: the busiest rank receives this many times the mean token copies (1:
+    # uniform routing; real routers are uneven, and the busiest rank sets the layer's pace).
+    moe_imbalance: float = 1.0
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -124,6 +127,9 @@ class Scenario:
             if value is not None and not isinstance(value, bool):
                 raise InputError(f"{name} must be true, false or None, got {value!r}")
         self._check_formats()
+        imb = self.moe_imbalance
+        if isinstance(imb, bool) or not isinstance(imb, int | float) or not 1 <= imb <= 64:
+            raise InputError(f"moe_imbalance must be a number from 1 to 64, got {shown(imb)}")
         sp = self.sequence_parallel
         if self.dp_overlap is None:
             object.__setattr__(self, "dp_overlap", self.impl == "eager")

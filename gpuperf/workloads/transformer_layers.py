@@ -57,6 +57,7 @@ class Dims:
     wgemm: DType | None = None  # weight-only GEMM format (int4/int8 weights, bf16 activations)
     scales: str = ""  # fp8: "tensor" or "row" scales; int4: group size ("g128")
     mla: str = "auto"  # MLA form: naive, absorbed, or what the implementation runs (auto)
+    moe_imbalance: float = 1.0  # the busiest expert-parallel rank's share over the mean
 
     @property
     def rows(self) -> int:
@@ -107,6 +108,7 @@ def make_dims(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> Dims:
         scales=("g128" if sc.weight_dtype == "int4" else "")
         or (sc.fp8_scales if BYTES[sc.dtype] == 1 and sc.dtype == "fp8" else ""),
         mla=sc.mla,
+        moe_imbalance=sc.moe_imbalance,
     )
 
 

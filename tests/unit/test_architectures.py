@@ -26,8 +26,16 @@ def test_qwen3_moe_experts_are_grouped_gemms_of_the_expert_width():
     assert isinstance(up, GroupedGemm)
     assert (up.tokens, up.topk, up.experts, up.n, up.k) == (512, 8, 128, 2 * 768, 2048)
     # HF's grouped_mm path: sort, gather, the offsets, three masked fills, the inverse permute.
-    for name in ("experts.gather", "experts.histc", "experts.cumsum", "experts.mask_in",
-                 "experts.mask_up", "experts.mask_down", "experts.unpermute", "experts.sum"):
+    for name in (
+        "experts.gather",
+        "experts.histc",
+        "experts.cumsum",
+        "experts.mask_in",
+        "experts.mask_up",
+        "experts.mask_down",
+        "experts.unpermute",
+        "experts.sum",
+    ):
         assert f"L0/mlp/{name}" in o, name  # fmt: skip
     # Qwen's router hands bf16 weights to the experts: no fp32 cast at the end.
     assert "L0/mlp/experts.cast" not in o and o["L0/mlp/experts.unpermute"].dtype == "bf16"
@@ -137,3 +145,23 @@ def test_moe_host_cost_is_measured_per_family():
     moe = api.predict("mixtral-8x7b", gpu="h100", mode="decode", impl="eager", ctx=1024)
     dense = api.predict("mistral-7b", gpu="h100", mode="decode", impl="eager", ctx=1024)
     assert moe.extra["host_ms"] > 1.5 * dense.extra["host_ms"]
+
+
+def test_moe_imbalance_slows_the_busiest_expert_parallel_rank():
+    """With ep=8 the busiest rank gets 1.5x the mean token copies: its grouped GEMMs and its
+    all-to-alls carry 1.5x the rows; on one GPU (no ep) the imbalance changes nothing."""
+    cfg = load_model("mixtral-8x7b")
+    plan = {"system": "dgx-h100", "seq": 4096, "ep": 8, "dp": 8}
+
+    def rows(p):  # noqa: ANN001
+        t = p.table.set_index("name")
+        return t.loc["L0/mlp/experts_down", "flops"], t.loc["L0/mlp/dispatch.alltoall", "bytes"]
+
+    even, uneven = (api.predict(cfg, **plan, moe_imbalance=f) for f in (1.0, 1.5))
+    (f1, b1), (f2, b2) = rows(even), rows(uneven)
+    assert f2 == pytest.approx(1.5 * f1, rel=1e-3) and b2 == pytest.approx(1.5 * b1, rel=1e-3)
+    assert uneven.total_ms > even.total_ms
+    one = api.predict(cfg, gpu="h100", seq=4096).total_ms
+    assert api.predict(cfg, gpu="h100", seq=4096, moe_imbalance=1.5).total_ms == one
+    with pytest.raises(Exception, match="moe_imbalance"):
+        Scenario(moe_imbalance=0.5)
