@@ -82,25 +82,46 @@ def op_commands(run: RunOps, common: Sequence[Decorator], verb: str) -> list[cli
     """gemm, attention, elementwise, norm and copy subcommands; each calls run(ops, **common_kw)."""
     cmds: list[click.Command] = []
 
-    def gemm_cmd(sizes: tuple[str, ...], dtype: str, **kw: Any) -> None:
+    def gemm_cmd(sizes: tuple[str, ...], dtype: str, weight_dtype: str | None, scales: str,
+                 **kw: Any) -> None:  # fmt: skip
         if len(sizes) not in (1, 3):
             raise click.UsageError("gemm takes M (square) or M N K")
         dims = [parse_sweep(s, name) for s, name in zip(sizes, "MNK", strict=False)]
+        fmt = {"wdtype": weight_dtype, "scales": "" if dtype != "fp8" else scales}
         if len(dims) == 1:
-            ops: list[Op] = [single_op.gemm(m, dtype=dtype) for m in dims[0]]
+            ops: list[Op] = [single_op.gemm(m, dtype=dtype, **fmt) for m in dims[0]]
         else:
-            ops = [single_op.gemm(m, n, k, dtype) for m, n, k in grid(*dims)]
+            ops = [single_op.gemm(m, n, k, dtype, **fmt) for m, n, k in grid(*dims)]
         run(ops, **kw)
 
     cmds.append(
         click.command(
             "gemm",
             help=f"Matrix product [M,K]x[K,N]. Sizes take 4K, 1M, sweeps like 256:16384:x2.\n\n"
-            f"Example: gpuperf {verb} gemm 8192 4096 11008 --dtype fp8",
+            f"Example: gpuperf {verb} gemm 8192 4096 11008 --dtype fp8 --scales row\n\n"
+            f"Weight-only: gpuperf {verb} gemm 1:16:x2 8192 8192 --weight-dtype int4",
         )(
             _apply(
                 gemm_cmd,
-                [click.argument("sizes", nargs=-1, required=True), dtype_option(), *common],
+                [
+                    click.argument("sizes", nargs=-1, required=True),
+                    dtype_option(),
+                    click.option(
+                        "--weight-dtype",
+                        type=click.Choice(["int4", "int8"]),
+                        default=None,
+                        help="Weight-only int4 (group 128) or int8 "
+                        "weights times --dtype activations.",
+                    ),  # fmt: skip
+                    click.option(
+                        "--scales",
+                        type=click.Choice(["tensor", "row"]),
+                        default="tensor",
+                        show_default=True,
+                        help="fp8: one scale per tensor, or per row (rowwise).",
+                    ),  # fmt: skip
+                    *common,
+                ],
             )
         )
     )

@@ -43,11 +43,22 @@ COLLECTIVES: tuple[CollectiveKind, ...] = (
 )
 
 
-def gemm(m: int, n: int | None = None, k: int | None = None, dtype: DType = "bf16") -> Gemm:
-    """`gemm M` is square; `gemm M N K` multiplies [M, K] by [K, N]."""
+def gemm(m: int, n: int | None = None, k: int | None = None, dtype: DType = "bf16",
+         wdtype: DType | None = None, scales: str = "") -> Gemm:  # fmt: skip
+    """`gemm M` is square; `gemm M N K` multiplies [M, K] by [K, N]. `wdtype`: weight-only
+    int4/int8 weights with `dtype` activations; `scales`: fp8 "tensor" or "row"."""
     n = m if n is None else n
     k = m if k is None else k
-    return Gemm(name=f"gemm/{m}x{n}x{k}", m=m, n=n, k=k, dtype=dtype)
+    if wdtype is not None and (wdtype not in ("int4", "int8") or dtype not in ("bf16", "fp16")):
+        raise InputError(f"weight-only GEMMs take int4 or int8 weights and bf16/fp16 inputs, "
+                         f"got weights {wdtype} with {dtype}")  # fmt: skip
+    if scales and (dtype != "fp8" or scales not in ("tensor", "row")):
+        raise InputError(
+            f"scales 'tensor' or 'row' apply to fp8 GEMMs, got {scales!r} with {dtype}"
+        )
+    if wdtype == "int4":
+        scales = "g128"
+    return Gemm(name=f"gemm/{m}x{n}x{k}", m=m, n=n, k=k, dtype=dtype, wdtype=wdtype, scales=scales)
 
 
 def attention(

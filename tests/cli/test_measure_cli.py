@@ -183,3 +183,14 @@ def test_validate_measures_one_layer_and_lists_skipped_ops(capsys):
     qkv = data["ops"][names.index("L0/attn/qkv")]
     assert qkv["shape"] == "8×12288×4096" and qkv["measured_ms"] > 0
     assert any("skipped L0/attn/rope" in w for w in data["warnings"])
+
+
+def test_weight_only_gemm_runs_its_kernel_on_the_cpu(capsys):
+    """gpuperf measure gemm --weight-dtype int4 runs torch's weight-only kernel (the CPU one
+    here), checked against the dequantized weights it applies (on the CPU nothing is
+    predicted beside it: no profile describes the CPU)."""
+    code, out, err = run(capsys, "measure", "gemm", "32", "256", "512", "--weight-dtype", "int4",
+                         "--device", "cpu", "--gpu", "h100", "--format", "json")  # fmt: skip
+    assert code == 0, err
+    row = json.loads(out)["ops"][0]
+    assert "wint4" in row["shape"] and row["measured_ms"] > 0 and row["time_ms"] is None

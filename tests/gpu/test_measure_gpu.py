@@ -84,3 +84,33 @@ def test_nccl_allreduce_two_gpus():
     assert env["backend"] == "nccl"
     assert all(r["wrong"] == 0 for r in rows)
     assert rows[-1]["busbw_gbps"] > 10  # NVLink or PCIe, not a broken setup
+
+
+@pytest.mark.parametrize(
+    "op",
+    [so.gemm(64, 4096, 4096, "fp8", scales="row"), so.gemm(4, 4096, 4096, wdtype="int4"),
+     so.gemm(4, 4096, 4096, wdtype="int8")],
+    ids=["fp8-rowwise", "w4", "w8"],
+)  # fmt: skip
+def test_quantized_gemms_checked_and_predicted_within_2x(op):
+    """Each of PyTorch's quantized kernels runs, agrees with its own dequantized weights, and
+    lands within 2x of the prediction (the accuracy table holds the tight numbers)."""
+    from gpuperf.perfmodel.roofline import op_time
+
+    m = measure_op(op, "cuda", B)
+    assert m.check_err < 0.02 and m.timing.median_s > 0
+    spec = _spec()
+    if spec is not None and spec.calibrated:
+        assert 0.5 < op_time(op, spec).time / m.timing.median_s < 2.0
+
+
+def test_grouped_gemm_of_moe_experts():
+    from gpuperf.perfmodel.ops import GroupedGemm
+    from gpuperf.perfmodel.roofline import op_time
+
+    op = GroupedGemm("experts", tokens=512, topk=8, experts=128, n=1536, k=2048)
+    m = measure_op(op, "cuda", B)
+    assert m.check_err < 0.02 and m.detail["touched"] == 128
+    spec = _spec()
+    if spec is not None and spec.calibrated:
+        assert 0.5 < op_time(op, spec).time / m.timing.median_s < 2.0
