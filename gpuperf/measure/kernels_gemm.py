@@ -163,6 +163,18 @@ def _identity_check(run_on: Any, a: Any, k: int, m: int, torch: Any) -> Any:
     return check
 
 
+def _available(build: Any, a: Any, what: str, device: str) -> Any:
+    """The kernel `build()` returns, called once on one row: a kernel this torch or device lacks
+    is EnvironmentUnavailable."""
+    try:
+        mm = build()
+        mm(a[:1])
+    except (RuntimeError, NotImplementedError, AttributeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EnvironmentUnavailable(f"{what} GEMM unavailable on {device}: {first}") from None
+    return mm
+
+
 def _int4_weight_only(op: Any, device: str, torch: Any) -> Kernel:
     """W4A16 as torch._weight_int4pack_mm runs it (tinygemm on CUDA): bf16 activations, int4
     weights packed by torch._convert_weight_to_int4pack, a bf16 scale and zero per group of
@@ -181,22 +193,15 @@ def _int4_weight_only(op: Any, device: str, torch: Any) -> Kernel:
     zeros = torch.randn((k // group, n), dtype=torch.bfloat16, device=device) * 0.01
     s_z = torch.stack([scales, zeros], dim=2).contiguous()  # [k/group, n, 2]
     a = torch.randn((m, k), dtype=torch.bfloat16, device=device)
-    try:
+
+    def build() -> Any:
         if device.startswith("cuda"):
             w = torch._convert_weight_to_int4pack(packed_u8, 8)
+            return lambda x: torch._weight_int4pack_mm(x, w, group, s_z)
+        w = torch._convert_weight_to_int4pack_for_cpu(q, 8)
+        return lambda x: torch._weight_int4pack_mm_for_cpu(x, w, group, s_z)
 
-            def mm(x: Any) -> Any:
-                return torch._weight_int4pack_mm(x, w, group, s_z)
-        else:
-            w = torch._convert_weight_to_int4pack_for_cpu(q, 8)
-
-            def mm(x: Any) -> Any:
-                return torch._weight_int4pack_mm_for_cpu(x, w, group, s_z)
-
-        mm(a[:1])
-    except (RuntimeError, NotImplementedError, AttributeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EnvironmentUnavailable(f"int4 GEMM unavailable on {device}: {first}") from None
+    mm = _available(build, a, "int4", device)
 
     def run() -> Any:
         return mm(a)
@@ -215,14 +220,10 @@ def _int8_weight_only(op: Any, device: str, torch: Any) -> Kernel:
     scales = torch.rand((n,), dtype=torch.bfloat16, device=device) * 0.02 + 0.01
     a = torch.randn((m, k), dtype=torch.bfloat16, device=device)
 
-    def mm(x: Any) -> Any:
-        return torch._weight_int8pack_mm(x, w, scales)
+    def build() -> Any:
+        return lambda x: torch._weight_int8pack_mm(x, w, scales)
 
-    try:
-        mm(a[:1])
-    except (RuntimeError, NotImplementedError, AttributeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EnvironmentUnavailable(f"int8 GEMM unavailable on {device}: {first}") from None
+    mm = _available(build, a, "int8", device)
 
     def run() -> Any:
         return mm(a)
