@@ -60,6 +60,27 @@ def dtype_option(default: str = "bf16") -> Decorator:
     )
 
 
+def weight_dtype_option() -> Decorator:
+    return click.option(
+        "--weight-dtype",
+        type=click.Choice(["int4", "int8"]),
+        default=None,
+        help="Weight-only quantization: int4 (group 128) or int8 weights, --dtype activations "
+        "(e.g. --weight-dtype int4).",
+    )
+
+
+def scales_option(flag: str) -> Decorator:
+    """How --dtype fp8 GEMMs are scaled; `flag`: --scales (gemm op) or --fp8-scales (models)."""
+    return click.option(
+        flag,
+        type=click.Choice(["tensor", "row"]),
+        default="tensor",
+        show_default=True,
+        help="With --dtype fp8: one scale per tensor, or per token and weight row (rowwise).",
+    )
+
+
 def _apply(func: Callable[..., Any], decorators: Sequence[Decorator]) -> Callable[..., Any]:
     for deco in reversed(decorators):
         func = deco(func)
@@ -106,20 +127,8 @@ def op_commands(run: RunOps, common: Sequence[Decorator], verb: str) -> list[cli
                 [
                     click.argument("sizes", nargs=-1, required=True),
                     dtype_option(),
-                    click.option(
-                        "--weight-dtype",
-                        type=click.Choice(["int4", "int8"]),
-                        default=None,
-                        help="Weight-only int4 (group 128) or int8 "
-                        "weights times --dtype activations.",
-                    ),  # fmt: skip
-                    click.option(
-                        "--scales",
-                        type=click.Choice(["tensor", "row"]),
-                        default="tensor",
-                        show_default=True,
-                        help="fp8: one scale per tensor, or per row (rowwise).",
-                    ),  # fmt: skip
+                    weight_dtype_option(),
+                    scales_option("--scales"),
                     *common,
                 ],
             )

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from gpuperf.cli.common import SIZE
-from gpuperf.cli.ops_grammar import dtype_option
+from gpuperf.cli.ops_grammar import dtype_option, scales_option, weight_dtype_option
 
 
 def _dtype_or_none(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -53,20 +53,8 @@ SCENARIO_OPTIONS: list[Callable[..., Any]] = [
         show_default=True,
         help="flash: one fused attention kernel; math: scores materialized, softmax, then P·V.",
     ),
-    click.option(
-        "--weight-dtype",
-        type=click.Choice(["int4", "int8"]),
-        default=None,
-        help="Weight-only quantization: int4 (group 128) or int8 weights, --dtype activations "
-        "(e.g. --weight-dtype int4).",
-    ),
-    click.option(
-        "--fp8-scales",
-        type=click.Choice(["tensor", "row"]),
-        default="tensor",
-        show_default=True,
-        help="With --dtype fp8: one scale per tensor, or per token and weight row (rowwise).",
-    ),
+    weight_dtype_option(),
+    scales_option("--fp8-scales"),
     click.option(
         "--mla",
         type=click.Choice(["auto", "naive", "absorbed"]),

@@ -91,6 +91,14 @@ class Gemm:
         return f"{pre}{self.m}×{self.n}×{self.k}{w}{sc}"
 
 
+def gemm_scales(dtype: DType, wdtype: DType | None, fp8_scales: str) -> str:
+    """Gemm.scales for a format: int4 weights in groups of 128, fp8 operands at `fp8_scales`
+    ("tensor" or "row"), nothing for the rest."""
+    if wdtype == "int4":
+        return "g128"
+    return fp8_scales if dtype == "fp8" else ""
+
+
 @dataclass(frozen=True, slots=True)
 class GroupedGemm:
     """One grouped GEMM over the experts of an MoE layer (torch._grouped_mm, CUTLASS grouped

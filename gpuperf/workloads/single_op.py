@@ -20,6 +20,7 @@ from gpuperf.perfmodel.ops import (
     Elementwise,
     Gemm,
     Norm,
+    gemm_scales,
 )
 
 if TYPE_CHECKING:
@@ -56,8 +57,7 @@ def gemm(m: int, n: int | None = None, k: int | None = None, dtype: DType = "bf1
         raise InputError(
             f"scales 'tensor' or 'row' apply to fp8 GEMMs, got {scales!r} with {dtype}"
         )
-    if wdtype == "int4":
-        scales = "g128"
+    scales = gemm_scales(dtype, wdtype, scales)
     return Gemm(name=f"gemm/{m}x{n}x{k}", m=m, n=n, k=k, dtype=dtype, wdtype=wdtype, scales=scales)
 
 

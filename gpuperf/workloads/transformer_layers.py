@@ -20,7 +20,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from gpuperf.dtypes import BYTES, DType
-from gpuperf.perfmodel.ops import Attention, Copy, Elementwise, Gemm, Norm, Op, Reduce
+from gpuperf.perfmodel.ops import Attention, Copy, Elementwise, Gemm, Norm, Op, Reduce, gemm_scales
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.groups import SINGLE, Groups
@@ -105,8 +105,7 @@ def make_dims(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> Dims:
         attn=sc.attn,
         train=sc.mode == "train",
         wgemm=sc.weight_dtype,
-        scales=("g128" if sc.weight_dtype == "int4" else "")
-        or (sc.fp8_scales if BYTES[sc.dtype] == 1 and sc.dtype == "fp8" else ""),
+        scales=gemm_scales(sc.dtype, sc.weight_dtype, sc.fp8_scales),
         mla=sc.mla,
         moe_imbalance=sc.moe_imbalance,
     )
