@@ -69,13 +69,7 @@ class LayerShape:
 
 def layer_shape(cfg: ModelConfig, sc: Scenario) -> LayerShape:
     """The layer of `cfg` run as `sc` (prefill or decode); InputError for other layer kinds."""
-    why = []
-    if cfg.is_moe:
-        why.append("MoE (routing is data dependent)")
-    if cfg.norm != "rmsnorm" or cfg.mlp != "gated" or cfg.positions != "rope":
-        why.append(f"{cfg.norm}/{cfg.mlp}/{cfg.positions} (needs rmsnorm/gated/rope)")
-    if cfg.parallel_residual:
-        why.append("parallel residual")
+    why = cfg.unlike_llama()
     if sc.dtype not in LAYER_DTYPES or sc.kv != sc.dtype:
         why.append(f"dtype {sc.dtype}/kv {sc.kv} (needs one of {', '.join(LAYER_DTYPES)})")
     if sc.mode not in ("prefill", "decode"):

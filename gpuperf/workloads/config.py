@@ -221,6 +221,31 @@ class ModelConfig:
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
+    def unlike_llama(self) -> list[str]:
+        """How a layer of this model differs from a Llama layer (RMSNorm, a gated SiLU MLP, full
+        RoPE, separate q/k/v and gate/up weights, no extra norms, full causal attention): empty
+        when it does not. The traced eager kernels hold for Llama layers only."""
+        why = []
+        if self.is_moe:
+            why.append("MoE (routing is data dependent)")
+        if self.is_mla:
+            why.append("MLA attention")
+        if self.norm != "rmsnorm" or self.mlp != "gated" or self.positions != "rope":
+            why.append(f"{self.norm}/{self.mlp}/{self.positions} (needs rmsnorm/gated/rope)")
+        if self.hidden_act != "silu":
+            why.append(f"activation {self.hidden_act} (needs silu)")
+        if self.rotary_frac < 1:
+            why.append(f"partial rotary ({self.rotary_frac:g})")
+        if self.parallel_residual:
+            why.append("parallel residual")
+        if self.qkv_fused or self.gate_up_fused:
+            why.append("fused q/k/v or gate/up weights")
+        if self.qk_norm or self.sandwich_norm:
+            why.append("q/k or sandwich norms")
+        if self.sliding_layers or self.attn_softcap:
+            why.append("sliding windows or attention softcap")
+        return why
+
     @property
     def expert_intermediate(self) -> int:
         """Width of one routed expert."""

@@ -288,12 +288,12 @@ def fused_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
     drop = d.train and cfg.hidden_dropout > 0
     fused_res = not cfg.parallel_residual and not drop
     ops: list[Op] = [Norm("attn/norm", cfg.norm, d.rows, h, d.act, fused_res)]
+    ops += comm_ops.col_in(d, "attn/qkv")  # sequence parallel: gather before the projections
     if cfg.is_mla:
         from gpuperf.workloads.mla_layers import mla_attention
 
         ops += mla_attention(cfg, d, False, d.mla)
     else:
-        ops += comm_ops.col_in(d, "attn/qkv")
         _gemm(ops, d, "attn/qkv", T, (d.heads + 2 * d.kv_heads) * hd, h)
         ops += _qk_norms(cfg, d, False)
         if cfg.positions == "rope":

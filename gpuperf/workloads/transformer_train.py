@@ -135,7 +135,7 @@ def _fwd_gemm(layer: list[Op], name: str) -> Gemm:
 
 def eager_layer_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
     """Autograd's kernels for one eager Llama layer, in the order it runs them."""
-    if cfg.is_moe or cfg.mlp != "gated" or cfg.positions != "rope" or cfg.parallel_residual:
+    if cfg.unlike_llama():
         # Not traced: derive from the forward kernels with the fused rules.
         return [b for op in reversed(layer) for b in fused_backward(op)]
     T, h, a = d.T, d.hidden, d.act

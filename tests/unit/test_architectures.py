@@ -165,3 +165,40 @@ def test_moe_imbalance_slows_the_busiest_expert_parallel_rank():
     assert api.predict(cfg, gpu="h100", seq=4096, moe_imbalance=1.5).total_ms == one
     with pytest.raises(Exception, match="moe_imbalance"):
         Scenario(moe_imbalance=0.5)
+
+
+DATA = "tests/unit/data/hf_configs"
+
+
+@pytest.mark.parametrize(
+    "model, backward_of",
+    [
+        # fused qkv_proj / gate_up_proj: the traced Llama backward looked up attn/q and raised
+        # StopIteration (a traceback from `predict --mode train --impl eager`)
+        (f"{DATA}/phi-3-mini-4k-instruct.json", "attn/qkv"),
+        ("gemma2-9b", "attn/post_norm"),  # sandwich norms
+        (f"{DATA}/qwen3-0.6b.json", "attn/q_norm"),  # per-head q/k norms
+    ],
+)
+def test_eager_training_backward_covers_layers_unlike_llama(model, backward_of):
+    from gpuperf.workloads.transformer_layers import eager_layer, make_dims
+    from gpuperf.workloads.transformer_train import eager_layer_backward
+
+    cfg = load_model(model)
+    assert cfg.unlike_llama()
+    d = make_dims(cfg, Scenario(mode="train", impl="eager", seq=128))
+    bwd = eager_layer_backward(cfg, d, eager_layer(cfg, d))
+    assert any(op.name.startswith(backward_of) for op in bwd), backward_of
+    assert api.predict(model, mode="train", impl="eager", seq=128).total_ms > 0
+    assert not load_model("llama2-7b").unlike_llama()
+
+
+def test_mla_gathers_the_sequence_shards_under_sequence_parallelism():
+    from gpuperf.workloads.groups import Groups
+    from gpuperf.workloads.transformer_layers import fused_layer, make_dims
+
+    cfg = load_model("deepseek-v3")
+    sc = Scenario(mode="prefill", seq=1024)
+    d = make_dims(cfg, sc, Groups(tp=8, sp=True))
+    names = {op.name for op in fused_layer(cfg, d)}
+    assert {"attn/qkv.allgather", "attn/out.reducescatter"} <= names
