@@ -72,8 +72,9 @@ def resolve_model(model: ModelLike) -> ModelConfig:
     return _of_type(model, "model", "ModelConfig")
 
 
-def _dtype(value: str | None) -> Any:
-    return None if value is None else parse_dtype(value)
+def _dtype(value: str | None, what: str) -> Any:
+    weights = what == "weight_dtype"
+    return None if value is None else parse_dtype(value, weights=weights, what=what)
 
 
 def predict(
@@ -139,11 +140,11 @@ def predict(
         ctx=ctx,
         new_tokens=new_tokens,
         dtype=_dtype_required(dtype),
-        kv_dtype=_dtype(kv_dtype),
+        kv_dtype=_dtype(kv_dtype, "kv_dtype"),
         impl=impl,  # type: ignore[arg-type]
         cuda_graphs=cuda_graphs,
         attn=attn,  # type: ignore[arg-type]
-        weight_dtype=_dtype(weight_dtype),
+        weight_dtype=_dtype(weight_dtype, "weight_dtype"),
         fp8_scales=fp8_scales,  # type: ignore[arg-type]
         mla=mla,  # type: ignore[arg-type]
         **parallel,

@@ -35,12 +35,25 @@ _ALIASES = {
 }
 
 
-def parse_dtype(text: str) -> DType:
-    """Return the DType named by `text` (case-insensitive, common aliases), or raise InputError."""
+def parse_dtype(text: str, *, weights: bool = False, what: str = "dtype") -> DType:
+    """Return the DType named by `text` (case-insensitive, common aliases), or raise InputError.
+    Weight-only formats (int4) are refused unless `weights` (a weight_dtype)."""
     if not isinstance(text, str):
         raise InputError(f"dtype must be a name such as bf16, got {shown(text)}")
     key = text.strip().lower()
     key = _ALIASES.get(key, key)
     if key not in BITS:
         raise InputError(f"unknown dtype {text!r}; expected one of: {', '.join(DTYPES)}")
+    if not weights:
+        refuse_weight_only(key, what)
     return key  # type: ignore[return-value]
+
+
+def refuse_weight_only(dtype: str, what: str = "dtype") -> None:
+    """InputError when `dtype` is a format that only weights are stored in (no kernel takes
+    int4 activations)."""
+    if dtype in WEIGHT_ONLY:
+        raise InputError(
+            f"{what} {dtype} is a weight format: give weight_dtype={dtype} "
+            "(--weight-dtype) with bf16 activations"
+        )

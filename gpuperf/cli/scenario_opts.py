@@ -14,7 +14,7 @@ from gpuperf.cli.ops_grammar import dtype_option, scales_option, weight_dtype_op
 def _dtype_or_none(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     from gpuperf.dtypes import parse_dtype
 
-    return None if value is None else parse_dtype(value)
+    return None if value is None else parse_dtype(value, what=f"--{param.name}".replace("_", "-"))
 
 
 SCENARIO_OPTIONS: list[Callable[..., Any]] = [

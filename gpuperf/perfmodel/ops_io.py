@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 from typing import Any
 
+from gpuperf.dtypes import BITS, WEIGHT_ONLY
 from gpuperf.errors import InputError, shown
 from gpuperf.perfmodel import ops
 from gpuperf.perfmodel.ops import Op
@@ -73,7 +74,7 @@ MAX_SIZE = 2**62  # as predict_op's sizes
 def _check_field(typename: str, name: str, annotation: str, value: Any) -> None:
     """A field of a record from a file, typed as the dataclass declares it (annotations are
     strings here): sizes are integers in [0, 2^62] (a bool is not one), flags are booleans,
-    dtypes and kinds are strings, floats are finite numbers. An 'abc' head count would
+    dtypes are known names, kinds are strings, floats are finite numbers. An 'abc' head count would
     otherwise reach the attention model and fail there."""
     if value is None and annotation.endswith("| None"):
         return
@@ -89,7 +90,11 @@ def _check_field(typename: str, name: str, annotation: str, value: Any) -> None:
             and (-MAX_SIZE <= value <= MAX_SIZE)
         )
         want = "a finite number"
-    else:  # str, DType, CollectiveKind, Literal[...]: names; their values are checked downstream
+    elif annotation.startswith("DType"):  # int4 is a weight format: Gemm.wdtype only
+        ok = isinstance(value, str) and value in BITS
+        ok = ok and (value not in WEIGHT_ONLY or name == "wdtype")
+        want = f"a dtype ({', '.join(d for d in BITS if d not in WEIGHT_ONLY)})"
+    else:  # str, CollectiveKind, Literal[...]: names; their values are checked downstream
         ok, want = isinstance(value, str), "a string"
     if not ok:
         raise InputError(f"bad {typename} record: {name} must be {want}, got {shown(value)}")

@@ -167,13 +167,9 @@ class Scenario:
         self._check_combinations()
 
     def _check_formats(self) -> None:
-        from gpuperf.dtypes import WEIGHT_ONLY
+        from gpuperf.dtypes import WEIGHT_ONLY, refuse_weight_only
 
-        if self.dtype in WEIGHT_ONLY:
-            raise InputError(
-                f"dtype {self.dtype} is a weight format: give weight_dtype={self.dtype} "
-                "(--weight-dtype) with bf16 activations"
-            )
+        refuse_weight_only(self.dtype)
         if self.kv_dtype in WEIGHT_ONLY:
             raise InputError(f"kv_dtype {self.kv_dtype} is not a cache format (bf16, fp8, ...)")
         if self.weight_dtype is not None:

@@ -302,3 +302,15 @@ def test_a_file_name_that_is_not_utf8_does_not_break_the_report(capsys, tmp_path
 def test_api_hostile_values_are_input_errors(call):
     with pytest.raises(InputError):
         call()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("predict", "gemm", "64", "--dtype", "int4"), ("predict", "norm", "--dtype", "int4"),
+     ("predict", "llama3-8b", "--kv-dtype", "int4")],
+)  # fmt: skip
+def test_int4_is_a_weight_format_wherever_a_dtype_is_asked(capsys, args):
+    # int4 was accepted as an operand dtype and the time model raised KeyError (a traceback)
+    refused(capsys, *args, match="int4 is a weight format")
+    with pytest.raises(InputError, match="weight format"):
+        api.predict_op("elementwise", fn="add", numel=64, dtype="int4")

@@ -66,3 +66,12 @@ def test_missing_field_is_an_error():
         op_from_dict({"type": "Gemm", "name": "g", "m": 1})
     with pytest.raises(InputError, match="'type'"):
         op_from_dict({"name": "g"})
+
+
+@pytest.mark.parametrize(("field", "value"), [("dtype", "zz"), ("dtype", "int4"), ("dtype", [1])])
+def test_dtypes_are_known_names_and_int4_only_for_weights(field, value):
+    # an unknown dtype reached the time model and raised KeyError there
+    with pytest.raises(InputError, match=f"bad Gemm record: {field} must be a dtype"):
+        op_from_dict({"type": "Gemm", "name": "g", "m": 1, "n": 1, "k": 1, field: value})
+    ok = op_from_dict({"type": "Gemm", "name": "g", "m": 1, "n": 1, "k": 1, "wdtype": "int4"})
+    assert ok.wdtype == "int4"
