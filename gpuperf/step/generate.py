@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import replace
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -61,7 +60,7 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
     """One generation (module docstring); extra has ttft_ms, tpot_ms and decode_tokens_per_s."""
     from gpuperf.step.columns import nrows
     from gpuperf.step.memory import busiest
-    from gpuperf.step.mfu import attention_flops_per_token, matmul_params, model_flops_per_token
+    from gpuperf.step.mfu import decode_attention_flops, matmul_params, model_flops_per_token
     from gpuperf.step.result import SUMMED, Prediction, intensity, with_share
     from gpuperf.step.run import _predict_step, throughput
     from gpuperf.workloads.step_work import build
@@ -116,9 +115,8 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
     )
     # Model FLOPs: the prefill's tokens at the prompt's length, each decode step at its context.
     n = sc.new_tokens
-    per_key = attention_flops_per_token(cfg, SimpleNamespace(mode="decode", ctx=0))  # T = 1
     flops = sc.batch * sc.seq * model_flops_per_token(cfg, pre_sc)[0]
-    flops += sc.batch * (n * 2.0 * matmul_params(cfg) + per_key * (n * sc.seq + n * (n + 1) / 2))
+    flops += sc.batch * (n * 2.0 * matmul_params(cfg) + decode_attention_flops(cfg, sc.seq, n))
     tokens = sc.batch * (sc.seq + sc.new_tokens)
     pred.mfu_convention = pre.mfu_convention
     throughput(pred, where.gpu, sc, tokens, sc.batch * sc.new_tokens, flops / tokens)

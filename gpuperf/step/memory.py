@@ -85,10 +85,7 @@ def kv_cache_bytes(cfg: ModelConfig, tokens: int, batch: int, dtype: DType) -> f
     or an MLA layer's latent and rotary key; a sliding-window layer keeps its window alone."""
     mla = cfg.kv_lora_rank + cfg.qk_rope_head_dim
     per_layer = mla if cfg.is_mla else 2 * cfg.kv_heads * cfg.hd
-    window = cfg.sliding_window
-    sliding = len(cfg.sliding_layers) if window else 0
-    kept = (cfg.layers - sliding) * tokens + sliding * min(tokens, window)
-    return float(per_layer * kept * batch * BYTES[dtype])
+    return float(per_layer * cfg.attended_positions(tokens) * batch * BYTES[dtype])
 
 
 @functools.lru_cache(maxsize=1024)

@@ -36,21 +36,29 @@ def matmul_params(cfg: Any) -> float:
     return n - b["pos_embed"]
 
 
-def attention_flops_per_token(cfg: Any, sc: Any) -> float:
-    """4·L·H·Q·T: QKᵀ and P·V of one token's forward, full (non-causal) count; with Q the mean
-    of the query/key and value head sizes where they differ (MLA), and T capped at the window
-    in sliding-window layers."""
+def _flops_per_key(cfg: Any) -> float:
+    """4·H·Q: QKᵀ and P·V for one query and one key in one layer; Q the mean of the query/key
+    and value head sizes where they differ (MLA)."""
     q = _head_dim(cfg)
-    d = (q + (getattr(cfg, "v_head_dim", 0) or q)) / 2
-    t = _attended(sc)
-    layers = cfg.num_hidden_layers
-    window = getattr(cfg, "sliding_window", 0)
-    if window:
-        sliding = len(cfg.sliding_layers)
-        span = (layers - sliding) * t + sliding * min(t, window)
-    else:
-        span = layers * t
-    return 4.0 * cfg.num_attention_heads * d * span
+    return 4.0 * cfg.num_attention_heads * (q + (getattr(cfg, "v_head_dim", 0) or q)) / 2
+
+
+def attention_flops_per_token(cfg: Any, sc: Any) -> float:
+    """4·L·H·Q·T: QKᵀ and P·V of one token's forward, full (non-causal) count, with T capped at
+    the window in sliding-window layers."""
+    return _flops_per_key(cfg) * cfg.attended_positions(_attended(sc))
+
+
+def decode_attention_flops(cfg: Any, prompt: int, steps: int) -> float:
+    """Attention FLOPs of `steps` decode steps after a `prompt`-token prefill, step j attending
+    prompt + j keys (at most the window in sliding layers): the sum of attention_flops_per_token
+    over the steps, in closed form."""
+    full = steps * prompt + steps * (steps + 1) / 2
+    window = cfg.sliding_window
+    m = min(max(window - prompt, 0), steps)  # steps whose keys still fit in the window
+    capped = m * prompt + m * (m + 1) / 2 + (steps - m) * window
+    sliding = len(cfg.sliding_layers)
+    return _flops_per_key(cfg) * ((cfg.layers - sliding) * full + sliding * capped)
 
 
 def model_flops_per_token(cfg: Any, sc: Any) -> tuple[float, str]:

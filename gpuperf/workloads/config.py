@@ -221,6 +221,12 @@ class ModelConfig:
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
+    def attended_positions(self, tokens: int) -> int:
+        """Keys all layers hold for a query at `tokens` positions (or cache for them): `tokens`
+        per layer, at most the window in sliding-window layers."""
+        sliding = len(self.sliding_layers)
+        return (self.layers - sliding) * tokens + sliding * min(tokens, self.sliding_window)
+
     def unlike_llama(self) -> list[str]:
         """How a layer of this model differs from a Llama layer (RMSNorm, a gated SiLU MLP, full
         RoPE, separate q/k/v and gate/up weights, no extra norms, full causal attention): empty

@@ -202,3 +202,20 @@ def test_mla_gathers_the_sequence_shards_under_sequence_parallelism():
     d = make_dims(cfg, sc, Groups(tp=8, sp=True))
     names = {op.name for op in fused_layer(cfg, d)}
     assert {"attn/qkv.allgather", "attn/out.reducescatter"} <= names
+
+
+@pytest.mark.parametrize("prompt, steps", [(8192, 4096), (100, 5000), (4000, 200), (10, 3)])
+def test_generate_counts_each_decode_step_at_its_windowed_context(prompt, steps):
+    # generate's model FLOPs multiplied one key's cost by every key and so ignored the window
+    # (mistral-7b, 8192 + 4096: 6.6% too many); they are the per-step counts, summed
+    from types import SimpleNamespace
+
+    from gpuperf.step.mfu import attention_flops_per_token, decode_attention_flops
+
+    for name in ("mistral-7b", "gemma2-9b", "llama2-7b"):
+        cfg = load_model(name)
+        per_step = sum(
+            attention_flops_per_token(cfg, SimpleNamespace(mode="decode", ctx=prompt + j))
+            for j in range(steps)
+        )
+        assert decode_attention_flops(cfg, prompt, steps) == pytest.approx(per_step, rel=1e-12)
