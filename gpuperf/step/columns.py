@@ -10,6 +10,7 @@ too, whichever way a table was built.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -23,8 +24,13 @@ def isna(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value)
 
 
-def _pairwise(a: Sequence[float], lo: int, n: int) -> float:
-    """numpy's pairwise summation of a[lo:lo+n] (loops_utils.h.src, same order of additions)."""
+def _pairwise(
+    a: Sequence[float], lo: int, n: int, live: tuple[int, int] = (0, sys.maxsize)
+) -> float:
+    """numpy's pairwise summation of a[lo:lo+n] (loops_utils.h.src, same order of additions).
+    Values outside a[live[0]:live[1]] are 0.0: a block wholly outside sums to 0.0 unread."""
+    if lo + n <= live[0] or lo >= live[1]:
+        return 0.0
     if n < 8:
         res = -0.0
         for i in range(lo, lo + n):
@@ -43,7 +49,13 @@ def _pairwise(a: Sequence[float], lo: int, n: int) -> float:
         return res
     half = n // 2
     half -= half % 8
-    return _pairwise(a, lo, half) + _pairwise(a, lo + half, n - half)
+    return _pairwise(a, lo, half, live) + _pairwise(a, lo + half, n - half, live)
+
+
+def total_within(values: Sequence[float], lo: int, hi: int) -> float:
+    """total(values) of floats that are 0.0 outside values[lo:hi], to the bit, reading only the
+    blocks of the pairwise sum that reach into [lo, hi)."""
+    return 0.0 + _pairwise(values, 0, len(values), (lo, hi)) if values else 0.0
 
 
 def total(values: Iterable[Any]) -> Any:

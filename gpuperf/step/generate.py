@@ -4,7 +4,6 @@ their sum is exact for a step time linear in the context (decode_weights)."""
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -23,8 +22,9 @@ def decode_weights(
     (f linearly interpolated between the points: exact for f linear in the context).
 
     In plain Python, each step as numpy took it before (np.linspace, round, unique, np.interp of
-    each point's hat function, summed pairwise), so that the weights are the same to the bit."""
-    from gpuperf.step.columns import total
+    each point's hat function, summed pairwise), so that the weights are the same to the bit;
+    a hat is evaluated only where it is not 0.0."""
+    from gpuperf.step.columns import total_within
     from gpuperf.step.run import DECODE_POINTS
 
     points = DECODE_POINTS if points is None else points
@@ -38,22 +38,24 @@ def decode_weights(
     if len(pts) == 1:
         return pts, [float(count)]
     weights = []
-    for k in range(len(pts)):
-        hat = [0.0] * len(pts)
-        hat[k] = 1.0
-        weights.append(total([_interp(x, pts, hat) for x in range(first, first + count)]))
+    for k, b in enumerate(pts):
+        # np.interp of point k's hat at every context: it rises from the previous point, falls
+        # to the next one, and is 0.0 elsewhere (so its sum reads only those blocks).
+        hat = [0.0] * count
+        hat[b - first] = 1.0
+        lo = hi = b - first
+        if k:
+            a = pts[k - 1]
+            up = 1.0 / (b - a)
+            hat[a + 1 - first : b - first] = [up * (x - a) + 0.0 for x in range(a + 1, b)]
+            lo = a + 1 - first
+        if k + 1 < len(pts):
+            c = pts[k + 1]
+            down = -1.0 / (c - b)
+            hat[b + 1 - first : c - first] = [down * (x - b) + 1.0 for x in range(b + 1, c)]
+            hi = c - first
+        weights.append(total_within(hat, lo, hi + 1))
     return pts, weights
-
-
-def _interp(x: float, xp: list[int], fp: list[float]) -> float:
-    """np.interp(x, xp, fp) for xp[0] <= x <= xp[-1], xp increasing."""
-    if x >= xp[-1]:
-        return fp[-1]
-    j = bisect.bisect_right(xp, x) - 1
-    if xp[j] == x:
-        return fp[j]
-    slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
-    return slope * (x - xp[j]) + fp[j]
 
 
 def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Prediction:

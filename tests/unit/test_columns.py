@@ -97,7 +97,7 @@ def _decode_weights_numpy(first, count, points=5):
 @pytest.mark.parametrize(
     "first, count, points",
     [(2048, 128, 5), (100, 1, 5), (17, 2, 5), (1, 3, 5), (1000, 7, 3), (4096, 300, 5),
-     (5, 1000, 9), (33, 64, 2), (77777, 4099, 5)],
+     (5, 1000, 9), (33, 64, 2), (77777, 4099, 5), (8192, 32768, 5)],
 )  # fmt: skip
 def test_decode_weights_are_the_numpy_weights_to_the_bit(first, count, points):
     pts, w = decode_weights(first, count, points)
