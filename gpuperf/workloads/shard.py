@@ -13,6 +13,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from gpuperf.workloads.config import ModelConfig
+from gpuperf.workloads.layer_kinds import LayerKind, layer_kinds
 from gpuperf.workloads.scenario import Scenario
 
 
@@ -36,13 +37,14 @@ class Stage:
 
 
 @functools.lru_cache(maxsize=512)
-def stages(layers: int, pp: int) -> tuple[Stage, ...]:
-    """The distinct stages of a pipeline of `pp` stages over `layers` layers, each the first of
-    its kind (the one with the most micro-batches in flight), with its count."""
-    kinds: dict[tuple[int, bool, bool], list] = {}
+def stages(kinds_of_layers: tuple[LayerKind, ...], pp: int) -> tuple[Stage, ...]:
+    """The distinct stages of a pipeline of `pp` stages over layers of these kinds (layer_kinds),
+    each the first of its kind (the one with the most micro-batches in flight), with its count:
+    stages are alike when their layers and ends are."""
+    kinds: dict[tuple[tuple[LayerKind, ...], bool, bool], list] = {}
     first = 0
-    for s, n in enumerate(stage_layers(layers, pp)):
-        key = (n, s == 0, s == pp - 1)
+    for s, n in enumerate(stage_layers(len(kinds_of_layers), pp)):
+        key = (kinds_of_layers[first : first + n], s == 0, s == pp - 1)
         if key in kinds:
             kinds[key][1] += 1
         else:
@@ -54,7 +56,8 @@ def stages(layers: int, pp: int) -> tuple[Stage, ...]:
 @dataclass(frozen=True, slots=True)
 class Params:
     """Parameters one GPU holds before ZeRO sharding: dense (replicated over dp) and expert
-    (replicated over the expert-data-parallel group), and one layer's dense and expert share."""
+    (replicated over the expert-data-parallel group), and one layer's dense and expert share
+    (the mean over the stage's layers)."""
 
     dense: float
     expert: float
@@ -70,17 +73,22 @@ def gpu_params(cfg: ModelConfig, sc: Scenario, stage: Stage) -> Params:
     """Parameters on one GPU of `stage` under the scenario's tp and ep."""
     b = cfg.param_breakdown()
     L, tp = cfg.layers, sc.tp
-    experts = b["mlp"] if cfg.is_moe else 0
     final_norm = cfg.hidden * (2 if cfg.norm == "layernorm" else 1)
-    norms_per_layer = (b["norms"] - final_norm) / L
-    dense_linear = b["attn"] + (b["mlp"] - experts) + b["dense_mlp"] + b["shared_expert"]
-    layer_dense = dense_linear / L / tp + norms_per_layer + b["router"] / L
-    layer_expert = experts / L / sc.ep / tp
+    norms = (b["norms"] - final_norm) / L
+    n = stage.layers
+    if cfg.is_moe:  # routed layers (experts, router, shared expert) and dense ones apart
+        m = cfg.moe_layers
+        moe = sum(k.moe for k in layer_kinds(cfg)[stage.first : stage.first + n])
+        moe_layer = (b["attn"] / L + b["shared_expert"] / m) / tp + norms + b["router"] / m
+        dense_layer = (b["attn"] / L + b["dense_mlp"] / max(1, L - m)) / tp + norms
+        layer_dense = (moe * moe_layer + (n - moe) * dense_layer) / n
+        layer_expert = moe * b["mlp"] / m / sc.ep / tp / n
+    else:
+        layer_dense, layer_expert = (b["attn"] + b["mlp"]) / L / tp + norms, 0.0
     ends = 0.0
     if stage.has_embed:
         ends += (b["embed"] + b["pos_embed"]) / tp
     if stage.has_head:
         head = b["lm_head"] if b["lm_head"] else (b["embed"] if sc.pp > 1 else 0)
         ends += head / tp + final_norm
-    n = stage.layers
     return Params(n * layer_dense + ends, n * layer_expert, layer_dense, layer_expert)

@@ -22,7 +22,7 @@ from gpuperf.perfmodel.ops import P2P, Collective, Copy, Op
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.groups import SINGLE, Groups
-from gpuperf.workloads.layer_kinds import LayerKind, kind_runs
+from gpuperf.workloads.layer_kinds import LayerKind, kind_runs, layer_kinds
 from gpuperf.workloads.scenario import Scenario
 from gpuperf.workloads.shard import Params, Stage, gpu_params, stages
 from gpuperf.workloads.transformer_layers import (
@@ -103,7 +103,7 @@ def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
     eager = sc.impl == "eager"
     train = sc.mode == "train"
     out = []
-    for st in stages(cfg.layers, sc.pp):
+    for st in stages(layer_kinds(cfg), sc.pp):
         params = gpu_params(cfg, sc, st)
         fsdp = (params, g.dp, g.dp_nodes, g.edp, g.edp_nodes) if sc.zero == 3 else None
         fwd, bwd = _stage_parts(cfg, d, eager, sc.mode, sc.recompute, st, fsdp)

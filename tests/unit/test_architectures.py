@@ -219,3 +219,25 @@ def test_generate_counts_each_decode_step_at_its_windowed_context(prompt, steps)
             for j in range(steps)
         )
         assert decode_attention_flops(cfg, prompt, steps) == pytest.approx(per_step, rel=1e-12)
+
+
+@pytest.mark.parametrize("pp", [4, 16, 32])
+def test_pipeline_stages_hold_the_parameters_of_their_own_layers(pp):
+    # The experts were spread evenly over all 61 layers, dense ones included (pp=16: the first
+    # stage, 3 dense layers + 1 MoE, held 5.4e9 expert parameters instead of 1.4e9), and stages
+    # with as many layers were taken as alike whatever their layers were.
+    from gpuperf.workloads.layer_kinds import layer_kinds
+    from gpuperf.workloads.shard import gpu_params, stages
+
+    cfg = load_model("deepseek-v3")
+    sc = Scenario(mode="train", pp=pp, ep=8, dp=8, global_batch=64, micro_batch=1)
+    b = cfg.param_breakdown()
+    expert = dense = 0.0
+    for st in stages(layer_kinds(cfg), pp):
+        p = gpu_params(cfg, sc, st)
+        moe = sum(k.moe for k in layer_kinds(cfg)[st.first : st.first + st.layers])
+        assert p.expert == pytest.approx(moe * b["mlp"] / cfg.moe_layers / 8)
+        expert += p.expert * 8 * st.count
+        dense += p.dense * st.count
+    assert expert == pytest.approx(b["mlp"])
+    assert dense == pytest.approx(cfg.param_count() - b["mlp"])
