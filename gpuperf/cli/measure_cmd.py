@@ -22,12 +22,7 @@ def resolve_device(device: str) -> str:
     """'cuda' or 'cpu'; auto means cuda when a GPU is present, else exit 3."""
     from gpuperf.measure.torch_import import import_torch
 
-    try:
-        torch = import_torch()
-    except ImportError:
-        raise EnvironmentUnavailable(
-            "measuring needs torch: pip install 'gpuperf[measure]'"
-        ) from None
+    torch = import_torch()
     has_cuda = torch.cuda.is_available()
     if device == "cpu":
         return "cpu"

@@ -326,13 +326,9 @@ def live_calibration(
 ) -> LiveCalibration:
     """Resolve the device and base profile, measure the set and the host, report to `echo`."""
     from gpuperf.hardware.loader import load_gpu
+    from gpuperf.measure.torch_import import import_torch
 
-    try:
-        import torch
-    except ImportError:
-        raise EnvironmentUnavailable(
-            "measuring needs torch: pip install 'gpuperf[measure]'"
-        ) from None
+    torch = import_torch()
     if device == "cpu":
         if not allow_cpu:
             raise InputError("parameters fitted on a CPU are meaningless for a GPU profile; "

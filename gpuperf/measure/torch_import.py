@@ -15,14 +15,19 @@ HELD = {signal.SIGINT, signal.SIGTERM}
 
 
 def import_torch() -> ModuleType:
-    """The torch module (ImportError when it is not installed), imported with HELD blocked."""
-    if threading.current_thread() is not threading.main_thread():
-        import torch  # signals reach the main thread only; nothing to hold here
+    """The torch module, imported with HELD blocked; EnvironmentUnavailable (exit 3) when it is
+    not installed."""
+    from gpuperf.errors import EnvironmentUnavailable
 
-        return torch
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    held = threading.current_thread() is threading.main_thread()  # signals reach it only
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD) if held else None
     try:
         import torch
+    except ImportError:
+        raise EnvironmentUnavailable(
+            "measuring needs torch: pip install 'gpuperf[measure]'"
+        ) from None
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a held signal is raised here
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a held signal is raised here
     return torch

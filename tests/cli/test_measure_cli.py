@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -194,3 +195,18 @@ def test_weight_only_gemm_runs_its_kernel_on_the_cpu(capsys):
     assert code == 0, err
     row = json.loads(out)["ops"][0]
     assert "wint4" in row["shape"] and row["measured_ms"] > 0 and row["time_ms"] is None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("measure", "gemm", "64", "--device", "cpu"),
+     ("calibrate", "--device", "cpu", "--allow-cpu", "--gpu", "h100", "-o", "{tmp}/p.toml")],
+)  # fmt: skip
+def test_without_torch_measuring_exits_3_with_the_install_line(capsys, monkeypatch, tmp_path,
+                                                               args):  # fmt: skip
+    # one import (measure.torch_import) for every command that measures
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    code, out, err = run(capsys, *(a.format(tmp=tmp_path) for a in args))
+    assert code == 3, err
+    assert err.strip().endswith("measuring needs torch: pip install 'gpuperf[measure]'"), err
+    assert not (tmp_path / "p.toml").exists()
