@@ -30,6 +30,12 @@ TOLERANCE: dict[str, float] = {
 }
 
 
+def unavailable(what: str, device: str, exc: BaseException) -> EnvironmentUnavailable:
+    """The error for a kernel this torch or device lacks (its first call raised `exc`)."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return EnvironmentUnavailable(f"{what} unavailable on {device}: {first}")
+
+
 class WrongResult(GpuperfError):
     """The kernel's output disagrees with the reference: it is not timed (exit 1)."""
 

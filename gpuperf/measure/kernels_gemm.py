@@ -9,11 +9,18 @@ Layout follows nn.Linear: activations A[m, k] row-major times weights W[n, k] tr
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpuperf.errors import EnvironmentUnavailable, InputError
-from gpuperf.measure.kernels import TOLERANCE, Kernel, check_rows, rel_err, torch_dtype
+from gpuperf.measure.kernels import (
+    TOLERANCE,
+    Kernel,
+    check_rows,
+    rel_err,
+    torch_dtype,
+    unavailable,
+)
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
@@ -37,10 +44,8 @@ def _precision(dtype: str) -> Any:
 
 def build(op: Any, device: str, torch: Any) -> Kernel:
     m, n, k, batch, dt = op.m, op.n, op.k, op.batch, op.dtype
-    if op.wdtype == "int4":
-        return _int4_weight_only(op, device, torch)
-    if op.wdtype == "int8":
-        return _int8_weight_only(op, device, torch)
+    if op.wdtype in ("int4", "int8"):
+        return _weight_only(op, device, torch)
     if op.wdtype is not None:
         raise InputError(f"{op.name}: weight-only {op.wdtype} GEMMs are not measured")
     if dt == "fp8":
@@ -102,8 +107,7 @@ def _fp8(op: Any, device: str, torch: Any) -> Kernel:
         sa16 = sa[:16] if rowwise else sa
         torch._scaled_mm(a[:16], wt, scale_a=sa16, scale_b=sb, out_dtype=torch.bfloat16)
     except (RuntimeError, NotImplementedError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EnvironmentUnavailable(f"fp8 GEMM unavailable on {device}: {first}") from None
+        raise unavailable("fp8 GEMM", device, exc) from None
 
     def run() -> Any:
         return torch._scaled_mm(
@@ -163,26 +167,37 @@ def _identity_check(run_on: Any, a: Any, k: int, m: int, torch: Any) -> Any:
     return check
 
 
-def _available(build: Any, a: Any, what: str, device: str) -> Any:
-    """The kernel `build()` returns, called once on one row: a kernel this torch or device lacks
-    is EnvironmentUnavailable."""
+# A weight-only kernel: what makes the matmul (called once to probe it), and the row's detail.
+Built = tuple[Callable[[], Callable[[Any], Any]], dict[str, Any]]
+
+
+def _weight_only(op: Any, device: str, torch: Any) -> Kernel:
+    """bf16 activations times int4 or int8 weights, by PyTorch's weight-only kernels, checked
+    against the dequantized weights they use (_identity_check)."""
+    if op.dtype != "bf16" or op.batch > 1:
+        raise InputError(
+            f"{op.name}: {op.wdtype} weight-only GEMMs take bf16 activations, no batch"
+        )
+    build = _int4_kernel if op.wdtype == "int4" else _int8_kernel
+    make, detail = build(op, device, torch)
+    a = torch.randn((op.m, op.k), dtype=torch.bfloat16, device=device)
     try:
-        mm = build()
+        mm = make()
         mm(a[:1])
     except (RuntimeError, NotImplementedError, AttributeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EnvironmentUnavailable(f"{what} GEMM unavailable on {device}: {first}") from None
-    return mm
+        raise unavailable(f"{op.wdtype} GEMM", device, exc) from None
+
+    def run() -> Any:
+        return mm(a)
+
+    return Kernel(run, _identity_check(mm, a, op.k, op.m, torch), TOLERANCE["bf16"], detail)
 
 
-def _int4_weight_only(op: Any, device: str, torch: Any) -> Kernel:
-    """W4A16 as torch._weight_int4pack_mm runs it (tinygemm on CUDA): bf16 activations, int4
-    weights packed by torch._convert_weight_to_int4pack, a bf16 scale and zero per group of
-    `group` along K."""
-    m, n, k = op.m, op.n, op.k
+def _int4_kernel(op: Any, device: str, torch: Any) -> Built:
+    """W4A16 as torch._weight_int4pack_mm runs it (tinygemm on CUDA): int4 weights packed by
+    torch._convert_weight_to_int4pack, a bf16 scale and zero per group of `group` along K."""
+    n, k = op.n, op.k
     group = _group_size(op)
-    if op.dtype != "bf16" or op.batch > 1:
-        raise InputError(f"{op.name}: int4 weight-only GEMMs take bf16 activations, no batch")
     if k % group or n % 8 or k % 64:
         raise InputError(
             f"{op.name}: int4 weight-only needs K a multiple of {group} and of 64, N of 8"
@@ -192,41 +207,24 @@ def _int4_weight_only(op: Any, device: str, torch: Any) -> Kernel:
     scales = torch.rand((k // group, n), dtype=torch.bfloat16, device=device) * 0.02 + 0.01
     zeros = torch.randn((k // group, n), dtype=torch.bfloat16, device=device) * 0.01
     s_z = torch.stack([scales, zeros], dim=2).contiguous()  # [k/group, n, 2]
-    a = torch.randn((m, k), dtype=torch.bfloat16, device=device)
 
-    def build() -> Any:
+    def make() -> Callable[[Any], Any]:
         if device.startswith("cuda"):
             w = torch._convert_weight_to_int4pack(packed_u8, 8)
             return lambda x: torch._weight_int4pack_mm(x, w, group, s_z)
         w = torch._convert_weight_to_int4pack_for_cpu(q, 8)
         return lambda x: torch._weight_int4pack_mm_for_cpu(x, w, group, s_z)
 
-    mm = _available(build, a, "int4", device)
-
-    def run() -> Any:
-        return mm(a)
-
-    detail = {"kernel": "torch._weight_int4pack_mm", "group": group, "inner_k_tiles": 8}
-    return Kernel(run, _identity_check(mm, a, k, m, torch), TOLERANCE["bf16"], detail)
+    return make, {"kernel": "torch._weight_int4pack_mm", "group": group, "inner_k_tiles": 8}
 
 
-def _int8_weight_only(op: Any, device: str, torch: Any) -> Kernel:
-    """W8A16 as torch._weight_int8pack_mm runs it: bf16 activations, int8 weights [n, k] with a
-    bf16 scale per output channel."""
-    m, n, k = op.m, op.n, op.k
-    if op.dtype != "bf16" or op.batch > 1:
-        raise InputError(f"{op.name}: int8 weight-only GEMMs take bf16 activations, no batch")
-    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, device=device)
-    scales = torch.rand((n,), dtype=torch.bfloat16, device=device) * 0.02 + 0.01
-    a = torch.randn((m, k), dtype=torch.bfloat16, device=device)
+def _int8_kernel(op: Any, device: str, torch: Any) -> Built:
+    """W8A16 as torch._weight_int8pack_mm runs it: int8 weights [n, k] with a bf16 scale per
+    output channel."""
+    w = torch.randint(-128, 128, (op.n, op.k), dtype=torch.int8, device=device)
+    scales = torch.rand((op.n,), dtype=torch.bfloat16, device=device) * 0.02 + 0.01
 
-    def build() -> Any:
+    def make() -> Callable[[Any], Any]:
         return lambda x: torch._weight_int8pack_mm(x, w, scales)
 
-    mm = _available(build, a, "int8", device)
-
-    def run() -> Any:
-        return mm(a)
-
-    detail = {"kernel": "torch._weight_int8pack_mm"}
-    return Kernel(run, _identity_check(mm, a, k, m, torch), TOLERANCE["bf16"], detail)
+    return make, {"kernel": "torch._weight_int8pack_mm"}

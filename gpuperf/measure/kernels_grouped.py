@@ -2,7 +2,8 @@
 tokens routed to their top-k experts by a random router, sorted by expert, and one
 torch._grouped_mm over every expert's rows with the experts' weights [E, n, k] transposed (the
 nn.Linear layout), offsets from histc + cumsum. The routing is drawn like a random-weight
-model's: uniform, topk distinct experts per token.
+model's: uniform, topk distinct experts per token. Under expert parallelism (op.groups) the
+GPU runs its own experts' rows only.
 """
 
 from __future__ import annotations
@@ -10,18 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 from gpuperf.errors import EnvironmentUnavailable, InputError
-from gpuperf.measure.kernels import TOLERANCE, Kernel, rel_err, torch_dtype
+from gpuperf.measure.kernels import TOLERANCE, Kernel, rel_err, torch_dtype, unavailable
 
 CHECKED_EXPERTS = 4  # experts whose rows are compared with the fp64 reference
 
 
-def routing(tokens: int, topk: int, experts: int, device: str, torch: Any) -> tuple[Any, Any]:
-    """(sorted expert id of each routed row, int32 end offset of each expert's rows)."""
+def routing(tokens: int, topk: int, experts: int, local: int, device: str,
+            torch: Any) -> tuple[list[int], Any]:  # fmt: skip
+    """Rows that each of the first `local` experts (this GPU's) receives, and their int32 end
+    offsets."""
     logits = torch.randn((tokens, experts), device=device)
     ids = torch.topk(logits, topk, dim=-1).indices.reshape(-1)
-    ids_sorted, _ = torch.sort(ids)
-    counts = torch.bincount(ids_sorted, minlength=experts)
-    return ids_sorted, torch.cumsum(counts, dim=0).to(torch.int32)
+    counts = torch.bincount(ids, minlength=experts)[:local]
+    return counts.tolist(), torch.cumsum(counts, dim=0).to(torch.int32)
 
 
 def build(op: Any, device: str, torch: Any) -> Kernel:
@@ -32,9 +34,10 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
     if not hasattr(torch, "_grouped_mm"):
         raise EnvironmentUnavailable("torch._grouped_mm is not in this torch (needs 2.8+)")
     dt = torch_dtype(op.dtype)
-    _, offs = routing(op.tokens, op.topk, op.experts, device, torch)
-    a = torch.randn((op.rows, op.k), dtype=dt, device=device)
-    w = torch.randn((op.experts, op.n, op.k), dtype=dt, device=device) * op.k**-0.5
+    counts, offs = routing(op.tokens, op.topk, op.experts, op.local, device, torch)
+    rows = sum(counts)  # op.rows on average (all of them without expert parallelism)
+    a = torch.randn((rows, op.k), dtype=dt, device=device)
+    w = torch.randn((op.local, op.n, op.k), dtype=dt, device=device) * op.k**-0.5
     wt = w.transpose(-2, -1)  # [E, k, n], column-major per expert, as HF passes it
 
     def run() -> Any:
@@ -43,27 +46,26 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
     try:
         run()
     except (RuntimeError, NotImplementedError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EnvironmentUnavailable(f"grouped GEMM unavailable on {device}: {first}") from None
+        raise unavailable("grouped GEMM", device, exc) from None
 
     def check() -> float:
         out = run()
-        ends = offs.tolist()
         errs = []
-        for e in range(op.experts):
-            lo, hi = (ends[e - 1] if e else 0), ends[e]
-            if hi > lo:
-                ref = a[lo:hi].double() @ w[e].double().T
-                errs.append(rel_err(out[lo:hi], ref))
+        lo = 0
+        for e, c in enumerate(counts):
+            if c:
+                ref = a[lo : lo + c].double() @ w[e].double().T
+                errs.append(rel_err(out[lo : lo + c], ref))
+            lo += c
             if len(errs) == CHECKED_EXPERTS:
                 break
         return max(errs, default=0.0)
 
-    counts = [b - a_ for a_, b in zip([0, *offs.tolist()[:-1]], offs.tolist(), strict=True)]
+    touched = sum(1 for c in counts if c)
     detail = {
         "kernel": "torch._grouped_mm",
-        "touched": sum(1 for c in counts if c),
+        "touched": touched,
         "rows_max": max(counts),
-        "rows_mean_touched": op.rows / max(1, sum(1 for c in counts if c)),
+        "rows_mean_touched": rows / max(1, touched),
     }
     return Kernel(run, check, TOLERANCE["bf16"], detail)

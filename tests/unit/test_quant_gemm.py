@@ -86,3 +86,19 @@ def test_the_late_fit_moves_its_parameters_only():
     params = cal.fit(samples, H100)
     assert params.gemm_eff == H100.params.gemm_eff
     assert params.extra["gemm_fp8_eff"] < H100.params.extra["gemm_fp8_eff"]
+
+
+@pytest.mark.parametrize("groups", [0, 2])
+def test_grouped_gemm_measures_this_gpus_experts_only(groups):
+    # Under expert parallelism the kernel was given every expert's offsets (ending at
+    # tokens·topk) over the local rows only, so it timed the wrong work
+    torch = pytest.importorskip("torch")
+    from gpuperf.measure import kernels_grouped
+
+    op = GroupedGemm("x", tokens=64, topk=2, experts=8, n=128, k=64, groups=groups)
+    counts, offs = kernels_grouped.routing(64, 2, 8, op.local, "cpu", torch)
+    assert len(counts) == op.local and offs.tolist()[-1] == sum(counts)
+    assert sum(counts) == 128 if not groups else 0 < sum(counts) < 128
+    kernel = kernels_grouped.build(op, "cpu", torch)
+    assert kernel.check() < 2e-2
+    assert kernel.detail["touched"] <= op.local
