@@ -163,10 +163,9 @@ TINY = {"hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 1
 def load_config(name: str, tiny: bool = False) -> dict:
     cfg = CONFIGS[name]() if name in CONFIGS else _preset(name)
     if tiny:  # same code paths on small shapes: keys the family has, made small
+        mha = cfg.get("num_key_value_heads") == cfg.get("num_attention_heads")
         cfg.update({k: v for k, v in TINY.items() if k in cfg})
-        if cfg.get("num_key_value_heads") == cfg.get("num_attention_heads") or cfg.get(
-            "model_type", ""
-        ).startswith("deepseek"):
+        if mha or cfg.get("model_type", "").startswith("deepseek"):  # MHA stays MHA
             cfg["num_key_value_heads"] = cfg["num_attention_heads"]
     return cfg
 
