@@ -13,23 +13,6 @@ from typing import Any
 from gpuperf.errors import InputError, shown
 
 
-def is_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a folder; False for a path that cannot exist (a NUL byte, a name longer
-    than the file system allows), where Path.is_dir raises on Python 3.11."""
-    try:
-        return Path(path).is_dir()
-    except (OSError, ValueError):
-        return False
-
-
-def exists(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` exists; False for a path that cannot exist (as is_dir)."""
-    try:
-        return Path(path).exists()
-    except (OSError, ValueError):
-        return False
-
-
 def check_writable(path: str | os.PathLike[str]) -> Path:
     """Fail now, before any work, if `path` cannot be written (a folder, a missing or read-only
     parent that cannot be created, a name the file system refuses): the output is checked before
@@ -37,7 +20,7 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
     out = Path(path)
     if "\0" in str(out):
         raise InputError(f"cannot write {shown(str(out))}: a file name has no NUL bytes")
-    if is_dir(out):
+    if os.path.isdir(out):  # False, not an error, for a name that cannot exist (NUL, too long)
         raise InputError(f"{out} is a directory; give a file name")
     parent = out.parent if str(out.parent) else Path(".")
     try:
@@ -46,7 +29,7 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
     if not parent.is_dir():
         raise InputError(f"cannot write {out}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK) or (exists(out) and not os.access(out, os.W_OK)):
+    if not os.access(parent, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
         raise InputError(f"cannot write {out}: permission denied")
     try:  # the folder may pass os.access and still refuse files (/proc as root, a read-only mount)
         fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import functools
 import math
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -403,12 +404,13 @@ def hf_config(spec: str) -> tuple[dict[str, Any], str, str]:
     key = spec.strip().lower()
     if key in names:
         return dict(_preset(names[key])), names[key], ""
-    from gpuperf.fileio import exists, is_dir, printable
+    from gpuperf.fileio import printable
 
+    # os.path's tests, not Path's: False for a name that cannot exist (a NUL byte, too long)
     path = Path(spec).expanduser()
-    if is_dir(path) and exists(path / "config.json"):
+    if os.path.isdir(path) and os.path.isfile(path / "config.json"):
         path = path / "config.json"
-    if path.suffix == ".json" or exists(path):
+    if path.suffix == ".json" or os.path.exists(path):
         data = _read_json(path)
         name = data.get("_name_or_path") or (
             path.parent.name if path.name == "config.json" else path.stem
