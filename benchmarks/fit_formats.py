@@ -14,6 +14,7 @@ The other parameters were fitted before these kernels were measured (gpuperf cal
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import sys
@@ -35,7 +36,7 @@ FILES = (
     "grouped_gemm.json",
     "attention_masked_prefill.json",
 )
-NAMES = [n for stage, _ in cal.LATE for n in stage]
+NAMES = list(cal.LATE_PARAMS)
 SOURCE = "calibrated by benchmarks/fit_formats.py (calibration split of {files})"
 
 
@@ -58,10 +59,10 @@ def main() -> int:
     gpu = load_gpu(a.gpu)
     folder = ROOT / "benchmarks" / "results" / gpu.name
     files = [folder / f for f in FILES if (folder / f).exists()]
-    samples = [s for s in load_samples(files) if cal._late(s.op)]
+    samples = [s for s in load_samples(files) if cal.is_late(s.op)]
     calib = [s for s in samples if cal.is_calibration(s.op)]
     params = cal.fit(calib, gpu, NAMES)
-    fitted = cal.dataclasses.replace(gpu, params=params)
+    fitted = dataclasses.replace(gpu, params=params)
     # Parameters with no rows of their kernel here stay at the model's default (left out).
     values = {n: v for n in NAMES if not math.isnan(v := cal.param_value(params, n))}
     for n, v in values.items():

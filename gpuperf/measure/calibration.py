@@ -32,7 +32,6 @@ from gpuperf.measure.kernels import WrongResult, measure_op
 from gpuperf.measure.timing import Budget
 from gpuperf.perfmodel.calibrate import (
     HOST_PARAMS,
-    LATE,
     OP_PARAMS,
     Sample,
     attn_plan_s,
@@ -46,10 +45,6 @@ CPU_BUDGET = Budget(warmup_ms=1.0, rep_ms=3.0, min_reps=3, max_reps=50)
 SOURCE = "live calibration"
 # Parameters only collectives on several GPUs can constrain (the NCCL knobs are named comm_*).
 MULTI_GPU_PARAMS = frozenset(p for p in OP_PARAMS if p.startswith("comm_"))
-# Parameters of the quantized and grouped GEMM kernels (calibrate.LATE): the live set measures
-# bf16 kernels only; these come from the format sweeps' result files
-# (benchmarks/device/run_sweeps.py --groups gemm_quant,gemm_quant_decode,grouped_gemm).
-FORMAT_PARAMS = frozenset(n for stage, _ in LATE for n in stage)
 MiB = 2**20
 
 Progress = Callable[[int, int, str], None]

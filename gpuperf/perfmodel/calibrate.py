@@ -313,7 +313,11 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
 )
 
 
-def _late(op: Op) -> bool:
+LATE_PARAMS: tuple[str, ...] = tuple(n for stage, _ in LATE for n in stage)
+
+
+def is_late(op: Op) -> bool:
+    """Whether `op` is one of the kernels fitted last, on their own (LATE)."""
     return any(select(op) for _, select in LATE)
 
 
@@ -356,9 +360,8 @@ def fit(
     samples = [s for s in samples if op_class(s.op) not in UNMODELED]
     if not samples:
         return gpu.params
-    late_names = {n for stage, _ in LATE for n in stage}
-    late = [s for s in samples if _late(s.op)]
-    samples = [s for s in samples if not _late(s.op)]
+    late = [s for s in samples if is_late(s.op)]
+    samples = [s for s in samples if not is_late(s.op)]
     current = gpu
     for stage, select in STAGED:
         chosen = [s for s in samples if select(s.op)]
@@ -366,7 +369,7 @@ def fit(
         if fitted and len(chosen) >= 3:
             current = _descend(_loss_fn(chosen, gpu), current, fitted, rounds)
             names = [n for n in names if n not in fitted]
-    main = [n for n in names if n not in late_names]
+    main = [n for n in names if n not in LATE_PARAMS]
     if samples:
         current = _descend(_loss_fn(samples, gpu), current, main, rounds)
     for stage, select in LATE:
