@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from gpuperf.dtypes import BYTES
 from gpuperf.hardware.spec import GpuSpec, ModelParams
 from gpuperf.perfmodel.comm import chunk_misaligned
+from gpuperf.perfmodel.gemm_quant import is_rowwise_fp8
 from gpuperf.perfmodel.ops import Attention, Collective, Gemm, GroupedGemm, Op
 from gpuperf.perfmodel.ops_io import op_to_dict
 from gpuperf.perfmodel.roofline import op_time
@@ -290,7 +291,7 @@ def _quant_dense(op: Op) -> bool:
 
 
 def _fp8_rowwise(op: Op) -> bool:
-    return isinstance(op, Gemm) and op.dtype == "fp8" and op.scales == "row"
+    return isinstance(op, Gemm) and is_rowwise_fp8(op)
 
 
 def _weight_only(bits: str) -> Callable[[Op], bool]:

@@ -207,13 +207,15 @@ def gemm_time(
         from gpuperf.perfmodel.gemm_grouped import grouped_gemm_time
 
         return grouped_gemm_time(op, gpu)
-    if op.wdtype is not None or (op.dtype == "fp8" and op.scales == "row"):
-        from gpuperf.perfmodel import gemm_quant
+    if op.wdtype is not None:
+        from gpuperf.perfmodel.gemm_quant import weight_only_time
 
-        if op.wdtype is not None:
-            return gemm_quant.weight_only_time(op, gpu)
-        if tile is None and split_k is None:
-            return gemm_quant.rowwise_fp8_time(op, gpu)
+        return weight_only_time(op, gpu)
+    if tile is None and split_k is None:
+        from gpuperf.perfmodel.gemm_quant import is_rowwise_fp8, rowwise_fp8_time
+
+        if is_rowwise_fp8(op):
+            return rowwise_fp8_time(op, gpu)
     if min(op.m, op.n, op.k, op.batch) <= 0:
         return finish(0.0, 0.0, 0.0, {"empty": 1.0})  # PyTorch launches nothing for empty tensors
     b = BYTES[op.dtype]
