@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuperf.dtypes import parse_dtype
 from gpuperf.errors import InputError, shown
+from gpuperf.units import MAX_VALUE
 from gpuperf.workloads.scenario import PARALLEL_FIELDS
 
 if TYPE_CHECKING:
@@ -223,7 +224,7 @@ def predict_op(
         if key in _OP_SIZES and not (key == "kv_heads" and value is None):
             if not isinstance(value, int) or isinstance(value, bool):  # m=True, m=-5.0, nan
                 raise InputError(f"{kind}: {key} must be an integer, got {shown(value)}")
-            if not 0 < value <= 2**62:
+            if not 0 < value <= MAX_VALUE:
                 raise InputError(f"{kind}: {key} must be positive (at most 2^62), got {value}")
         elif key == "causal" and not isinstance(value, bool):
             raise InputError(f"{kind}: causal must be True or False, got {shown(value)}")

@@ -25,6 +25,7 @@ from typing import Any
 from gpuperf.dtypes import DTYPES
 from gpuperf.errors import InputError, shown
 from gpuperf.hardware.spec import GpuSpec, ModelParams, SystemSpec
+from gpuperf.units import MAX_VALUE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -258,16 +259,13 @@ def _require(raw: dict, keys: tuple[str, ...], origin: str) -> None:
         raise InputError(f"{origin}: missing required field(s): {', '.join(missing)}")
 
 
-MAX_NUMBER = 2**62  # larger than any count or rate a profile holds; 400-digit integers overflow
-
-
 def _number(value: Any, what: str, origin: str, *, integer: bool = False, zero: bool = False):
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(f"{origin}: {what} must be a number, got {shown(value)}")
     if integer and not isinstance(value, int):
         raise InputError(f"{origin}: {what} must be a whole number, got {shown(value)}")
     # not in range: NaN, ±inf and 400-digit integers too
-    if not 0 <= value <= MAX_NUMBER or (value == 0 and not zero):
+    if not 0 <= value <= MAX_VALUE or (value == 0 and not zero):
         bound = "zero or positive" if zero else "positive"
         raise InputError(f"{origin}: {what} must be {bound} (at most 2^62), got {shown(value)}")
     return value
@@ -336,7 +334,7 @@ def _model(raw: dict, origin: str) -> ModelParams:
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
-            or not (-MAX_NUMBER <= value <= MAX_NUMBER)
+            or not (-MAX_VALUE <= value <= MAX_VALUE)
         ):
             raise InputError(
                 f"{origin}: model.extra.{key} must be a number (finite, at most 2^62), "

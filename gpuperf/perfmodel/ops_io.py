@@ -15,6 +15,7 @@ from gpuperf.dtypes import BITS, WEIGHT_ONLY
 from gpuperf.errors import InputError, shown
 from gpuperf.perfmodel import ops
 from gpuperf.perfmodel.ops import Op
+from gpuperf.units import MAX_VALUE
 
 OP_TYPES: dict[str, type] = {
     cls.__name__: cls
@@ -68,9 +69,6 @@ def op_from_dict(d: dict[str, Any]) -> Op:
         raise InputError(f"bad {typename} record: {exc}") from None
 
 
-MAX_SIZE = 2**62  # as predict_op's sizes
-
-
 def _check_field(typename: str, name: str, annotation: str, value: Any) -> None:
     """A field of a record from a file, typed as the dataclass declares it (annotations are
     strings here): sizes are integers in [0, 2^62] (a bool is not one), flags are booleans,
@@ -79,7 +77,7 @@ def _check_field(typename: str, name: str, annotation: str, value: Any) -> None:
     if value is None and annotation.endswith("| None"):
         return
     if annotation == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SIZE
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_VALUE
         want = "an integer in [0, 2^62]"
     elif annotation == "bool":
         ok, want = isinstance(value, bool), "true or false"
@@ -87,7 +85,7 @@ def _check_field(typename: str, name: str, annotation: str, value: Any) -> None:
         ok = (
             isinstance(value, int | float)
             and not isinstance(value, bool)
-            and (-MAX_SIZE <= value <= MAX_SIZE)
+            and (-MAX_VALUE <= value <= MAX_VALUE)
         )
         want = "a finite number"
     elif annotation.startswith("DType"):  # int4 is a weight format: Gemm.wdtype only
