@@ -202,6 +202,19 @@ PROFILE_HOST_BARE_S = {"h200-sxm-141gb": 9.36375e-06}
 PROFILE_LAUNCH_ADD_S = {"h100-sxm5-80gb": 9.35e-6, "h200-sxm-141gb": 5.75e-6}
 
 
+def _host_scaled(gpu: GpuSpec, k: float, plan_s: float | None = None) -> GpuSpec:
+    """The profile with its per-kernel host constants (dispatch, per decode layer) times k, and
+    its cuDNN plan time `plan_s` (default: times k too, as host work)."""
+    from dataclasses import replace
+
+    p = gpu.params
+    plan = p.host_attn_plan_s * k if plan_s is None else plan_s
+    params = replace(p, host_dispatch_s=p.host_dispatch_s * k,
+                     host_decode_layer_s=p.host_decode_layer_s * k,
+                     host_attn_plan_s=plan)  # fmt: skip
+    return replace(gpu, params=params)
+
+
 def on_e2e_host(gpu: GpuSpec, launch_add_s: float | None) -> GpuSpec | None:
     """The profile with the host of the machine a whole-model run ran on: its host constants
     (dispatch, per layer, the cuDNN plan, which is host work too) scaled by that machine's eager
@@ -209,13 +222,7 @@ def on_e2e_host(gpu: GpuSpec, launch_add_s: float | None) -> GpuSpec | None:
     ref = PROFILE_LAUNCH_ADD_S.get(gpu.name)
     if not launch_add_s or ref is None:
         return None
-    from dataclasses import replace
-
-    k, p = launch_add_s / ref, gpu.params
-    params = replace(p, host_dispatch_s=p.host_dispatch_s * k,
-                     host_decode_layer_s=p.host_decode_layer_s * k,
-                     host_attn_plan_s=p.host_attn_plan_s * k)  # fmt: skip
-    return replace(gpu, params=params)
+    return _host_scaled(gpu, launch_add_s / ref)
 
 
 def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
@@ -225,14 +232,8 @@ def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
     ref = PROFILE_HOST_BARE_S.get(gpu.name)
     if not host or ref is None or not host.get("host_dispatch_bare_s"):
         return None
-    from dataclasses import replace
-
-    k = host["host_dispatch_bare_s"] / ref
-    p = gpu.params
-    params = replace(p, host_dispatch_s=p.host_dispatch_s * k,
-                     host_decode_layer_s=p.host_decode_layer_s * k,
-                     host_attn_plan_s=host.get("host_attn_plan_s", p.host_attn_plan_s))  # fmt: skip
-    return replace(gpu, params=params)
+    plan = host.get("host_attn_plan_s", gpu.params.host_attn_plan_s)
+    return _host_scaled(gpu, host["host_dispatch_bare_s"] / ref, plan)
 
 
 # The Scenario fields a whole-model run records and its prediction takes.
@@ -304,13 +305,11 @@ def op_table(samples: Sequence[Sample], gpu: GpuSpec, system: Any = None) -> pd.
     return pd.DataFrame(rows)
 
 
-def e2e_class(scenario: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+def e2e_class(scenario: dict[str, Any], moe: bool = False) -> str:
     mode = scenario.get("mode")
-    config = config or {}
     if mode == "train":
         return "checkpointed training step" if scenario.get("recompute") == "full" else (
             "training step")  # fmt: skip
-    moe = any(config.get(k) for k in ("num_local_experts", "num_experts", "n_routed_experts"))
     if moe:
         return f"MoE whole model (HF), {mode}"
     return "whole-model decode" if mode == "decode" else "whole-model prefill"
@@ -343,7 +342,7 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec) -> pd.DataFrame:
         )
         rows.append(
             {
-                "class": e2e_class(sc, r.config),
+                "class": e2e_class(sc, cfg.is_moe),
                 "split": "calibration" if r.model in E2E_CALIBRATION_MODELS else "held-out",
                 "name": r.model,
                 "shape": label + (" graph" if sc.get("cuda_graphs") else f" {sc.get('impl')}"),
