@@ -21,6 +21,7 @@ from gpuperf.measure.kernels import (
     torch_dtype,
     unavailable,
 )
+from gpuperf.perfmodel.ops import int4_group
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
@@ -147,10 +148,10 @@ def _int8(op: Any, device: str, torch: Any) -> Kernel:
 
 def _group_size(op: Any) -> int:
     """int4 group size from op.scales ("g128", the default; "g32", "g64", "g256")."""
-    text = op.scales or "g128"
-    if not (text.startswith("g") and text[1:].isdigit() and int(text[1:]) in (32, 64, 128, 256)):
+    group = int4_group(op.scales)
+    if group is None:
         raise InputError(f"{op.name}: int4 scales are g32, g64, g128 or g256, got {op.scales!r}")
-    return int(text[1:])
+    return group
 
 
 def _identity_check(run_on: Any, a: Any, k: int, m: int, torch: Any) -> Any:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from gpuperf.dtypes import BITS, BYTES
 from gpuperf.hardware.spec import GpuSpec
-from gpuperf.perfmodel.ops import Gemm
+from gpuperf.perfmodel.ops import INT4_GROUP, Gemm, int4_group
 from gpuperf.perfmodel.optime import OpTime
 from gpuperf.perfmodel.roofline import finish
 
@@ -65,7 +65,7 @@ def weight_only_time(op: Gemm, gpu: GpuSpec) -> OpTime:
     p = gpu.params
     name = "w4" if op.wdtype == "int4" else "w8"
     a_b = BYTES[op.dtype]
-    group = int(op.scales[1:]) if op.scales.startswith("g") and op.scales[1:].isdigit() else 128
+    group = int4_group(op.scales) or INT4_GROUP
     scale_bytes = (2 * op.k / group if name == "w4" else 1) * op.n * SCALE_BYTES
     w_bytes = op.k * op.n * BITS[op.wdtype] / 8 + scale_bytes
     traffic = op.batch * (w_bytes + a_b * op.m * (op.k + op.n))

@@ -91,11 +91,25 @@ class Gemm:
         return f"{pre}{self.m}×{self.n}×{self.k}{w}{sc}"
 
 
+# int4 weights carry a 16-bit scale and zero per group of K (tinygemm's layout), named in
+# Gemm.scales as "g<size>"; 128 unless said.
+INT4_GROUP = 128
+INT4_GROUPS = (32, 64, 128, 256)
+
+
+def int4_group(scales: str) -> int | None:
+    """The int4 group size that Gemm.scales names ("g128"; "" for the default), or None when it
+    names none of INT4_GROUPS."""
+    text = scales or f"g{INT4_GROUP}"
+    size = int(text[1:]) if text.startswith("g") and text[1:].isdigit() else None
+    return size if size in INT4_GROUPS else None
+
+
 def gemm_scales(dtype: DType, wdtype: DType | None, fp8_scales: str) -> str:
-    """Gemm.scales for a format: int4 weights in groups of 128, fp8 operands at `fp8_scales`
-    ("tensor" or "row"), nothing for the rest."""
+    """Gemm.scales for a format: int4 weights in groups of INT4_GROUP, fp8 operands at
+    `fp8_scales` ("tensor" or "row"), nothing for the rest."""
     if wdtype == "int4":
-        return "g128"
+        return f"g{INT4_GROUP}"
     return fp8_scales if dtype == "fp8" else ""
 
 

@@ -37,6 +37,7 @@ import math
 from typing import TYPE_CHECKING
 
 from gpuperf.dtypes import BYTES, DType
+from gpuperf.perfmodel.ops import INT4_GROUP
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.scenario import Scenario
 
@@ -57,10 +58,6 @@ def usable_bytes(gpu: GpuSpec) -> float:
 
 def _act_dtype(sc: Scenario) -> DType:
     return "bf16" if BYTES[sc.dtype] == 1 else sc.dtype
-
-
-# Group-wise int4 weights carry a 16-bit scale and zero per group of 128 (tinygemm's layout).
-INT4_GROUP = 128
 
 
 def weight_bytes(cfg: ModelConfig, dtype: DType, weight_dtype: DType | None = None) -> float:
