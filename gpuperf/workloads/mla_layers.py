@@ -18,13 +18,10 @@ layer (576 for DeepSeek-V3, against 2·128·192 for its 128 expanded heads).
 from __future__ import annotations
 
 from gpuperf.dtypes import BYTES
-from gpuperf.perfmodel.ops import Attention, Copy, Elementwise, Gemm, Norm, Op
+from gpuperf.perfmodel.ops import Attention, Copy, Gemm, Norm, Op
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
-
-
-def _ew(name: str, fn: str, numel: int, dt, n_in: int = 1, flops: float = 1.0) -> Elementwise:  # noqa: ANN001
-    return Elementwise(name, fn, numel, n_in, 1, dt, None, flops)
+from gpuperf.workloads.transformer_layers import Dims, _ew, _gemm, eager_norm
 
 
 def _interleaved_rope(name: str, n: int, dt) -> list[Op]:  # noqa: ANN001
@@ -42,9 +39,7 @@ def _interleaved_rope(name: str, n: int, dt) -> list[Op]:  # noqa: ANN001
     ]
 
 
-def _q_proj(cfg: ModelConfig, d, eager: bool) -> list[Op]:  # noqa: ANN001
-    from gpuperf.workloads.transformer_layers import _gemm, eager_norm
-
+def _q_proj(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     T, h, a, H = d.T, d.hidden, d.act, d.heads
     qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
     ops: list[Op] = []
@@ -60,10 +55,8 @@ def _q_proj(cfg: ModelConfig, d, eager: bool) -> list[Op]:  # noqa: ANN001
     return ops
 
 
-def _latent(cfg: ModelConfig, d, eager: bool) -> list[Op]:  # noqa: ANN001
+def _latent(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     """kv_a (the latent and the shared rotary key) and its RMSNorm."""
-    from gpuperf.workloads.transformer_layers import _gemm, eager_norm
-
     T, h, a = d.T, d.hidden, d.act
     r, rope = cfg.kv_lora_rank, cfg.qk_rope_head_dim
     ops: list[Op] = []
@@ -75,10 +68,8 @@ def _latent(cfg: ModelConfig, d, eager: bool) -> list[Op]:  # noqa: ANN001
     return ops
 
 
-def naive_eager(cfg: ModelConfig, d) -> list[Op]:  # noqa: ANN001
+def naive_eager(cfg: ModelConfig, d: Dims) -> list[Op]:
     """Hugging Face's DeepseekV3Attention, kernel by kernel."""
-    from gpuperf.workloads.transformer_layers import _gemm
-
     T, a, H, kv = d.T, d.act, d.heads, d.kv_len
     nope, rope, v = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
     r = cfg.kv_lora_rank
@@ -103,11 +94,9 @@ def naive_eager(cfg: ModelConfig, d) -> list[Op]:  # noqa: ANN001
     return ops
 
 
-def fused(cfg: ModelConfig, d, absorbed: bool) -> list[Op]:  # noqa: ANN001
+def fused(cfg: ModelConfig, d: Dims, absorbed: bool) -> list[Op]:
     """A serving engine's MLA: fused norms and RoPE, the latent written to the cache; prefill
     expands the new tokens only, decode (absorbed) attends over the latent."""
-    from gpuperf.workloads.transformer_layers import _gemm
-
     T, a, H = d.T, d.act, d.heads
     nope, rope, v, r = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
     ops = _q_proj(cfg, d, False) + _latent(cfg, d, False)
@@ -130,7 +119,7 @@ def fused(cfg: ModelConfig, d, absorbed: bool) -> list[Op]:  # noqa: ANN001
     return ops
 
 
-def mla_attention(cfg: ModelConfig, d, eager: bool, form: str) -> list[Op]:  # noqa: ANN001
+def mla_attention(cfg: ModelConfig, d: Dims, eager: bool, form: str) -> list[Op]:
     """The attention of one MLA layer: `form` is naive, absorbed, or auto (Hugging Face runs
     the naive form; a serving engine absorbs in decode and expands in prefill)."""
     if eager:
@@ -141,8 +130,3 @@ def mla_attention(cfg: ModelConfig, d, eager: bool, form: str) -> list[Op]:  # n
         return naive_eager(cfg, d)
     absorbed = form == "absorbed" or (form == "auto" and d.decode)
     return fused(cfg, d, absorbed)
-
-
-def kv_bytes_per_token(cfg: ModelConfig, kv_bytes: int) -> int:
-    """Cache bytes per token and layer: the latent and the shared rotary key."""
-    return (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * kv_bytes

@@ -24,7 +24,6 @@ from __future__ import annotations
 from gpuperf.dtypes import BYTES, DType
 from gpuperf.perfmodel.ops import (
     Copy,
-    Elementwise,
     Embedding,
     Gemm,
     GroupedGemm,
@@ -34,14 +33,10 @@ from gpuperf.perfmodel.ops import (
 )
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
+from gpuperf.workloads.transformer_layers import _ACT_FLOPS, Dims, _ew, dense_mlp
 
 INDEX: DType = "fp64"  # int64 indices move 8 bytes per element, as fp64 does
 INT32: DType = "fp32"  # int32 counts move 4 bytes per element
-
-
-def _ew(name: str, fn: str, numel: int, dt: DType, n_in: int = 1, out: DType | None = None,
-        flops: float = 1.0) -> Elementwise:  # fmt: skip
-    return Elementwise(name, fn, numel, n_in, 1, dt, out, flops)
 
 
 def _topk(name: str, rows: int, cols: int, k: int) -> list[Op]:
@@ -51,7 +46,7 @@ def _topk(name: str, rows: int, cols: int, k: int) -> list[Op]:
             _ew(name + ".sort", "sort", rows * k, "fp32", n_in=2, flops=0.0)]  # fmt: skip
 
 
-def router(cfg: ModelConfig, d, eager: bool) -> tuple[list[Op], DType]:  # noqa: ANN001
+def router(cfg: ModelConfig, d: Dims, eager: bool) -> tuple[list[Op], DType]:
     """The router's kernels and the dtype of the routing weights they hand to the experts."""
     T, E, k, h = d.T, cfg.num_experts, cfg.num_experts_per_tok, d.hidden
     ops: list[Op] = comm_ops.col_in(d, "mlp/router")
@@ -116,7 +111,7 @@ def _sort(name: str, n: int) -> list[Op]:
     return ops
 
 
-def routed_experts(cfg: ModelConfig, d, eager: bool, wdt: DType) -> list[Op]:  # noqa: ANN001
+def routed_experts(cfg: ModelConfig, d: Dims, eager: bool, wdt: DType) -> list[Op]:
     """The routed experts of one MoE layer (this GPU's E / ep of them under expert parallelism)."""
     T, E, k, h = d.T, cfg.num_experts, cfg.num_experts_per_tok, d.hidden
     f = cfg.expert_intermediate // d.g.tp
@@ -134,7 +129,9 @@ def routed_experts(cfg: ModelConfig, d, eager: bool, wdt: DType) -> list[Op]:  #
         ops.append(Reduce("mlp/moe_align", "sum", 1, S, local, INT32))
         ops += comm_ops.expert_alltoall(d, "mlp/dispatch", rows_here)
         ops.append(_grouped(d, "mlp/experts_gate_up", tokens, k, E, local, 2 * f, h))
-        ops.append(_ew("mlp/act", "silu_and_mul", rows_here * f, a, n_in=2, flops=5.0))
+        act = cfg.hidden_act
+        ops.append(_ew("mlp/act", f"{act}_and_mul", rows_here * f, a, n_in=2,
+                       flops=_ACT_FLOPS[act] + 1.0))  # fmt: skip
         ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
         ops += comm_ops.expert_alltoall(d, "mlp/combine", rows_here)
         ops.append(Reduce("mlp/moe_sum", "sum", T * h, k, 1, a))
@@ -152,7 +149,7 @@ def routed_experts(cfg: ModelConfig, d, eager: bool, wdt: DType) -> list[Op]:  #
     ops.append(_ew("mlp/experts.clamp", "clamp", S, INDEX, flops=1.0))
     ops += comm_ops.expert_alltoall(d, "mlp/dispatch", rows_here)
     ops.append(_ew("mlp/experts.mask_in", "masked_fill", rows_here * h, a, n_in=1, flops=0.0))
-    gated = cfg.mlp == "gated"
+    gated, act_flops = cfg.mlp == "gated", _ACT_FLOPS[cfg.hidden_act]
     up = 2 * f if gated else f
     ops.append(_grouped(d, "mlp/experts_gate_up" if gated else "mlp/experts_up",
                         tokens, k, E, local, up, h))  # fmt: skip
@@ -160,10 +157,10 @@ def routed_experts(cfg: ModelConfig, d, eager: bool, wdt: DType) -> list[Op]:  #
     ops.append(Copy("mlp/experts.mask_up_clone", rows_here * up * BYTES[a], a))
     ops.append(_ew("mlp/experts.mask_up", "masked_fill", rows_here * up, a, flops=0.0))
     if gated:  # act_fn on the gate half and times the up half: strided views of one tensor
-        ops.append(_ew("mlp/experts.act", "act_chunk", rows_here * f, a, flops=4.0))
+        ops.append(_ew("mlp/experts.act", "act_chunk", rows_here * f, a, flops=act_flops))
         ops.append(_ew("mlp/experts.mul", "mul_chunk", rows_here * f, a, n_in=2))
     else:
-        ops.append(_ew("mlp/experts.act", cfg.hidden_act, rows_here * f, a, flops=4.0))
+        ops.append(_ew("mlp/experts.act", cfg.hidden_act, rows_here * f, a, flops=act_flops))
     ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
     ops.append(Copy("mlp/experts.mask_down_clone", rows_here * h * BYTES[a], a))
     ops.append(_ew("mlp/experts.mask_down", "masked_fill", rows_here * h, a, flops=0.0))
@@ -179,19 +176,17 @@ def routed_experts(cfg: ModelConfig, d, eager: bool, wdt: DType) -> list[Op]:  #
     return ops
 
 
-def _grouped(d, name: str, tokens: int, k: int, experts: int, local: int, n: int,  # noqa: ANN001
+def _grouped(d: Dims, name: str, tokens: int, k: int, experts: int, local: int, n: int,
              kk: int) -> GroupedGemm:  # fmt: skip
     """The grouped GEMM over this GPU's `local` experts, fed by the `tokens` whose copies can
     reach them (every rank's under expert parallelism)."""
     return GroupedGemm(name, tokens, k, experts, n, kk, d.gemm, 0 if local == experts else local)
 
 
-def shared_experts(cfg: ModelConfig, d, eager: bool) -> list[Op]:  # noqa: ANN001
+def shared_experts(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     """The shared expert: a dense gated MLP over every token (Qwen2-MoE adds a sigmoid gate)."""
     if not cfg.shared_intermediate_size:
         return []
-    from gpuperf.workloads.transformer_layers import dense_mlp
-
     f = cfg.shared_intermediate_size // d.g.tp
     ops = dense_mlp(cfg, d, eager, f, "mlp/shared", comm=False)
     if cfg.shared_expert_gate:
@@ -205,7 +200,7 @@ def shared_experts(cfg: ModelConfig, d, eager: bool) -> list[Op]:  # noqa: ANN00
     return ops
 
 
-def moe_block(cfg: ModelConfig, d, eager: bool) -> list[Op]:  # noqa: ANN001
+def moe_block(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     """Router, routed experts, shared experts; the tensor-parallel reduction of the output."""
     ops, wdt = router(cfg, d, eager)
     ops += routed_experts(cfg, d, eager, wdt)
