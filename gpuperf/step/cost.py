@@ -27,6 +27,7 @@ from gpuperf.workloads.step_work import ALL, Part
 if TYPE_CHECKING:
     from gpuperf.hardware.spec import GpuSpec, SystemSpec
     from gpuperf.perfmodel.ops import Op
+    from gpuperf.workloads.config import ModelConfig
     from gpuperf.workloads.scenario import Scenario
 
 # Per-op columns of the table, in order (time columns in ms).
@@ -49,7 +50,9 @@ class HostRules:
 
     @staticmethod
     def of(sc: Scenario | None, gpu: GpuSpec, system: SystemSpec | None = None,
-           family: str = "") -> HostRules:  # fmt: skip
+           moe: float = 0.0) -> HostRules:  # fmt: skip
+        """`moe`: the model's eager MoE host factor (moe_host); 0 for an op list of unknown
+        origin (HF_MOE_HOST_DEFAULT)."""
         if sc is None:
             return HostRules()
         p = gpu.params
@@ -66,7 +69,7 @@ class HostRules:
             attn_plan=slow * p.host_attn_plan_s if eager_decode else 0.0,
             comm=slow * float(extra.get("host_collective_s", HOST_COLLECTIVE_S)),
             dtensor=slow * dt,
-            moe=HF_MOE_HOST.get(family, HF_MOE_HOST_DEFAULT) if sc.impl == "eager" else 1.0,
+            moe=(moe or HF_MOE_HOST_DEFAULT) if sc.impl == "eager" else 1.0,
         )
 
 
@@ -94,6 +97,13 @@ HOST_RANK_SLOWDOWN = 0.25
 # bound), so it and other families take the Qwen models' value. Not fitted to any model run.
 HF_MOE_HOST = {"mixtral": 2.23, "qwen2_moe": 1.23, "qwen3_moe": 1.18}
 HF_MOE_HOST_DEFAULT = 1.2
+
+
+def moe_host(cfg: ModelConfig) -> float:
+    """The eager MoE host factor of `cfg`'s family (HF_MOE_HOST); 1 for a dense model."""
+    return HF_MOE_HOST.get(cfg.model_type, HF_MOE_HOST_DEFAULT) if cfg.is_moe else 1.0
+
+
 # Names of the ops of an MoE block (gpuperf.workloads.moe_layers).
 MOE_PREFIXES = ("mlp/router", "mlp/topk", "mlp/experts", "mlp/shared")
 
@@ -230,11 +240,11 @@ class Coster:
     """Costs Parts for one (GPU, system, scenario); distinct ops and templates are costed once."""
 
     def __init__(self, gpu: GpuSpec, system: SystemSpec | None, sc: Scenario | None,
-                 family: str = "") -> None:  # fmt: skip
+                 moe: float = 0.0) -> None:  # fmt: skip
         self.gpu, self.system, self.sc = gpu, system, sc
         self.compute_gpu = sustained(gpu) if sc is not None else gpu
         self.comm_gpu = in_graph(gpu) if sc is not None and sc.cuda_graphs else gpu
-        self.rules = HostRules.of(sc, gpu, system, family)
+        self.rules = HostRules.of(sc, gpu, system, moe)
         self.nvls = bool(sc is not None and sc.nvls)
         self.overlap_cost = overlap_cost(gpu)
         self._rows: dict[tuple, tuple[Any, ...]] = {}

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuperf.errors import InputError
-from gpuperf.step.cost import Costed, Coster
+from gpuperf.step.cost import Costed, Coster, moe_host
 from gpuperf.step.dispatch import Timed
 from gpuperf.workloads.step_work import Part, build
 
@@ -118,11 +118,11 @@ class Engine:
     def coster(self, sc: Scenario) -> Coster:
         from gpuperf.step.cost import HostRules
 
-        family = self.cfg.model_type
-        key = (HostRules.of(sc, self.gpu, self.system, family), sc.nvls)
+        moe = moe_host(self.cfg)
+        key = (HostRules.of(sc, self.gpu, self.system, moe), sc.nvls)
         c = self._costers.get(key)
         if c is None:
-            c = self._costers[key] = Coster(self.gpu, self.system, sc, family)
+            c = self._costers[key] = Coster(self.gpu, self.system, sc, moe)
         return c
 
     def cost(self, sc: Scenario, where: Placement) -> StepCost:
@@ -161,7 +161,7 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
     """The numbers of one step of `sc` (not generate) placed as `where` says."""
     from gpuperf.step.memory import busiest
 
-    coster = coster or Coster(where.gpu, where.system, sc, cfg.model_type)
+    coster = coster or Coster(where.gpu, where.system, sc, moe_host(cfg))
     work = build(cfg, sc, where.groups)
     m, v = work.microbatches, sc.virtual_stages
     first = _first_attention(work.stages[0].fwd)
@@ -372,19 +372,19 @@ def predict(cfg: ModelConfig, sc: Scenario, where: Placement) -> Prediction:
 _COSTERS: dict[tuple, tuple[Any, Coster]] = {}
 
 
-def coster_for(sc: Scenario, where: Placement, family: str = "") -> Coster:
+def coster_for(sc: Scenario, where: Placement, moe: float = 0.0) -> Coster:
     """A Coster shared by every prediction on the same GPU, system, host rules and NVLS setting
     (its caches hold op times and costed templates, which depend on nothing else)."""
     from gpuperf.step import cost
 
     # The time model is part of the key: what a Coster cached, it cached with it.
-    rules = cost.HostRules.of(sc, where.gpu, where.system, family)
+    rules = cost.HostRules.of(sc, where.gpu, where.system, moe)
     key = (where.gpu, id(where.system), rules, sc.nvls, cost._op_time)
     hit = _COSTERS.get(key)
     if hit is None or hit[0] is not where.system:
         if len(_COSTERS) > 32:
             _COSTERS.clear()
-        hit = _COSTERS[key] = (where.system, Coster(where.gpu, where.system, sc, family))
+        hit = _COSTERS[key] = (where.system, Coster(where.gpu, where.system, sc, moe))
     return hit[1]
 
 
@@ -392,7 +392,7 @@ def _predict_step(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predictio
     from gpuperf.step.mfu import model_flops_per_token, recompute_flops_per_token
     from gpuperf.step.result import Prediction
 
-    cost = step_cost(cfg, sc, where, coster_for(sc, where, cfg.model_type))
+    cost = step_cost(cfg, sc, where, coster_for(sc, where, moe_host(cfg)))
     total_s = cost.total_s
     kernels = cost.kernels
     pred = Prediction(

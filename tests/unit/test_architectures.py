@@ -134,12 +134,14 @@ def test_moe_host_cost_is_measured_per_family():
     """Mixtral's eager MoE block costs the host more per kernel than a dense MLP (measured:
     step.cost.HF_MOE_HOST); the same ops under a fused implementation do not."""
     from gpuperf.hardware.loader import load_gpu
-    from gpuperf.step.cost import HF_MOE_HOST, HostRules
+    from gpuperf.step.cost import HF_MOE_HOST, HostRules, moe_host
 
     h100 = load_gpu("h100")
-    rules = HostRules.of(Scenario(mode="decode", impl="eager"), h100, None, "mixtral")
+    mixtral = moe_host(load_model("mixtral-8x7b"))
+    rules = HostRules.of(Scenario(mode="decode", impl="eager"), h100, None, mixtral)
     assert rules.moe == HF_MOE_HOST["mixtral"] > 2
-    assert HostRules.of(Scenario(mode="decode"), h100, None, "mixtral").moe == 1.0
+    assert HostRules.of(Scenario(mode="decode"), h100, None, mixtral).moe == 1.0
+    assert moe_host(load_model("mistral-7b")) == 1.0
     # Mixtral and Mistral-7B share their attention and 32 layers; Mixtral's MoE block costs the
     # host more than Mistral's MLP.
     moe = api.predict("mixtral-8x7b", gpu="h100", mode="decode", impl="eager", ctx=1024)
