@@ -14,7 +14,7 @@ import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from gpuperf.errors import InputError, shown
 from gpuperf.workloads.hf_config import SUPPORTED_TYPES, from_hf_dict
@@ -95,19 +95,15 @@ class ModelConfig:
         _positive(self, "num_hidden_layers", top=MAX_LAYERS)
         _positive(self, "vocab_size")
         _positive(self, "max_position_embeddings")
-        for attr, allowed in (
-            ("mlp", ("gated", "plain")),
-            ("hidden_act", ("silu", "gelu", "gelu_tanh", "relu", "relu2")),
-            ("norm", ("rmsnorm", "layernorm")),
-            ("positions", ("rope", "learned")),
-            ("router", ("softmax", "sigmoid")),
-        ):
+        for attr, kind in (("mlp", Mlp), ("hidden_act", Act), ("norm", NormKind),
+                           ("positions", Positions), ("router", Router)):  # fmt: skip
+            allowed = get_args(kind)
             if getattr(self, attr) not in allowed:
                 raise InputError(f"{self.name}: {attr} must be one of {allowed}, "
                                  f"got {shown(getattr(self, attr))}")  # fmt: skip
-        self._check_mla()
         if self.num_key_value_heads is None:
             object.__setattr__(self, "num_key_value_heads", self.num_attention_heads)
+        self._check_mla()
         _positive(self, "num_key_value_heads")
         if self.head_dim is None:
             if self.hidden_size % self.num_attention_heads:
@@ -148,8 +144,6 @@ class ModelConfig:
         qk = self.qk_nope_head_dim + self.qk_rope_head_dim
         if self.head_dim is None:  # what HF's eager/SDPA attention sees: qk heads, all heads
             object.__setattr__(self, "head_dim", qk)
-        if self.num_key_value_heads is None:
-            object.__setattr__(self, "num_key_value_heads", self.num_attention_heads)
         if self.head_dim != qk or self.num_key_value_heads != self.num_attention_heads:
             raise InputError(
                 f"{self.name}: an MLA model has head_dim = qk_nope_head_dim + qk_rope_head_dim "

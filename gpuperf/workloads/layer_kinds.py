@@ -21,11 +21,8 @@ class LayerKind(NamedTuple):
 @functools.lru_cache(maxsize=256)
 def layer_kinds(cfg: ModelConfig) -> tuple[LayerKind, ...]:
     """The kind of every layer, first to last."""
-    dense, sliding = set(cfg.dense_layers), set(cfg.sliding_layers)
-    window = cfg.sliding_window > 0
-    return tuple(
-        LayerKind(cfg.is_moe and i not in dense, window and i in sliding) for i in range(cfg.layers)
-    )
+    dense, sliding = set(cfg.dense_layers), set(cfg.sliding_layers)  # sliding: window > 0
+    return tuple(LayerKind(cfg.is_moe and i not in dense, i in sliding) for i in range(cfg.layers))
 
 
 @functools.lru_cache(maxsize=1024)
