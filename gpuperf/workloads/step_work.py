@@ -188,13 +188,13 @@ def _forward_parts(cfg, d, eager, mode, st, runs, fsdp) -> list[Part]:  # noqa: 
             return [*layer, *fsdp.fwd], {**hide, **fsdp.fwd_hide}
 
         ends_stage = first + n == end
-        if n and first == 0 and not eager and not cfg.parallel_residual:
+        if first == 0 and not eager and not cfg.parallel_residual:
             # vLLM's first layer has no residual yet: a plain norm, not the fused add + norm.
             ops, h = body(n == 1 and ends_stage)
             plain = [replace(ops[0], residual=False), *ops[1:]]  # type: ignore[call-arg]
             parts.append(_part(plain, h, layer0=0))
             n, first = n - 1, 1
-        if n and fsdp and ends_stage:
+        if n and fsdp and ends_stage:  # n: the first layer may have been the run's only one
             if n > 1:
                 parts.append(_part(*body(False), repeat=n - 1, layer0=first))
             parts.append(_part(*body(True), layer0=first + n - 1))
@@ -222,9 +222,8 @@ def _backward_parts(cfg, d, eager, st, runs, fsdp) -> list[Part]:  # noqa: ANN00
         if fsdp:
             body = [*fsdp.bwd_pre, *body, *fsdp.bwd_post]
             body_hide.update(fsdp.bwd_hide)
-        if n:
-            parts.append(_part(body, body_hide, repeat=n, layer0=first + n - 1,
-                               descending=True))  # fmt: skip
+        parts.append(_part(body, body_hide, repeat=n, layer0=first + n - 1,
+                           descending=True))  # fmt: skip
     tail = tail_backward(cfg, d) if st.has_embed else []
     if fsdp:
         tail = [*tail, *fsdp.last]
