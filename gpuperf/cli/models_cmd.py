@@ -145,7 +145,6 @@ def show_cmd(model: str, fmt: str) -> None:
     cfg = load_model(model)
     fields = cfg.as_dict()
     parts = cfg.param_breakdown()
-    rows = _show_rows(cfg)
     totals = {"total": cfg.param_count(), "active": cfg.active_param_count()}
     if fmt == "json":
         click.echo(json.dumps({"config": fields, "params": {**parts, **totals}}, indent=2))
@@ -161,11 +160,12 @@ def show_cmd(model: str, fmt: str) -> None:
     from rich.table import Table
 
     console = make_console()
+    features = _features(cfg)
     t = Table(title=f"{cfg.name} ({cfg.source or 'preset'})", box=box.SIMPLE_HEAVY,
-              caption=None if _features(cfg) == "-" else _features(cfg))  # fmt: skip
+              caption=None if features == "-" else features)  # fmt: skip
     t.add_column("field")
     t.add_column("value", justify="right")
-    for label, value in rows:
+    for label, value in _show_rows(cfg, fields):
         t.add_row(label, value)
     console.print(t)
     p = Table(title="Parameters", box=box.SIMPLE_HEAVY)
@@ -178,11 +178,12 @@ def show_cmd(model: str, fmt: str) -> None:
     console.print(p)
 
 
-def _show_rows(cfg: ModelConfig) -> list[tuple[str, str]]:
-    """(label with units, value) for the core fields and every other field that is set."""
+def _show_rows(cfg: ModelConfig, fields: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label with units, value) for the core fields and every other field that is set;
+    `fields` is cfg.as_dict()."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     rows = []
-    for k, v in cfg.as_dict().items():
+    for k, v in fields.items():
         if k in ("name", "source") or (k not in CORE_FIELDS and v == defaults[k]):
             continue
         value = _layers(v) if isinstance(v, tuple) else _fmt(v)

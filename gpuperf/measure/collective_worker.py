@@ -225,7 +225,6 @@ def main(argv: list[str] | None = None) -> int:
     from gpuperf.measure.launch import worker_exit
 
     worker_exit()
-    return 0
 
 
 if __name__ == "__main__":

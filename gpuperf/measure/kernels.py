@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuperf.errors import EnvironmentUnavailable, GpuperfError, InputError
 from gpuperf.measure.timing import Budget, Timing, time_fn
-from gpuperf.perfmodel.ops import Op
+from gpuperf.perfmodel.ops import GroupedGemm, Op
 from gpuperf.units import fmt_bytes
 
 # Relative Frobenius error allowed against the fp64 reference, per dtype of the kernel's inputs.
@@ -103,7 +103,7 @@ def check_rows(m: int) -> int:
 def _gemm(op: Any, device: str) -> Kernel:
     import torch
 
-    if type(op).__name__ == "GroupedGemm":
+    if isinstance(op, GroupedGemm):
         from gpuperf.measure import kernels_grouped
 
         return kernels_grouped.build(op, device, torch)

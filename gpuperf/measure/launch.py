@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gpuperf.errors import EnvironmentUnavailable
 
@@ -209,7 +209,7 @@ if __name__ == "__main__":
     sys.exit(supervise(sys.argv[1:]))
 
 
-def worker_exit(destroy_group: bool = True) -> None:
+def worker_exit(destroy_group: bool = True) -> NoReturn:
     """End a torchrun worker whose result is written: destroy its process group (unless asked
     not to), then leave without the interpreter's teardown. On a loaded host a worker thread
     still joinable when its C++ object is destroyed aborts the process ("terminate called

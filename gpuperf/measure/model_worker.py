@@ -346,7 +346,6 @@ def main() -> int:
     from gpuperf.measure.launch import worker_exit
 
     worker_exit(destroy_group=not (spec.get("graphs") and world > 1))
-    return 0
 
 
 def _profile(fn: Any, device: torch.device, top: int = 40) -> dict[str, Any]:
