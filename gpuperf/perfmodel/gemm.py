@@ -127,19 +127,37 @@ def hw_for(gpu: GpuSpec, dtype: DType, aligned: bool = True, rate_eff: float | N
     )
 
 
+def ctas_per_sm(tm: int, tn: int, hw: _Hw) -> int:
+    """CTAs of a tm × tn tile that one SM holds at once (their pipeline stages in its smem)."""
+    return max(1, min(MAX_CTAS_PER_SM, int(hw.smem // (STAGES * (tm + tn) * K_STEP_BYTES))))
+
+
+def k_step(tm: int, tn: int, b: int, hw: _Hw, eff: float = 1.0) -> tuple[int, float, float]:
+    """(K elements a step covers, the tile's feed efficiency, seconds of one K step of every
+    SM) for a tm × tn tile of `b`-byte elements at `eff` of the rate."""
+    tk = max(1, K_STEP_BYTES // b)
+    feed = min(1.0, 2.0 * tm * tn / (tm + tn) / hw.edge_full)
+    return tk, feed, 2.0 * tm * tn * tk * hw.sms / (eff * hw.rate * feed)
+
+
+def raster(tm: int, tn: int, per_sm: int, hw: _Hw) -> tuple[float, float]:
+    """The r0 × c0 block of tiles one wave of CTAs covers in grouped raster order."""
+    slots = hw.sms * per_sm
+    r0 = max(1.0, math.sqrt(slots * tn / tm))
+    return r0, max(1.0, slots / r0)
+
+
 def candidate(
     m: int, n: int, k: int, batch: int, b: int, out_b: int, tm: int, tn: int, s: int, hw: _Hw
 ) -> Candidate:
     """Predicted terms of one (tile, split-K) choice for an [m,k]@[k,n] product in `b`-byte
     elements (`out_b`-byte output), `batch` independent products."""
-    tk = max(1, K_STEP_BYTES // b)
-    per_sm = max(1, min(MAX_CTAS_PER_SM, int(hw.smem // (STAGES * (tm + tn) * K_STEP_BYTES))))
+    tk, feed, t_kstep = k_step(tm, tn, b, hw)
+    per_sm = ctas_per_sm(tm, tn, hw)
     tiles_m, tiles_n = -(-m // tm), -(-n // tn)
     ctas = tiles_m * tiles_n * batch * s
     k_cta = -(-k // s)  # K elements each split covers
     ksteps = -(-k_cta // tk)
-    feed = min(1.0, 2.0 * tm * tn / (tm + tn) / hw.edge_full)
-    t_kstep = 2.0 * tm * tn * tk * hw.sms / (hw.rate * feed)
     per_sm_ctas = -(-ctas // hw.sms)  # the busiest SM runs this many CTAs, per_sm at a time
     rounds = -(-per_sm_ctas // per_sm)
     # A partial last wave costs a whole one for classic kernels, its share for stream-K ones.
@@ -150,10 +168,8 @@ def candidate(
     a_bytes, b_bytes, c_bytes = m * k * b, k * n * b, m * n * out_b
     if a_bytes + b_bytes + c_bytes <= hw.l2_fit:
         reads = a_bytes + b_bytes
-    else:  # a wave of `slots` CTAs covers an r0 × c0 block of tiles (grouped raster order)
-        slots = hw.sms * per_sm
-        r0 = max(1.0, math.sqrt(slots * tn / tm))
-        c0 = max(1.0, slots / r0)
+    else:  # a wave of CTAs covers an r0 × c0 block of tiles (grouped raster order)
+        r0, c0 = raster(tm, tn, per_sm, hw)
         reads = a_bytes * math.ceil(tiles_n / c0) + b_bytes * math.ceil(tiles_m / r0)
     partials = 2 * s * m * n * PARTIAL_BYTES if s > 1 else 0
     traffic = float(batch * (reads + c_bytes + partials))
@@ -185,7 +201,7 @@ def _best(m: int, n: int, k: int, batch: int, b: int, out_b: int, hw: _Hw) -> Ca
     best: Candidate | None = None
     for tm, tn in TILES:
         tiles = -(-m // tm) * -(-n // tn) * batch
-        per_sm = max(1, min(MAX_CTAS_PER_SM, int(hw.smem // (STAGES * (tm + tn) * K_STEP_BYTES))))
+        per_sm = ctas_per_sm(tm, tn, hw)
         for s in SPLITS:
             # Split K only while the tiles alone leave SMs idle, and not past two full waves.
             if s > 1 and (tiles >= hw.sms or tiles * s > 2 * hw.sms * per_sm):

@@ -25,7 +25,7 @@ import math
 
 from gpuperf.dtypes import BYTES
 from gpuperf.hardware.spec import GpuSpec
-from gpuperf.perfmodel.gemm import K_STEP_BYTES, MAX_CTAS_PER_SM, STAGES, hw_for
+from gpuperf.perfmodel.gemm import ctas_per_sm, hw_for, k_step, raster
 from gpuperf.perfmodel.ops import GroupedGemm
 from gpuperf.perfmodel.optime import OpTime
 from gpuperf.perfmodel.roofline import finish
@@ -81,11 +81,9 @@ def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
     tiles_m = local * expected_ceil(t, p, tm)  # busy M-tiles over this GPU's experts
     tiles_n = -(-op.n // tn)
     ctas = tiles_m * tiles_n
-    tk = max(1, K_STEP_BYTES // b)
+    tk, _, t_kstep = k_step(tm, tn, b, hw, eff)
     ksteps = -(-op.k // tk)
-    per_sm = max(1, min(MAX_CTAS_PER_SM, int(hw.smem // (STAGES * (tm + tn) * K_STEP_BYTES))))
-    feed = min(1.0, 2.0 * tm * tn / (tm + tn) / hw.edge_full)
-    t_kstep = 2.0 * tm * tn * tk * hw.sms / (eff * hw.rate * feed)
+    per_sm = ctas_per_sm(tm, tn, hw)
     per_sm_ctas = math.ceil(ctas / hw.sms - 1e-9)
     balanced = ctas * ksteps / hw.sms
     busiest = balanced + hw.tail * (per_sm_ctas * ksteps - balanced)
@@ -93,9 +91,7 @@ def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
     # loads overlap this one's epilogue.
     t_math = (busiest + hw.fill) * t_kstep
 
-    slots = hw.sms * per_sm
-    r0 = max(1.0, math.sqrt(slots * tn / tm))
-    c0 = max(1.0, slots / r0)
+    r0, c0 = raster(tm, tn, per_sm, hw)
     m_tiles_per_expert = tiles_m / max(touched, 1e-9)
     a_bytes = op.rows * op.k * b * math.ceil(tiles_n / c0)
     w_bytes = touched * op.k * op.n * b * max(1.0, math.ceil(m_tiles_per_expert / r0))
