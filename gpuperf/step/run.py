@@ -141,18 +141,47 @@ class _Stage:
 
 
 def _stage(coster: Coster, st: Any, first: int) -> _Stage:
-    """Cost a stage's Parts (memoized by the Parts' identity: builders share them)."""
-    key = (id(st.fwd), id(st.bwd), first)
-    hit = coster.stages.get(key)
-    if hit is not None and hit[0] is st.fwd and hit[1] is st.bwd:
-        return hit[2]
+    """Cost a stage's Parts."""
     fwd = tuple(coster.cost(p, first_step=(j == first)) for j, p in enumerate(st.fwd))
     bwd = tuple(coster.cost(p) for p in st.bwd)
     classes = dict.fromkeys(_BREAKDOWN, 0.0)
     for c in fwd + bwd:
         _classify(c, 1.0, classes)
-    out = _Stage(fwd, bwd, _seq(fwd), _seq(bwd), tuple(classes.items()))
-    coster.stages[key] = (st.fwd, st.bwd, out)
+    return _Stage(fwd, bwd, _seq(fwd), _seq(bwd), tuple(classes.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class _Pipeline:
+    """A plan's distinct stages costed: each one's forward + backward per micro-batch (t_fb), how
+    many stages are like it, the pacing stage (the slowest; boundary transfers are alike for
+    every stage), the boundary transfer Part."""
+
+    stages: tuple[_Stage, ...]
+    t_fb: tuple[float, ...]
+    counts: tuple[int, ...]
+    pace: int
+    link: Costed | None
+
+
+def _pipeline(coster: Coster, work: Any) -> _Pipeline:
+    """The stages of `work` costed, memoized by the identity of build's stage tuple (plans that
+    differ only in ZeRO stage, schedule or batch count share it)."""
+    key = id(work.stages)
+    hit = coster.stages.get(key)
+    if hit is not None and hit[0] is work.stages:
+        return hit[1]
+    first = _first_attention(work.stages[0].fwd)
+    costed = tuple(_stage(coster, st, first if i == 0 else -1) for i, st in enumerate(work.stages))
+    # Every stage sends or receives each micro-batch's activation (and gradient) once per chunk
+    # boundary; the transfers block in Megatron's 1F1B (batched isend/irecv, then wait).
+    link = next((coster.cost(st.boundary) for st in work.stages if st.boundary), None)
+    t_fb = tuple(x.F.end + x.B.end for x in costed)
+    pace = max(range(len(t_fb)), key=t_fb.__getitem__)
+    counts = tuple(st.stage.count for st in work.stages)
+    out = _Pipeline(costed, t_fb, counts, pace, link)
+    if len(coster.stages) > 16384:
+        coster.stages.clear()
+    coster.stages[key] = (work.stages, out)
     return out
 
 
@@ -164,16 +193,12 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
     coster = coster or Coster(where.gpu, where.system, sc, moe_host(cfg))
     work = build(cfg, sc, where.groups)
     m, v = work.microbatches, sc.virtual_stages
-    first = _first_attention(work.stages[0].fwd)
-    stages = [_stage(coster, st, first if i == 0 else -1) for i, st in enumerate(work.stages)]
-    # Every stage sends or receives each micro-batch's activation (and gradient) once per chunk
-    # boundary; the transfers block in Megatron's 1F1B (batched isend/irecv, then wait).
-    link = next((coster.cost(st.boundary) for st in work.stages if st.boundary), None)
+    pipe = _pipeline(coster, work)
+    link = pipe.link
     passes = 2 if sc.mode == "train" else 1
     hop = passes * v * link.timed.gpu if link else 0.0
-    t_stage = [x.F.end + x.B.end + hop for x in stages]
-    pace = max(range(len(t_stage)), key=t_stage.__getitem__)
-    ps = stages[pace]
+    pace = pipe.pace
+    ps = pipe.stages[pace]
     sync = [coster.cost(p) for p in work.sync]
     kernels = [coster.cost(p) for p in work.sync_kernels]
     opt = [coster.cost(p) for p in work.optimizer]
@@ -192,9 +217,9 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
     run = ps.F.then(ps.B).times(m).then(tail)
     if sc.pp == 1:
         total, bubble = run.end, 0.0
-    else:
-        t_max = t_stage[pace]
-        total_stage = sum(t * st.stage.count for t, st in zip(t_stage, work.stages, strict=True))
+    else:  # t_s = t_fb + hop for every stage
+        t_max = pipe.t_fb[pace] + hop
+        total_stage = sum((t + hop) * c for t, c in zip(pipe.t_fb, pipe.counts, strict=True))
         bubble = (total_stage - t_max) / v
         total = m * t_max + bubble + tail.end
     breakdown = {k: m * t for k, t in ps.classes}

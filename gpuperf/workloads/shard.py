@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.layer_kinds import LayerKind, layer_kinds
-from gpuperf.workloads.scenario import Scenario
 
 
 def stage_layers(layers: int, pp: int) -> list[int]:
@@ -69,10 +68,10 @@ class Params:
         return self.dense + self.expert
 
 
-def gpu_params(cfg: ModelConfig, sc: Scenario, stage: Stage) -> Params:
-    """Parameters on one GPU of `stage` under the scenario's tp and ep."""
+def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int) -> Params:
+    """Parameters on one GPU of `stage` of `pp` under tp and ep."""
     b = cfg.param_breakdown()
-    L, tp = cfg.layers, sc.tp
+    L = cfg.layers
     final_norm = cfg.hidden * (2 if cfg.norm == "layernorm" else 1)
     norms = (b["norms"] - final_norm) / L
     n = stage.layers
@@ -82,13 +81,13 @@ def gpu_params(cfg: ModelConfig, sc: Scenario, stage: Stage) -> Params:
         moe_layer = (b["attn"] / L + b["shared_expert"] / m) / tp + norms + b["router"] / m
         dense_layer = (b["attn"] / L + b["dense_mlp"] / max(1, L - m)) / tp + norms
         layer_dense = (moe * moe_layer + (n - moe) * dense_layer) / n
-        layer_expert = moe * b["mlp"] / m / sc.ep / tp / n
+        layer_expert = moe * b["mlp"] / m / ep / tp / n
     else:
         layer_dense, layer_expert = (b["attn"] + b["mlp"]) / L / tp + norms, 0.0
     ends = 0.0
     if stage.has_embed:
         ends += (b["embed"] + b["pos_embed"]) / tp
     if stage.has_head:
-        head = b["lm_head"] if b["lm_head"] else (b["embed"] if sc.pp > 1 else 0)
+        head = b["lm_head"] if b["lm_head"] else (b["embed"] if pp > 1 else 0)
         ends += head / tp + final_norm
     return Params(n * layer_dense + ends, n * layer_expert, layer_dense, layer_expert)

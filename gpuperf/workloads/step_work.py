@@ -80,47 +80,69 @@ class StepWork:
 
 
 _INTERNED: dict[tuple[Op, ...], tuple[Op, ...]] = {}
+_BY_ID: dict[int, tuple[Op, ...]] = {}  # id of an interned tuple -> it (no hashing of ops)
 
 
-def _part(ops: list[Op], hide: Mapping[str, tuple[str, ...]] | None = None, **kw) -> Part:  # noqa: ANN003
+def _intern(ops: tuple[Op, ...] | list[Op]) -> tuple[Op, ...]:
+    """The one tuple equal to `ops` (an interned tuple passed again is found by identity)."""
+    if type(ops) is tuple and _BY_ID.get(id(ops)) is ops:
+        return ops
+    if len(_INTERNED) > 65536:
+        _INTERNED.clear()
+        _BY_ID.clear()
+    t = tuple(ops)
+    t = _INTERNED.setdefault(t, t)
+    _BY_ID[id(t)] = t
+    return t
+
+
+def _part(ops: tuple[Op, ...] | list[Op], hide: Mapping[str, tuple[str, ...]] | None = None,
+          **kw) -> Part:  # noqa: ANN003  # fmt: skip
     """A Part whose ops tuple is shared with every equal one (the step engine keys its cost
     caches on the tuple's identity)."""
-    t = tuple(ops)
-    if len(_INTERNED) > 4096:
-        _INTERNED.clear()
-    t = _INTERNED.setdefault(t, t)
-    return Part(t, hide=tuple((hide or {}).items()), **kw)
+    return Part(_intern(ops), hide=tuple((hide or {}).items()), **kw)
 
 
 def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
-    """The step of `sc` (prefill, decode or train; not generate) on GPUs of groups `g`. Templates
-    and Parts are memoized: plans that share a layer shape share its Part objects."""
+    """The step of `sc` (prefill, decode or train; not generate) on GPUs of groups `g`. Stages,
+    templates and Parts are memoized: plans that share a stage's work share its objects (the
+    step engine keys its costs on their identity)."""
     from gpuperf.errors import InputError
 
     if sc.mode == "generate":
         raise InputError("generate is prefill + decode steps; build the two scenarios separately")
     d = make_dims(cfg, sc, g)
-    eager = sc.impl == "eager"
-    train = sc.mode == "train"
-    out = []
-    for st in stages(layer_kinds(cfg), sc.pp):
-        params = gpu_params(cfg, sc, st)
-        fsdp = (params, g.dp, g.dp_nodes, g.edp, g.edp_nodes) if sc.zero == 3 else None
-        fwd, bwd = _stage_parts(cfg, d, eager, sc.mode, sc.recompute, st, fsdp)
-        boundary = None
-        if sc.pp > 1 and not st.has_head:
-            boundary = _boundary(d.T * d.hidden * BYTES[d.act], d.act, g.tp, g.tp_nodes,
-                                 g.pp_inter_node, g.sp)  # fmt: skip
-        out.append(StageWork(st, fwd, bwd, params, boundary))
+    # What of the groups a stage's kernels see beyond d (d.g drops the data-parallel ranks).
+    fsdp = (g.dp, g.dp_nodes, g.edp, g.edp_nodes) if sc.zero == 3 else None
+    link = (g.tp, g.tp_nodes, g.pp_inter_node, g.sp)
+    out = _stages(cfg, d, sc.impl == "eager", sc.mode, sc.recompute, sc.pp, fsdp, link)
     sync, kernels, opt, post = ((), (), (), ())
-    if train:
+    if sc.mode == "train":
         from gpuperf.workloads.dp_ops import bucket_kernels, optimizer_parts, sync_parts
 
         busiest = max(out, key=lambda s: s.params.total).params
         sync, post = sync_parts(cfg, sc, g, busiest)
         kernels = bucket_kernels(sc, busiest)
         opt = optimizer_parts(cfg, sc, d, g, busiest)
-    return StepWork(tuple(out), sc.microbatches, sync, kernels, opt, post, g, d)
+    return StepWork(out, sc.microbatches, sync, kernels, opt, post, g, d)
+
+
+@functools.lru_cache(maxsize=8192)
+def _stages(cfg: ModelConfig, d: Dims, eager: bool, mode: str, recompute: str, pp: int,
+            fsdp: tuple[int, int, int, int] | None,
+            link: tuple[int, int, bool, bool]) -> tuple[StageWork, ...]:  # fmt: skip
+    """Every distinct pipeline stage's micro-batch; fsdp: (dp ranks, dp nodes, expert-dp ranks,
+    expert-dp nodes) under ZeRO-3; link: (tp, tp nodes, pp crosses nodes, sp)."""
+    out = []
+    for st in stages(layer_kinds(cfg), pp):
+        params = gpu_params(cfg, st, d.g.tp, d.g.ep, pp)
+        shard = (params, *fsdp) if fsdp is not None else None
+        fwd, bwd = _stage_parts(cfg, d, eager, mode, recompute, st, shard)
+        boundary = None
+        if pp > 1 and not st.has_head:
+            boundary = _boundary(d.T * d.hidden * BYTES[d.act], d.act, *link)
+        out.append(StageWork(st, fwd, bwd, params, boundary))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=256)
@@ -138,7 +160,8 @@ def _boundary(nbytes: int, act: str, tp: int, tp_nodes: int, inter_node: bool, s
 @functools.lru_cache(maxsize=256)
 def _layer_templates(cfg: ModelConfig, d: Dims, eager: bool, train: bool, recompute: str,
                      kind: LayerKind = DENSE) -> tuple:  # fmt: skip
-    """(forward ops, backward ops, forward hides, backward hides) of one layer of `kind`."""
+    """(forward ops, backward ops, forward hides, backward hides) of one layer of `kind`, the
+    op lists interned."""
     layer = eager_layer(cfg, d, kind) if eager else fused_layer(cfg, d, kind)
     layer_bwd: list[Op] = []
     bwd_hide: dict[str, tuple[str, ...]] = {}
@@ -150,10 +173,26 @@ def _layer_templates(cfg: ModelConfig, d: Dims, eager: bool, train: bool, recomp
     if d.g.tp_overlap:
         fwd_hide.update(comm_ops.overlap_hide(layer))
         bwd_hide = {**comm_ops.overlap_hide(layer_bwd), **bwd_hide}
-    return layer, layer_bwd, fwd_hide, bwd_hide
+    return _intern(layer), _intern(layer_bwd), fwd_hide, bwd_hide
 
 
-@functools.lru_cache(maxsize=2048)
+@functools.lru_cache(maxsize=256)
+def _ends(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> tuple[tuple[Op, ...], ...]:
+    """(prologue, epilogue with the loss in training, head backward, embedding backward)."""
+    from gpuperf.workloads.transformer import epilogue, prologue
+
+    post = epilogue(cfg, d, eager, mode)
+    head_bwd: list[Op] = []
+    tail_bwd: list[Op] = []
+    if mode == "train":
+        from gpuperf.workloads.transformer_train import head_backward, loss_ops, tail_backward
+
+        post += loss_ops(cfg, d, eager)[0]
+        head_bwd, tail_bwd = head_backward(cfg, d, eager), tail_backward(cfg, d)
+    return _intern(prologue(cfg, d, eager)), _intern(post), _intern(head_bwd), _intern(tail_bwd)
+
+
+@functools.lru_cache(maxsize=8192)
 def _stage_parts(cfg: ModelConfig, d: Dims, eager: bool, mode: str, recompute: str, st: Stage,
                  fsdp: tuple | None) -> tuple[tuple[Part, ...], tuple[Part, ...]]:  # fmt: skip
     """A stage's forward and backward Parts; fsdp: (params, dp ranks, dp nodes, expert-dp ranks,
@@ -169,23 +208,22 @@ def _stage_parts(cfg: ModelConfig, d: Dims, eager: bool, mode: str, recompute: s
 
 def _forward_parts(cfg, d, eager, mode, st, runs, fsdp) -> list[Part]:  # noqa: ANN001
     """The stage's forward: the prologue, each run of alike layers, the head."""
-    from gpuperf.workloads.transformer import epilogue, prologue
-
+    pre_ops, post_ops, _, _ = _ends(cfg, d, eager, mode)
     parts: list[Part] = []
-    pre = prologue(cfg, d, eager) if st.has_embed else []
+    pre = pre_ops if st.has_embed else ()
     if fsdp:  # the root's parameters and the first layer's, gathered before anything runs
-        pre = [*fsdp.first, *pre]
+        pre = (*fsdp.first, *pre)
     if pre:
         parts.append(_part(pre))
     end = st.first + st.layers
     for first, n, (layer, _, hide, _) in runs:
 
-        def body(last: bool, layer=layer, hide=hide) -> tuple[list[Op], dict]:  # noqa: ANN001
+        def body(last: bool, layer=layer, hide=hide) -> tuple[tuple[Op, ...], dict]:  # noqa: ANN001
             if not fsdp:
-                return list(layer), dict(hide)
+                return layer, hide
             if last:  # the last layer has no next layer to prefetch
-                return [*layer, *fsdp.fwd[-1:]], dict(hide)
-            return [*layer, *fsdp.fwd], {**hide, **fsdp.fwd_hide}
+                return (*layer, *fsdp.fwd[-1:]), hide
+            return (*layer, *fsdp.fwd), {**hide, **fsdp.fwd_hide}
 
         ends_stage = first + n == end
         if first == 0 and not eager and not cfg.parallel_residual:
@@ -201,32 +239,26 @@ def _forward_parts(cfg, d, eager, mode, st, runs, fsdp) -> list[Part]:  # noqa: 
         elif n:
             parts.append(_part(*body(False), repeat=n, layer0=first))
     if st.has_head:
-        post = epilogue(cfg, d, eager, mode)
-        if mode == "train":
-            from gpuperf.workloads.transformer_train import loss_ops
-
-            post += loss_ops(cfg, d, eager)[0]
-        parts.append(_part(post))
+        parts.append(_part(post_ops))
     return parts
 
 
 def _backward_parts(cfg, d, eager, st, runs, fsdp) -> list[Part]:  # noqa: ANN001
     """The stage's backward: the head, each run of alike layers from the last, the embedding."""
-    from gpuperf.workloads.transformer_train import head_backward, tail_backward
-
+    _, _, head_bwd, tail_bwd = _ends(cfg, d, eager, "train")
     parts: list[Part] = []
     if st.has_head:
-        parts.append(_part(head_backward(cfg, d, eager)))
+        parts.append(_part(head_bwd))
     for first, n, (_, layer_bwd, _, hide) in reversed(runs):
-        body, body_hide = list(layer_bwd), dict(hide)
+        body, body_hide = layer_bwd, hide
         if fsdp:
-            body = [*fsdp.bwd_pre, *body, *fsdp.bwd_post]
-            body_hide.update(fsdp.bwd_hide)
+            body = (*fsdp.bwd_pre, *body, *fsdp.bwd_post)
+            body_hide = {**hide, **fsdp.bwd_hide}
         parts.append(_part(body, body_hide, repeat=n, layer0=first + n - 1,
                            descending=True))  # fmt: skip
-    tail = tail_backward(cfg, d) if st.has_embed else []
+    tail = tail_bwd if st.has_embed else ()
     if fsdp:
-        tail = [*tail, *fsdp.last]
+        tail = (*tail, *fsdp.last)
     if tail:
         parts.append(_part(tail))
     return parts

@@ -236,7 +236,7 @@ def test_pipeline_stages_hold_the_parameters_of_their_own_layers(pp):
     b = cfg.param_breakdown()
     expert = dense = 0.0
     for st in stages(layer_kinds(cfg), pp):
-        p = gpu_params(cfg, sc, st)
+        p = gpu_params(cfg, st, sc.tp, sc.ep, sc.pp)
         moe = sum(k.moe for k in layer_kinds(cfg)[st.first : st.first + st.layers])
         assert p.expert == pytest.approx(moe * b["mlp"] / cfg.moe_layers / 8)
         expert += p.expert * 8 * st.count

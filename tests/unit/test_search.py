@@ -63,3 +63,37 @@ def test_explains_the_winner(result):
 def test_nothing_fits_is_an_input_error():
     with pytest.raises(InputError, match="fits"):
         search(LLAMA70, DGX_H100, 1, global_batch=8, seq=4096)
+
+
+def _clear_work_caches() -> None:
+    from gpuperf.workloads import step_work
+
+    for fn in (step_work._stages, step_work._stage_parts, step_work._layer_templates,
+               step_work._ends):  # fmt: skip
+        fn.cache_clear()
+
+
+def test_shared_stage_work_gives_each_plan_its_own_numbers():
+    """Plans share a stage's costed work (zero 0-2 and both schedules of a tp·pp·mb): every plan
+    of a MoE search costed through one Engine equals the same plan costed alone, from empty
+    caches, to the bit (a wrong memo key would hand one plan another's stages)."""
+    from gpuperf.step.run import Engine
+    from gpuperf.step.search import evaluate
+
+    cfg = load_model("mixtral-8x7b")
+    plans = list(enumerate_plans(cfg, DGX_H100, 16, global_batch=64, seq=2048, impl="eager"))
+    plans += list(enumerate_plans(cfg, DGX_H100, 16, global_batch=64, seq=2048))[::7]
+    shared = Engine(cfg, DGX_H100.gpu, DGX_H100)
+    together = {}
+    for sc in plans:
+        try:
+            together[sc] = evaluate(shared, sc, 2)
+        except InputError:
+            continue
+    assert len(together) > 100
+    assert {sc.zero for sc in together} == {0, 1, 2, 3}
+    for sc, r in list(together.items())[::5]:
+        _clear_work_caches()
+        alone = evaluate(Engine(cfg, DGX_H100.gpu, DGX_H100), sc, 2)
+        assert (alone.step_time, alone.cost.memory, alone.cost.breakdown) == (
+            r.step_time, r.cost.memory, r.cost.breakdown), sc.label()  # fmt: skip
