@@ -233,3 +233,48 @@ def predict_op(
     if op.kind == "collective":
         single_op.group(sys_spec, None, op.ranks)  # the ranks fit the GPU or system (as the CLI)
     return predict_ops([op], resolve_gpu(gpu, sys_spec), None, sys_spec)
+
+
+def serve(
+    model: ModelLike,
+    gpu: GpuLike | None = None,
+    system: SystemLike | None = None,
+    engine: str | os.PathLike[str] = "vllm",
+    tp: int = 1,
+    isl: str | int = 512,
+    osl: str | int = 128,
+    requests: int | None = None,
+    rate: float | None = None,
+    concurrency: int | None = None,
+    trace: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+    dtype: str = "bf16",
+    kv_dtype: str | None = None,
+    weight_dtype: str | None = None,
+    progress: Any = None,
+    **engine_options: Any,
+) -> Any:
+    """Simulate serving `model` on one replica of `tp` GPUs under continuous batching.
+
+    engine: "hf", "vllm", "trtllm" or an engine .toml; engine_options override its fields
+    (token_budget, max_seqs, block_size, mem_fraction, chunked_prefill, cuda_graphs,
+    step_overhead_s, per_seq_s). isl/osl: token counts or distributions ("uniform:256:1024",
+    "normal:512:64", "lognormal:512:256"). Arrivals: `requests` all at once, Poisson at `rate`
+    requests/s, a closed loop of `concurrency` users, or a JSONL `trace`. Returns a
+    gpuperf.step.serve_run.ServeReport (.summary: TTFT/TPOT/E2E percentiles in ms, tokens/s...).
+
+    Example:
+        >>> r = serve("llama3-8b", gpu="h100", engine="vllm", isl=512, osl=128, rate=10.0)
+        >>> r.summary["ttft_p50_ms"], r.summary["output_tokens_per_s"]  # doctest: +SKIP
+    """
+    from gpuperf.step.serve_run import run_serve
+
+    sys_spec = resolve_system(system)
+    gpu_spec = resolve_gpu(gpu, sys_spec)
+    _check_gpu_in_system(gpu_spec, sys_spec)
+    return run_serve(
+        resolve_model(model), gpu_spec, sys_spec, engine, tp=tp, isl=isl, osl=osl,
+        requests=requests, rate=rate, concurrency=concurrency, trace=trace, seed=seed,
+        dtype=_dtype_required(dtype), kv_dtype=_dtype(kv_dtype, "kv_dtype"),
+        weight_dtype=_dtype(weight_dtype, "weight_dtype"), progress=progress, **engine_options,
+    )  # fmt: skip

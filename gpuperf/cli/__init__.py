@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "report": "gpuperf.cli.report_cmd:report",
     "search": "gpuperf.cli.search_cmd:search",
     "hw": "gpuperf.cli.hw_cmd:hw",
+    "serve": "gpuperf.cli.serve_cmd:serve",
     "models": "gpuperf.cli.models_cmd:models",
 }
 

@@ -1,0 +1,142 @@
+"""`gpuperf serve MODEL`: throughput and latency of a continuous-batching deployment."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import click
+
+from gpuperf.cli.common import SIZE, output_options
+
+EXAMPLE = ("Example: gpuperf serve llama3-8b --gpu h100 --engine vllm --isl 512 --osl 128 "
+           "--rate 10")  # fmt: skip
+
+
+def _ms(v: float) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.1f}"
+
+
+ISL_HELP = "Input tokens per request: 512, uniform:LO:HI, normal:MEAN:STD, lognormal:MEAN:STD."
+REQUESTS_HELP = ("Requests (alone: all arrive at once; default 1000 with --rate, 8 per user "
+                 "with --concurrency).")  # fmt: skip
+USERS_HELP = "A closed loop of this many users (each sends its next request when its last ends)."
+
+
+@click.command("serve", epilog=EXAMPLE)
+@click.argument("model")
+@click.option("--gpu", default=None, help="GPU profile (h100) or a .toml; default: the system's.")
+@click.option("--system", default=None, help="System profile (dgx-h100) or a .toml.")
+@click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs.")
+@click.option("--engine", default="vllm", show_default=True,
+              help="hf, vllm, trtllm, or an engine .toml (see step/engines).")  # fmt: skip
+@click.option("--isl", default="512", show_default=True, help=ISL_HELP)
+@click.option(
+    "--osl", default="128", show_default=True, help="Output tokens per request (as --isl)."
+)
+@click.option("--requests", type=SIZE, default=None, help=REQUESTS_HELP)
+@click.option("--rate", type=float, default=None, help="Poisson arrivals, requests/s.")
+@click.option("--concurrency", type=SIZE, default=None, help=USERS_HELP)
+@click.option("--trace", default=None,
+              help="JSONL of {arrival_s, input_tokens, output_tokens} per request.")  # fmt: skip
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of lengths and arrivals."
+)
+@click.option("--dtype", default="bf16", show_default=True, help="Weights and activations.")
+@click.option("--kv-dtype", default=None, help="KV cache format (default: --dtype).")
+@click.option("--cuda-graphs/--no-cuda-graphs", default=None,
+              help="Decode steps as CUDA graphs (default: the engine's).")  # fmt: skip
+@click.option("--chunked-prefill/--no-chunked-prefill", default=None,
+              help="Split prompts over steps (default: the engine's).")  # fmt: skip
+@click.option("--token-budget", type=SIZE, default=None, help="Tokens per step (engine's default).")
+@click.option("--max-seqs", type=SIZE, default=None, help="Sequences per step (engine's default).")
+@click.option("--block-size", type=SIZE, default=None, help="KV block, tokens (engine's default).")
+@click.option("--mem-fraction", type=float, default=None,
+              help="Share of GPU memory the engine may use (engine's default).")  # fmt: skip
+@click.option("--per-request", is_flag=True, help="json: add every request's numbers.")
+@output_options
+def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str, isl: str,
+          osl: str, requests: int | None, rate: float | None, concurrency: int | None,
+          trace: str | None, seed: int, dtype: str, kv_dtype: str | None,
+          cuda_graphs: bool | None, chunked_prefill: bool | None, token_budget: int | None,
+          max_seqs: int | None, block_size: int | None, mem_fraction: float | None,
+          per_request: bool, fmt: str) -> None:  # fmt: skip
+    """Simulate MODEL served by a continuous-batching engine on one replica of --tp GPUs:
+    TTFT, TPOT and end-to-end latency percentiles, tokens/s (per GPU, per user), batch size
+    and KV-cache occupancy. Each step's time comes from the same engine as `gpuperf predict`.
+
+    TPOT = (E2E - TTFT) / (output tokens - 1); TTFT counts queueing.
+
+    Example: gpuperf serve llama3-8b --gpu h100 --engine vllm --isl 512 --osl 128 --rate 10
+    """
+    from gpuperf import api
+    from gpuperf.cli.measure_cmd import progress
+
+    opts = {"token_budget": token_budget, "max_seqs": max_seqs, "block_size": block_size,
+            "mem_fraction": mem_fraction, "chunked_prefill": chunked_prefill,
+            "cuda_graphs": cuda_graphs}  # fmt: skip
+    opts = {k: v for k, v in opts.items() if v is not None}
+    with progress(100, "simulating") as advance:
+        state = {"pct": 0}
+
+        def tick(done: int, total: int) -> None:
+            pct = int(100 * done / total)
+            while state["pct"] < pct:
+                state["pct"] += 1
+                advance(f"{done:,}/{total:,} requests")
+
+        rep = api.serve(model, gpu=gpu, system=system, engine=engine, tp=tp, isl=isl, osl=osl,
+                        requests=requests, rate=rate, concurrency=concurrency, trace=trace,
+                        seed=seed, dtype=dtype, kv_dtype=kv_dtype, progress=tick,
+                        **opts)  # fmt: skip
+    render(rep, fmt, per_request)
+
+
+def render(rep: Any, fmt: str, per_request: bool = False) -> None:
+    """The serving report as a table, one JSON object, or CSV of every request."""
+    from gpuperf.fileio import json_safe
+
+    if fmt == "json":
+        click.echo(json.dumps(json_safe(rep.to_dict(per_request=per_request))))
+        return
+    if fmt == "csv":
+        import csv
+        import sys
+
+        rows = rep.requests()
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(["id", "arrival_s", "input_tokens", "output_tokens", "ttft_ms", "tpot_ms",
+                    "e2e_ms"])  # fmt: skip
+        for r in rows:
+            w.writerow("" if v is None else v for v in r.values())
+        return
+    from rich.table import Table
+
+    from gpuperf.reports.console import console as make_console
+
+    s = rep.summary
+    title = f"{rep.model} on {rep.tp} x {rep.gpu}, {rep.engine.name}: {rep.workload}"
+    table = Table(title=title, caption="TPOT = (E2E - TTFT) / (output tokens - 1); TTFT "
+                  "includes queueing")  # fmt: skip
+    for h in ("latency (ms)", "mean", "p50", "p90", "p99"):
+        table.add_column(h, justify="left" if h.startswith("lat") else "right")
+    for name in ("ttft", "tpot", "e2e"):
+        table.add_row(
+            name.upper(), *(_ms(s[f"{name}_{q}_ms"]) for q in ("mean", "p50", "p90", "p99"))
+        )
+    console = make_console()
+    console.print(table)
+    lines = [
+        f"output {s['output_tokens_per_s']:,.0f} tok/s ({s['output_tokens_per_s_per_gpu']:,.0f} "
+        f"per GPU), total {s['total_tokens_per_s']:,.0f} tok/s, {s['tokens_per_s_per_user']:,.1f} "
+        f"tok/s per user, {s['requests_per_s']:,.2f} req/s over {s['wall_s']:,.2f} s",
+        f"batch {s['mean_batch']:.1f} sequences on average; KV cache {s['kv_cache_tokens']:,} "
+        f"tokens, {100 * s['mean_kv_occupancy']:.1f}% used on average, "
+        f"{100 * s['peak_kv_occupancy']:.1f}% at peak; {s['steps']:,} steps, "
+        f"{s['preemptions']} preemptions",
+    ]
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+    for w in rep.warnings:
+        console.print(f"warning: {w}", markup=False, style="yellow")

@@ -1,0 +1,361 @@
+"""gpuperf serve: a discrete-event simulation of a continuous-batching server.
+
+The scheduler (one replica, FIFO; vLLM V1's, which TRT-LLM's in-flight batching and Hugging
+Face's continuous batching resemble): every step, each running request gets its tokens within
+the token budget (a decode one, a prompt being prefilled its next chunk), then waiting requests
+are admitted in arrival order while the budget, the sequence limit and the paged KV cache allow.
+A request's blocks are taken as its tokens enter the cache; when a step's decodes need blocks the
+cache lacks, the most recently admitted request is preempted (its blocks freed, its prompt and
+what it generated prefilled again later: vLLM's recompute). Without chunked prefill a prompt
+enters whole, in a step of prefills alone. Each step's time comes from the step engine for that
+step's make-up (step.serve_steps).
+
+Metrics (vLLM's benchmark_serving and aiconfigurator define them so): TTFT = first token - arrival;
+TPOT = (E2E - TTFT) / (output tokens - 1), the mean inter-token latency of a request, the first
+token excluded; E2E = last token - arrival. Throughput over the span from the first arrival to
+the last token. Tokens/s per user = 1 / mean TPOT.
+
+Decodes are kept in aggregate (count, sum of contexts, a heap of finishing steps, a count per
+block phase), so a step costs the prefills, arrivals and departures it has, not its batch size.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuperf.errors import InputError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpuperf.step.serve_engines import EngineProfile
+    from gpuperf.step.serve_load import Workload
+    from gpuperf.step.serve_steps import StepTimer
+
+SERIES_POINTS = 200  # time series points kept for the report
+MAX_STEPS = 50_000_000
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation between ranks (numpy's default)."""
+    if not sorted_values:
+        return math.nan
+    pos = (len(sorted_values) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass
+class ServeResult:
+    """What a simulated (or measured) serving run gives: per request and in aggregate."""
+
+    arrival: list[float]
+    first: list[float]
+    finish: list[float]
+    prompt: list[int]
+    output: list[int]
+    steps: int
+    preemptions: int
+    kv_tokens: int  # the cache's capacity, tokens
+    mean_batch: float
+    mean_kv: float  # mean fraction of the cache in use, over time
+    peak_kv: float
+    series: dict[str, list[float]] = field(default_factory=dict)  # t_s, batch, kv
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ttft(self) -> list[float]:
+        return [f - a for f, a in zip(self.first, self.arrival, strict=True)]
+
+    @property
+    def e2e(self) -> list[float]:
+        return [f - a for f, a in zip(self.finish, self.arrival, strict=True)]
+
+    @property
+    def tpot(self) -> list[float]:
+        return [(e - f) / (n - 1) for e, f, n in zip(self.finish, self.first, self.output,
+                                                      strict=True) if n > 1]  # fmt: skip
+
+    @property
+    def span_s(self) -> float:
+        return max(self.finish) - min(self.arrival)
+
+    def summary(self, gpus: int = 1) -> dict[str, Any]:
+        """The aggregate numbers (times in ms)."""
+        out: dict[str, Any] = {"requests": len(self.arrival)}
+        for name, vals in (("ttft", self.ttft), ("tpot", self.tpot), ("e2e", self.e2e)):
+            s = sorted(vals)
+            out[f"{name}_mean_ms"] = 1e3 * sum(s) / len(s) if s else math.nan
+            for q in (50, 90, 99):
+                out[f"{name}_p{q}_ms"] = 1e3 * percentile(s, q)
+        span = self.span_s
+        out_tok, in_tok = sum(self.output), sum(self.prompt)
+        out["wall_s"] = span
+        out["output_tokens_per_s"] = out_tok / span if span > 0 else math.nan
+        out["total_tokens_per_s"] = (out_tok + in_tok) / span if span > 0 else math.nan
+        out["output_tokens_per_s_per_gpu"] = out["output_tokens_per_s"] / gpus
+        tpot = out["tpot_mean_ms"]
+        out["tokens_per_s_per_user"] = 1e3 / tpot if tpot and tpot > 0 else math.nan
+        out["requests_per_s"] = len(self.arrival) / span if span > 0 else math.nan
+        out["mean_batch"] = self.mean_batch
+        out["mean_kv_occupancy"] = self.mean_kv
+        out["peak_kv_occupancy"] = self.peak_kv
+        out["steps"] = self.steps
+        out["preemptions"] = self.preemptions
+        out["kv_cache_tokens"] = self.kv_tokens
+        return out
+
+
+class _Series:
+    """Time-weighted means and a thinned time series of (batch, KV occupancy) per step."""
+
+    def __init__(self) -> None:
+        self.t: list[float] = []
+        self.batch: list[float] = []
+        self.kv: list[float] = []
+        self.sum_b = self.sum_kv = self.dur = 0.0
+        self.peak = 0.0
+        self.every = 1
+        self.n = 0
+
+    def add(self, t_end: float, dt: float, batch: int, kv: float) -> None:
+        self.sum_b += batch * dt
+        self.sum_kv += kv * dt
+        self.dur += dt
+        self.peak = max(self.peak, kv)
+        self.n += 1
+        if self.n % self.every == 0:
+            self.t.append(t_end)
+            self.batch.append(batch)
+            self.kv.append(kv)
+            if len(self.t) >= 2 * SERIES_POINTS:  # keep every other point from now on
+                self.t, self.batch, self.kv = self.t[::2], self.batch[::2], self.kv[::2]
+                self.every *= 2
+
+
+def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tokens: int,
+             progress: Callable[[int, int], None] | None = None) -> ServeResult:  # fmt: skip
+    """Run `workload` through one replica (module docstring)."""
+    reqs = workload.requests
+    n = len(reqs)
+    bs = engine.block_size
+    blocks_total = kv_tokens // bs
+    longest = max(r.prompt + r.output for r in reqs)
+    if longest > blocks_total * bs:
+        raise InputError(
+            f"a request of {longest} tokens does not fit the KV cache of {blocks_total * bs} "
+            f"tokens (per replica); add GPUs (--tp) or shorten the requests"
+        )
+    budget = engine.token_budget
+    max_seqs = min(engine.max_seqs, budget)
+    arrival = [math.nan] * n
+    first = [math.nan] * n
+    finish = [math.nan] * n
+    prompt = [r.prompt for r in reqs]
+    output = [r.output for r in reqs]
+    gen = [0] * n  # tokens generated so far
+    todo = [0] * n  # tokens to prefill (prompt, plus what was generated after a preemption)
+    done = [0] * n  # of those, in the cache
+    # Arrivals: open workloads in time order; a closed loop releases the next request as one ends.
+    if workload.closed:
+        pending: deque[int] = deque(range(workload.concurrency, n))
+        for i in range(min(workload.concurrency, n)):
+            arrival[i] = 0.0
+        upcoming = deque(range(min(workload.concurrency, n)))
+    else:
+        pending = deque()
+        for i, r in enumerate(reqs):
+            arrival[i] = r.arrival
+        upcoming = deque(range(n))
+    waiting: deque[int] = deque()
+    prefilling: list[int] = []  # admission order
+    order: dict[int, None] = {}  # every running request, admission order (preemption victims)
+    # Decodes in aggregate, on a clock that ticks once per step that runs them (every decoder
+    # runs in each such step): a decoder that joins at tick d0 has ctx = base + d at tick d
+    # (base = tokens in its cache + 1 - d0), needs a new block at tick d when
+    # (base - 1 + d) % bs == 0, and runs its last tick at `last`.
+    dec_base: dict[int, int] = {}
+    dec_last: dict[int, int] = {}
+    dec_join: dict[int, int] = {}
+    heap: list[tuple[int, int]] = []
+    phase = [0] * bs
+    n_dec = 0
+    sum_base = 0
+    tick = 0
+    free = blocks_total
+    held = [0] * n  # blocks held by a prefilling request (decoders: from their context)
+    now = 0.0
+    step = 0
+    preempted = 0
+    finished = 0
+    series = _Series()
+
+    def blocks_for(tokens: int) -> int:
+        return -(-tokens // bs)
+
+    def leave_decode(i: int) -> int:
+        """Take decoder i out of the aggregates before tick `tick` runs; its blocks."""
+        nonlocal n_dec, sum_base
+        base = dec_base.pop(i)
+        dec_last.pop(i)
+        gen[i] += tick - dec_join.pop(i)  # a token per tick it ran
+        n_dec -= 1
+        sum_base -= base
+        phase[(base - 1) % bs] -= 1
+        return blocks_for(base + tick - 1)  # its context after the last tick it ran
+
+    def preempt(block_taken: bool) -> None:
+        """Preempt the most recently admitted request (block_taken: this tick's decode blocks
+        are already taken from `free`)."""
+        nonlocal free, preempted
+        victim = next(reversed(order))
+        del order[victim]
+        if victim in dec_base:
+            if block_taken and (dec_base[victim] - 1 + tick) % bs == 0:
+                free += 1
+            free += leave_decode(victim)
+        else:
+            prefilling.remove(victim)
+            free += held[victim]
+        held[victim] = 0
+        todo[victim] = prompt[victim] + gen[victim]
+        done[victim] = 0
+        waiting.appendleft(victim)
+        preempted += 1
+
+    def join_decode(i: int) -> None:
+        """Request i has just sampled a token; it decodes from the next tick."""
+        nonlocal n_dec, sum_base
+        base = done[i] + 1 - tick
+        dec_base[i] = base
+        last = tick + output[i] - gen[i] - 1
+        dec_last[i] = last
+        dec_join[i] = tick
+        heapq.heappush(heap, (last, i))
+        phase[(base - 1) % bs] += 1
+        n_dec += 1
+        sum_base += base
+
+    def end_request(i: int) -> None:
+        nonlocal finished
+        finish[i] = now
+        finished += 1
+        del order[i]
+        if pending:  # a closed loop: the user sends its next request
+            j = pending.popleft()
+            arrival[j] = now
+            upcoming.append(j)
+
+    while finished < n:
+        if step >= MAX_STEPS:
+            raise InputError(f"the simulation passed {MAX_STEPS:,} steps; fewer requests")
+        while upcoming and arrival[upcoming[0]] <= now:
+            waiting.append(upcoming.popleft())
+        if not order and not waiting:
+            now = arrival[upcoming[0]]
+            continue
+        # ---- schedule this step
+        left = budget
+        whole = not engine.chunked_prefill
+        head = waiting[0] if waiting else -1
+        if head >= 0 and todo[head] == 0:
+            todo[head] = prompt[head]
+        # Without chunked prefill a prompt that fits runs whole, before the decodes (vLLM V0).
+        prefill_only = (whole and head >= 0 and not prefilling and len(order) < max_seqs
+                        and todo[head] <= budget and blocks_for(todo[head]) <= free)  # fmt: skip
+        decodes = 0
+        if not prefill_only and n_dec:
+            need = phase[(-tick) % bs]
+            while need > free and order:
+                preempt(False)
+                need = phase[(-tick) % bs] if n_dec else 0
+            free -= need
+            decodes = n_dec
+            left -= n_dec
+        chunks: list[tuple[int, int]] = []
+        ran: list[tuple[int, int]] = []  # (request, tokens) of the prefills in this step
+        for i in list(prefilling):
+            if left <= 0:
+                break
+            if i not in order:
+                continue
+            c = min(todo[i] - done[i], left)
+            extra = blocks_for(done[i] + c) - held[i]
+            while extra > free and i in order:
+                preempt(decodes > 0)
+            if i not in order:
+                continue
+            free -= extra
+            held[i] += extra
+            chunks.append((c, done[i]))
+            ran.append((i, c))
+            left -= c
+        decodes = n_dec if decodes else 0  # decoders preempted above do not run
+        while waiting and left > 0 and len(order) < max_seqs:
+            i = waiting[0]
+            if todo[i] == 0:
+                todo[i] = prompt[i]
+            c = min(todo[i], left)
+            if whole and c < todo[i]:
+                break
+            extra = blocks_for(c)
+            if extra > free:
+                break
+            waiting.popleft()
+            free -= extra
+            held[i] = extra
+            order[i] = None
+            prefilling.append(i)
+            chunks.append((c, 0))
+            ran.append((i, c))
+            left -= c
+        if not chunks and not decodes:
+            if not upcoming:  # nothing runs and nothing can be admitted
+                raise InputError("the KV cache cannot hold the next request; add GPUs (--tp)")
+            now = max(now, arrival[upcoming[0]])
+            continue
+        # ---- run it
+        sum_ctx = sum_base + n_dec * tick if decodes else 0
+        completes = sum(1 for i, c in ran if done[i] + c == todo[i])
+        dt = timer.step_s(tuple(chunks), decodes, sum_ctx, decodes + completes)
+        now += dt
+        step += 1
+        if decodes:
+            tick += 1
+            while heap and heap[0][0] <= tick - 1:  # decoders whose last tick just ran
+                last, i = heapq.heappop(heap)
+                if dec_last.get(i) != last:
+                    continue  # preempted since
+                free += leave_decode(i)
+                end_request(i)
+        for i, c in ran:  # prefills: progress; a finished prompt samples a token
+            done[i] += c
+            if done[i] == todo[i]:
+                prefilling.remove(i)
+                gen[i] += 1
+                if gen[i] == 1:
+                    first[i] = now
+                if gen[i] >= output[i]:
+                    free += held[i]
+                    held[i] = 0
+                    end_request(i)
+                else:
+                    held[i] = 0  # its blocks are counted from its context from now on
+                    join_decode(i)
+        used = blocks_total - free
+        series.add(now, dt, decodes + len(chunks), used / blocks_total if blocks_total else 0.0)
+        if progress is not None and step % 256 == 0:
+            progress(finished, n)
+    if progress is not None:
+        progress(n, n)
+    dur = series.dur or 1.0
+    return ServeResult(
+        arrival, first, finish, prompt, output, step, preempted, blocks_total * bs,
+        series.sum_b / dur, series.sum_kv / dur, series.peak,
+        {"t_s": series.t, "batch": series.batch, "kv": series.kv},
+    )  # fmt: skip

@@ -1,0 +1,165 @@
+"""Serving-engine profiles: what differs between continuous-batching engines is data.
+
+A profile (step/engines/*.toml, or a user's .toml with `base = "vllm"`) says how the engine
+schedules and runs a step: the token budget per step, the most sequences per step, the KV block
+size and the memory fraction the cache may take, chunked prefill on or off, which kernels it runs
+(fused like vLLM or eager PyTorch like Hugging Face), CUDA graphs for decode-only steps and their
+captured batch sizes, and the host's time per step beyond kernel launches (scheduling, input
+preparation, sampling, detokenization): step_overhead_s + per_seq_s x sequences in the step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuperf.errors import InputError, shown
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ENGINES_DIR = Path(__file__).parent / "engines"
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One serving engine's scheduler and runtime (module docstring); times in seconds."""
+
+    name: str
+    description: str = ""
+    token_budget: int = 8192  # tokens per step (vLLM max_num_batched_tokens)
+    max_seqs: int = 256  # sequences per step (vLLM max_num_seqs)
+    block_size: int = 16  # KV cache block, tokens
+    mem_fraction: float = 0.9  # of the GPU's memory the engine may use (weights + cache + work)
+    chunked_prefill: bool = True  # a prompt may be split over steps and mixed with decodes
+    impl: str = "fused"  # fused kernels (vLLM, TRT-LLM) or eager PyTorch (Hugging Face)
+    cuda_graphs: bool = True  # decode-only steps replayed as CUDA graphs
+    graph_sizes: tuple[int, ...] = ()  # captured batch sizes (a step pads to the next one)
+    step_overhead_s: float = 0.0
+    per_seq_s: float = 0.0
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def graph_batch(self, n: int) -> int | None:
+        """The captured size a decode step of n sequences replays, or None (runs eager)."""
+        if not self.cuda_graphs:
+            return None
+        for size in self.graph_sizes:
+            if size >= n:
+                return size
+        return None
+
+
+_INTS = ("token_budget", "max_seqs", "block_size")
+_FLOATS = ("mem_fraction", "step_overhead_s", "per_seq_s")
+_BOOLS = ("chunked_prefill", "cuda_graphs")
+_KEYS = ("name", "base", "description", "impl", "graph_sizes", "sources", *_INTS, *_FLOATS,
+         *_BOOLS)  # fmt: skip
+
+
+def engine_names() -> list[str]:
+    return sorted(p.stem for p in ENGINES_DIR.glob("*.toml"))
+
+
+def load_engine(name_or_path: str | os.PathLike[str], **overrides: Any) -> EngineProfile:
+    """A built-in profile by name (hf, vllm, trtllm) or a user's .toml; `overrides` replace
+    fields (None: keep the profile's)."""
+    if isinstance(name_or_path, EngineProfile):
+        prof = name_or_path
+    else:
+        prof = _from_table(_read(os.fspath(name_or_path), set()))
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    if not changes:
+        return prof
+    return _from_table({**dataclasses.asdict(prof), **changes}, where=f"engine {prof.name}")
+
+
+def _read(name: str, seen: set[str]) -> dict[str, Any]:
+    from gpuperf.fileio import read_text
+
+    path = Path(name)
+    if not (name.endswith(".toml") or os.sep in name):
+        path = ENGINES_DIR / f"{name.lower()}.toml"
+        if not path.exists():
+            close = difflib.get_close_matches(name.lower(), engine_names(), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise InputError(
+                f"unknown engine {shown(name)}{hint} (built in: {', '.join(engine_names())}; "
+                "or a .toml path)"
+            )
+    if str(path) in seen:
+        raise InputError(f"engine profile {path} names itself as its base")
+    seen.add(str(path))
+    try:
+        table = tomllib.loads(read_text(path, "engine profile"))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from None
+    base = table.pop("base", None)
+    if base is not None:
+        if not isinstance(base, str):
+            raise InputError(f"{path}: base must be an engine name or path, got {shown(base)}")
+        parent = _read(base, seen)
+        sources = {**parent.get("sources", {}), **table.get("sources", {})}
+        table = {**parent, **table, "sources": sources}
+        table.setdefault("name", path.stem)
+    table.setdefault("name", path.stem)
+    table["_where"] = str(path)
+    return table
+
+
+def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
+    where = where or t.pop("_where", "engine profile")
+    t = {k: v for k, v in t.items() if k != "_where"}
+    for key in t:
+        if key not in _KEYS:
+            close = difflib.get_close_matches(key, _KEYS, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise InputError(f"{where}: unknown key {shown(key)}{hint}")
+    out: dict[str, Any] = {}
+    for key in _INTS:
+        if key in t:
+            v = t[key]
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= 1 << 24:
+                raise InputError(f"{where}: {key} must be a positive integer, got {shown(v)}")
+            out[key] = v
+    for key in _FLOATS:
+        if key in t:
+            v = t[key]
+            if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < 1e3:
+                raise InputError(f"{where}: {key} must be a number >= 0, got {shown(v)}")
+            out[key] = float(v)
+    if "mem_fraction" in out and not 0 < out["mem_fraction"] <= 1:
+        raise InputError(f"{where}: mem_fraction must be in (0, 1], got {out['mem_fraction']}")
+    for key in _BOOLS:
+        if key in t:
+            if not isinstance(t[key], bool):
+                raise InputError(f"{where}: {key} must be true or false, got {shown(t[key])}")
+            out[key] = t[key]
+    if "impl" in t:
+        if t["impl"] not in ("fused", "eager"):
+            raise InputError(f"{where}: impl must be fused or eager, got {shown(t['impl'])}")
+        out["impl"] = t["impl"]
+    if "graph_sizes" in t:
+        sizes = t["graph_sizes"]
+        ok = isinstance(sizes, list | tuple) and all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 < s <= 1 << 16 for s in sizes
+        )
+        if not ok:
+            raise InputError(f"{where}: graph_sizes must be a list of positive integers")
+        out["graph_sizes"] = tuple(sorted(set(sizes)))
+    for key in ("name", "description"):
+        if key in t:
+            if not isinstance(t[key], str):
+                raise InputError(f"{where}: {key} must be text, got {shown(t[key])}")
+            out[key] = t[key]
+    if "sources" in t:
+        if not isinstance(t["sources"], dict):
+            raise InputError(f"{where}: [sources] must be a table")
+        out["sources"] = {str(k): str(v) for k, v in t["sources"].items()}
+    return EngineProfile(**out)

@@ -1,0 +1,195 @@
+"""The time of one continuous-batching step, from the step engine.
+
+A step runs T tokens through the model: the decodes' one token each and the prefill chunks'
+tokens, flattened (vLLM, TRT-LLM and Hugging Face's continuous batching all do). Every kernel but
+two kinds depends on T alone, so the engine builds and costs the forward of T tokens (the same
+builders, Coster, sustained clock, kernel floors and host dispatch as `gpuperf predict`); per step
+only these are costed again:
+
+- attention: the decodes as one batch of single-query sequences over their mean context, each
+  prefill chunk as its own queries over its past plus itself;
+- the lm_head, over one row per sequence that samples a token.
+
+Decode-only steps that fit a captured CUDA graph (EngineProfile.graph_sizes) run the graph of the
+padded batch: no launches on the host, the graph's gaps on the GPU. The host's own time per step
+(EngineProfile.step_overhead_s + per_seq_s x sequences) comes before the kernels. Forwards of T
+tokens are costed at grid points (T_GRID) and a step between two points is interpolated; attention
+contexts are rounded to 1/64 of an octave (well under 2% of a kernel's time).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from gpuperf.step.dispatch import Timed
+
+if TYPE_CHECKING:
+    from gpuperf.hardware.spec import GpuSpec, SystemSpec
+    from gpuperf.perfmodel.ops import Op
+    from gpuperf.step.serve_engines import EngineProfile
+    from gpuperf.workloads.config import ModelConfig
+    from gpuperf.workloads.scenario import Scenario
+
+
+def _grid(limit: int) -> list[int]:
+    """Token counts the forward is costed at: every 16 to 256, every 64 to 2048, every 256 to
+    16384, then every 1024."""
+    pts, t = [], 1
+    while True:
+        pts.append(t)
+        if t >= limit:
+            return pts
+        step = 16 if t < 256 else 64 if t < 2048 else 256 if t < 16384 else 1024
+        t = step if t == 1 else t + step
+
+
+def _round_ctx(n: int) -> int:
+    """n rounded up to 1/64 of its octave (exact below 128)."""
+    if n <= 128:
+        return n
+    q = 1 << (n.bit_length() - 7)
+    return -(-n // q) * q
+
+
+@dataclass(frozen=True, slots=True)
+class _Seg:
+    """A Part of the forward split at its per-step kernels: runs[i] before variable[i], the last
+    run after them; each variable kernel with its host cost and what it is (attention / head)."""
+
+    runs: tuple[Timed, ...]
+    variable: tuple[tuple[Op, float, str], ...]
+    repeat: int
+
+
+class StepTimer:
+    """Seconds of a step of a given make-up, for one model on one replica (tp GPUs)."""
+
+    def __init__(self, cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
+                 engine: EngineProfile, base: Scenario) -> None:  # fmt: skip
+        from gpuperf.step.plan import place
+
+        self.cfg, self.gpu, self.system, self.engine = cfg, gpu, system, engine
+        self.base = base
+        self.where = place(cfg, base, gpu, system)
+        self._layouts: dict[tuple[int, int], tuple[tuple[_Seg, ...], object]] = {}
+        self._op_s: dict[tuple, float] = {}
+        self.grid = _grid(max(engine.token_budget, 1))
+
+    # ---------------------------------------------------------------- forwards, costed once
+    def _layout(self, tokens: int, graph: int) -> tuple[tuple[_Seg, ...], object]:
+        """The forward of `tokens` tokens split at its per-step kernels; graph > 0: a decode step
+        of that many sequences replayed as a CUDA graph."""
+        key = (tokens, graph)
+        hit = self._layouts.get(key)
+        if hit is not None:
+            return hit
+        from gpuperf.step.cost import moe_host
+        from gpuperf.step.run import coster_for
+        from gpuperf.workloads.step_work import build
+
+        if graph:
+            sc = replace(self.base, mode="decode", batch=graph, ctx=1024, cuda_graphs=True)
+        else:
+            sc = replace(self.base, mode="prefill", batch=1, seq=tokens, cuda_graphs=False)
+        coster = coster_for(sc, self.where, moe_host(self.cfg))
+        work = build(self.cfg, sc, self.where.groups)
+        segs = []
+        gap = coster.rules.graph_gap
+        for part in work.stages[0].fwd:
+            c = coster.cost(part)
+            keep = 1.0 - coster.overlap_cost
+            eff = [t - h * keep for t, h in zip(c.tpl.time_s, c.tpl.hidden_s, strict=True)]
+            runs, variable, lo = [], [], 0
+            for i, op in enumerate(part.ops):
+                what = "attn" if op.kind == "attention" else (
+                    "head" if op.kind == "gemm" and op.name == "lm_head" else "")  # fmt: skip
+                if what:
+                    runs.append(Timed.of(eff[lo:i], c.tpl.host_s[lo:i]))
+                    variable.append((op, c.tpl.host_s[i] + 0.0, what))
+                    lo = i + 1
+            runs.append(Timed.of(eff[lo:], c.tpl.host_s[lo:]))
+            segs.append(_Seg(tuple(runs), tuple(variable), part.repeat))
+        out = (tuple(segs), (coster, gap))
+        self._layouts[key] = out
+        return out
+
+    def _kernel_s(self, coster, op: Op) -> float:  # noqa: ANN001
+        key = (id(coster), op)
+        t = self._op_s.get(key)
+        if t is None:
+            t = self._op_s[key] = coster.row(op)[7] * 1e-3
+        return t
+
+    # ---------------------------------------------------------------------------- one step
+    def _forward(self, tokens: int, graph: int, rows: int, chunks: tuple[tuple[int, int], ...],
+                 n_dec: int, ctx_mean: int) -> Timed:  # fmt: skip
+        segs, (coster, gap) = self._layout(tokens, graph)
+        out = Timed()
+        for seg in segs:
+            run = seg.runs[0]
+            for (op, host, what), after in zip(seg.variable, seg.runs[1:], strict=True):
+                t = 0.0
+                if what == "head":
+                    t = self._kernel_s(coster, replace(op, m=max(1, rows)))
+                else:
+                    if n_dec:
+                        t += self._kernel_s(coster, replace(
+                            op, batch=graph or n_dec, q_len=1, kv_len=ctx_mean))  # fmt: skip
+                    for c, past in chunks:
+                        t += self._kernel_s(coster, replace(op, batch=1, q_len=c,
+                                                            kv_len=past + c))  # fmt: skip
+                run = run.then(Timed(t + gap, host, host, 1)).then(after)
+            out = out.then(run.times(seg.repeat))
+        return out
+
+    def step_s(self, chunks: tuple[tuple[int, int], ...], n_dec: int, sum_ctx: int,
+               rows: int) -> float:  # fmt: skip
+        """Seconds of a step with prefill `chunks` ((tokens, tokens already cached) each),
+        `n_dec` decodes whose contexts sum to `sum_ctx`, and `rows` sequences sampling a token."""
+        e = self.engine
+        tokens = n_dec + sum(c for c, _ in chunks)
+        seqs = n_dec + len(chunks)
+        host = e.step_overhead_s + e.per_seq_s * seqs
+        ctx = _round_ctx(-(-sum_ctx // n_dec)) if n_dec else 0
+        chunks = tuple((c, _round_ctx(p) if p else 0) for c, p in chunks)
+        if not chunks:
+            graph = e.graph_batch(n_dec)
+            if graph:
+                return host + self._forward(graph, graph, graph, (), n_dec, ctx).end
+        i = bisect.bisect_left(self.grid, tokens)
+        if i < len(self.grid) and self.grid[i] == tokens:
+            return host + self._forward(tokens, 0, rows, chunks, n_dec, ctx).end
+        if i >= len(self.grid):  # beyond the grid (a budget above its end): cost it exactly
+            return host + self._forward(tokens, 0, rows, chunks, n_dec, ctx).end
+        lo, hi = self.grid[i - 1], self.grid[i]
+        t_lo = self._forward(lo, 0, rows, chunks, n_dec, ctx).end
+        t_hi = self._forward(hi, 0, rows, chunks, n_dec, ctx).end
+        return host + t_lo + (t_hi - t_lo) * (tokens - lo) / (hi - lo)
+
+
+def kv_capacity_tokens(cfg: ModelConfig, gpu: GpuSpec, engine: EngineProfile,
+                       base: Scenario) -> tuple[int, dict[str, float]]:  # fmt: skip
+    """Tokens the paged KV cache of one replica holds (whole blocks), and the memory terms per
+    GPU (bytes): the engine's share of the GPU less the weights and one step's working set."""
+    from gpuperf.step.memory import inference_activation_bytes, kv_cache_bytes, weight_bytes
+
+    tp = base.tp
+    weights = weight_bytes(cfg, base.dtype, base.weight_dtype) / tp
+    work = inference_activation_bytes(cfg, replace(base, mode="prefill", batch=1,
+                                                   seq=engine.token_budget))  # fmt: skip
+    kv_local = 1.0 if cfg.is_mla else max(1, cfg.kv_heads // tp) / cfg.kv_heads
+    per_token = kv_cache_bytes(cfg, 1, 1, base.kv) * kv_local
+    budget = gpu.hbm_bytes * engine.mem_fraction
+    free = budget - weights - work
+    blocks = max(0, math.floor(free / (per_token * engine.block_size)))
+    terms = {
+        "engine_budget": budget,
+        "weights": weights,
+        "workspace": work,
+        "kv_cache": blocks * engine.block_size * per_token,
+        "kv_per_token": per_token,
+    }
+    return blocks * engine.block_size, terms  # fmt: skip
