@@ -188,6 +188,8 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
     sum_base = 0
     tick = 0
     free = blocks_total
+    reserve = engine.reserve_full
+    reserved = 0  # blocks promised to running requests' whole lengths (reserve_full)
     held = [0] * n  # blocks held by a prefilling request (decoders: from their context)
     now = 0.0
     step = 0
@@ -212,9 +214,11 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
     def preempt(block_taken: bool) -> None:
         """Preempt the most recently admitted request (block_taken: this tick's decode blocks
         are already taken from `free`)."""
-        nonlocal free, preempted
+        nonlocal free, preempted, reserved
         victim = next(reversed(order))
         del order[victim]
+        if reserve:
+            reserved -= blocks_for(prompt[victim] + output[victim])
         if victim in dec_base:
             if block_taken and (dec_base[victim] - 1 + tick) % bs == 0:
                 free += 1
@@ -242,7 +246,9 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         sum_base += base
 
     def end_request(i: int) -> None:
-        nonlocal finished
+        nonlocal finished, reserved
+        if reserve:
+            reserved -= blocks_for(prompt[i] + output[i])
         finish[i] = now
         finished += 1
         del order[i]
@@ -306,6 +312,11 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             extra = blocks_for(c)
             if extra > free:
                 break
+            if reserve:
+                whole_len = blocks_for(prompt[i] + output[i])
+                if reserved + whole_len > blocks_total:
+                    break
+                reserved += whole_len
             waiting.popleft()
             free -= extra
             held[i] = extra

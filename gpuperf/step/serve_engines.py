@@ -39,6 +39,10 @@ class EngineProfile:
     block_size: int = 16  # KV cache block, tokens
     mem_fraction: float = 0.9  # of the GPU's memory the engine may use (weights + cache + work)
     chunked_prefill: bool = True  # a prompt may be split over steps and mixed with decodes
+    # Admit a request only when the cache can hold its whole prompt and answer beside every
+    # running request's (TRT-LLM's GUARANTEED_NO_EVICT): never preempts; false: admit while
+    # the prompt fits and preempt when decodes run out of blocks (vLLM).
+    reserve_full: bool = False
     impl: str = "fused"  # fused kernels (vLLM, TRT-LLM) or eager PyTorch (Hugging Face)
     cuda_graphs: bool = True  # decode-only steps replayed as CUDA graphs
     graph_sizes: tuple[int, ...] = ()  # captured batch sizes (a step pads to the next one)
@@ -58,7 +62,7 @@ class EngineProfile:
 
 _INTS = ("token_budget", "max_seqs", "block_size")
 _FLOATS = ("mem_fraction", "step_overhead_s", "per_seq_s")
-_BOOLS = ("chunked_prefill", "cuda_graphs")
+_BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full")
 _KEYS = ("name", "base", "description", "impl", "graph_sizes", "sources", *_INTS, *_FLOATS,
          *_BOOLS)  # fmt: skip
 

@@ -31,6 +31,12 @@ PARAMS = {
     "qwen3-30b-a3b": 30_532_122_624,
     "deepseek-v3": 671_026_419_200,
     "gemma2-9b": 9_241_705_984,
+    # 64 x (q 5120*8192 + k, v 5120*1024 + o 8192*5120 + MLP 3*5120*25600 + norms 2*5120 + q/k
+    # norms 2*128) + final norm 5120 + untied embedding and lm_head 2*151936*5120
+    "qwen3-32b": 32_762_123_264,
+    # 16 x (q, o 2048*2048 + k, v 2048*512 + MLP 3*2048*8192 + norms 2*2048) + final norm 2048
+    # + tied embedding 128256*2048 (the model card: 1.23B)
+    "llama3.2-1b": 1_235_814_400,
 }
 
 

@@ -1,0 +1,92 @@
+"""Serving runs through Hugging Face continuous batching on the GPU present, for `gpuperf serve`'s
+hf profile: random-weight Llamas of two sizes, several request counts, lengths and arrivals,
+CUDA graphs off and (forced) on. One results file with every run's per-request timestamps.
+
+    python3 benchmarks/device/serve_hf.py OUT.json [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from gpuperf.measure.serve_hf import run  # noqa: E402
+
+PRESETS = Path(__file__).resolve().parents[2] / "gpuperf" / "workloads" / "presets"
+CB = {"block_size": 256, "num_blocks": 512, "max_batch_tokens": 2048}
+
+
+def config(name: str) -> dict:
+    return json.loads((PRESETS / f"{name}.json").read_text())
+
+
+def fixed(n: int, isl: int, osl: int) -> list[list[float]]:
+    return [[0.0, isl, osl] for _ in range(n)]
+
+
+def poisson(n: int, rate: float, isl: int, osl: int, seed: int = 1) -> list[list[float]]:
+    rng, t, out = random.Random(seed), 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append([round(t, 6), isl, osl])
+    return out
+
+
+def uniform(n: int, seed: int = 2) -> list[list[float]]:
+    rng = random.Random(seed)
+    return [[0.0, rng.randint(128, 1024), rng.randint(32, 256)] for _ in range(n)]
+
+
+def runs() -> list[tuple[str, str, list, dict]]:
+    out = []
+    for model, rate in (("llama3.2-1b", 24.0), ("llama3-8b", 8.0)):
+        out += [
+            (f"{model}_n16_512x128", model, fixed(16, 512, 128), {}),
+            (f"{model}_n64_512x128", model, fixed(64, 512, 128), {}),
+            (f"{model}_n64_2048x64", model, fixed(64, 2048, 64), {}),
+            (f"{model}_n256_256x256", model, fixed(256, 256, 256), {}),
+            (f"{model}_n64_uniform", model, uniform(64), {}),
+            (f"{model}_poisson{rate:g}_n120_512x128", model, poisson(120, rate, 512, 128), {}),
+            (f"{model}_n64_512x128_graphs", model, fixed(64, 512, 128), {"use_cuda_graph": True}),
+        ]
+    return out
+
+
+def main() -> None:
+    path = Path(sys.argv[1])
+    only = set(sys.argv[3:]) if len(sys.argv) > 2 and sys.argv[2] == "--only" else None
+    results = {"kind": "serve_hf", "runs": []}
+    for name, model, reqs, cb in runs():
+        if only and name not in only:
+            continue
+        spec = {"config": config(model), "requests": reqs, "cb": {**CB, **cb}, "dtype": "bf16",
+                "seed": 0, "label": name, "preset": model}  # fmt: skip
+        start = time.perf_counter()
+        try:
+            out = run(spec)
+            out["preset"] = model
+            err = None
+        except Exception as exc:  # noqa: BLE001 (a run that fails is recorded, the rest go on)
+            out = {"label": name, "preset": model, "cb": spec["cb"], "requests": []}
+            err = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+        out["error"] = err
+        out["wall_s"] = time.perf_counter() - start
+        results["runs"].append(out)
+        if "env" in out:
+            results["env"] = out["env"]
+        path.write_text(json.dumps(results))
+        reqs_out = out.get("requests", [])
+        last = max((r["last_s"] or 0 for r in reqs_out), default=0)
+        print(f"{name}: {len(reqs_out)} requests in {last:.2f} s (wall {out['wall_s']:.1f} s) "
+              f"attn={out.get('attn_implementation')} error={err}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Serve a workload through Hugging Face transformers' continuous batching and time every token.
+
+A random-weight model is built from an HF config dict and run through `generate_batch` (requests
+all at once) or the ContinuousBatchingManager (requests submitted at their arrival times), with
+`record_timestamps=True`: per request its submission time, first-token time and every token's
+time (time.perf_counter on the host, after each step's synchronize). The cache size, token budget
+and request cap are passed explicitly, so the simulation can be run with the same ones.
+
+    python -m gpuperf.measure.serve_hf SPEC.json OUT.json
+
+SPEC: {"config": {...HF config...}, "requests": [[arrival_s, input_tokens, output_tokens], ...],
+"cb": {ContinuousBatchingConfig fields}, "dtype": "bf16", "seed": 0, "label": "..."}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from gpuperf.errors import EnvironmentUnavailable
+
+
+def _model(config: dict[str, Any], dtype: str, torch: Any) -> Any:
+    import transformers
+
+    cfg = dict(config)
+    model_type = cfg.pop("model_type")
+    for key in [k for k in cfg if k.startswith("_")]:
+        cfg.pop(key)
+    hf_cfg = transformers.AutoConfig.for_model(model_type, **cfg)
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            hf_cfg, dtype=torch_dtype, attn_implementation="sdpa"
+        )
+    return model.eval()
+
+
+def _prompts(requests: list[list[float]], vocab: int, seed: int) -> list[list[int]]:
+    import random
+
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(int(r[1]))] for r in requests]
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Serve spec's requests (module docstring); per-request timestamps relative to the start."""
+    try:
+        import torch
+        import transformers
+        from transformers import ContinuousBatchingConfig, GenerationConfig
+    except ImportError as exc:
+        raise EnvironmentUnavailable(f"measuring serving needs torch and transformers: {exc}") \
+            from None  # fmt: skip
+    if not torch.cuda.is_available():
+        raise EnvironmentUnavailable("measuring serving needs a CUDA GPU")
+    from gpuperf.measure.env import environment
+
+    torch.manual_seed(spec.get("seed", 0))
+    model = _model(spec["config"], spec.get("dtype", "bf16"), torch)
+    reqs = spec["requests"]
+    prompts = _prompts(reqs, spec["config"]["vocab_size"], spec.get("seed", 0))
+    osl = max(int(r[2]) for r in reqs)
+    cb = {"allow_block_sharing": False, "scheduler_type": "fifo", **spec.get("cb", {})}
+    cbc = ContinuousBatchingConfig(**cb)
+    gc = GenerationConfig(max_new_tokens=osl, do_sample=False, eos_token_id=-1)
+    # Warm-up: kernels, allocator and (when on) graph capture, on a few short requests.
+    warm = [p[: min(len(p), 64)] for p in prompts[:4]]
+    model.generate_batch(inputs=warm, generation_config=GenerationConfig(
+        max_new_tokens=8, do_sample=False, eos_token_id=-1), continuous_batching_config=cbc,
+        progress_bar=False)  # fmt: skip
+    torch.cuda.synchronize()
+    open_loop = any(r[0] > 0 for r in reqs)
+    t0 = time.perf_counter()
+    if not open_loop and len({int(r[2]) for r in reqs}) == 1:
+        out = model.generate_batch(inputs=prompts, generation_config=gc,
+                                   continuous_batching_config=cbc, record_timestamps=True,
+                                   progress_bar=False)  # fmt: skip
+        results = [out[f"req_{i}"] for i in range(len(prompts))]
+    else:
+        results = _managed(model, gc, cbc, reqs, prompts, t0)
+    rows = []
+    for i, (r, res) in enumerate(zip(reqs, results, strict=True)):
+        ts = list(res.timestamps or [])
+        rows.append({
+            "id": i, "arrival_s": res.created_time - t0, "scheduled_arrival_s": r[0],
+            "input_tokens": int(r[1]), "output_tokens": len(res.generated_tokens),
+            "asked_output_tokens": int(r[2]), "first_s": ts[0] - t0 if ts else None,
+            "last_s": ts[-1] - t0 if ts else None,
+            "token_times_s": [round(t - t0, 6) for t in ts], "error": res.error,
+        })  # fmt: skip
+    attn = getattr(model.config, "_attn_implementation", None)
+    return {"env": {**environment("cuda"), "transformers": transformers.__version__},
+            "kind": "serve", "label": spec.get("label", ""), "cb": cb,
+            "attn_implementation": attn, "config": spec["config"], "requests": rows}  # fmt: skip
+
+
+def _managed(model: Any, gc: Any, cbc: Any, reqs: list, prompts: list, t0: float) -> list:
+    """Submit each request at its arrival time (relative to t0) through the manager."""
+    mgr = model.init_continuous_batching(generation_config=gc, continuous_batching_config=cbc)
+    mgr.warmup()
+    mgr.start()
+    results: dict[str, Any] = {}
+
+    def collect() -> None:
+        while len(results) < len(reqs):
+            r = mgr.get_result(timeout=120)
+            if r is None:
+                return
+            if r.is_finished():
+                results[r.request_id] = r
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
+    for i, (r, p) in enumerate(zip(reqs, prompts, strict=True)):
+        wait = t0 + r[0] - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        mgr.add_request(p, request_id=f"r{i}", max_new_tokens=int(r[2]), record_timestamps=True)
+    reader.join()
+    mgr.stop(block=True)
+    return [results[f"r{i}"] for i in range(len(reqs))]
+
+
+def main() -> None:
+    from pathlib import Path
+
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    out = run(spec)
+    with open(sys.argv[2], "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
