@@ -48,6 +48,16 @@ class EngineProfile:
     graph_sizes: tuple[int, ...] = ()  # captured batch sizes (a step pads to the next one)
     step_overhead_s: float = 0.0
     per_seq_s: float = 0.0
+    per_kv_token_s: float = 0.0  # host time per cached token of the step's sequences
+    # Host time per step that does not run under CUDA graphs: the attention of a step whose
+    # shape (queries, cached tokens) is new is planned again (cuDNN SDPA); graphs pad the
+    # shapes to a few sizes and replay them.
+    attn_plan_s: float = 0.0
+    # varlen: one FlashAttention-style kernel over each sequence's own cache (vLLM, TRT-LLM);
+    # gather_sdpa: Hugging Face's paged|sdpa, which gathers every sequence's cache into one
+    # tensor, repeats the KV heads, and runs one SDPA over all queries against all of it with a
+    # block-diagonal mask (work grows with queries x all cached tokens)
+    attention: str = "varlen"
     sources: dict[str, str] = field(default_factory=dict)
 
     def graph_batch(self, n: int) -> int | None:
@@ -61,10 +71,10 @@ class EngineProfile:
 
 
 _INTS = ("token_budget", "max_seqs", "block_size")
-_FLOATS = ("mem_fraction", "step_overhead_s", "per_seq_s")
+_FLOATS = ("mem_fraction", "step_overhead_s", "per_seq_s", "per_kv_token_s", "attn_plan_s")
 _BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full")
-_KEYS = ("name", "base", "description", "impl", "graph_sizes", "sources", *_INTS, *_FLOATS,
-         *_BOOLS)  # fmt: skip
+_KEYS = ("name", "base", "description", "impl", "attention", "graph_sizes", "sources", *_INTS,
+         *_FLOATS, *_BOOLS)  # fmt: skip
 
 
 def engine_names() -> list[str]:
@@ -149,6 +159,11 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
         if t["impl"] not in ("fused", "eager"):
             raise InputError(f"{where}: impl must be fused or eager, got {shown(t['impl'])}")
         out["impl"] = t["impl"]
+    if "attention" in t:
+        if t["attention"] not in ("varlen", "gather_sdpa"):
+            raise InputError(f"{where}: attention must be varlen or gather_sdpa, got "
+                             f"{shown(t['attention'])}")  # fmt: skip
+        out["attention"] = t["attention"]
     if "graph_sizes" in t:
         sizes = t["graph_sizes"]
         ok = isinstance(sizes, list | tuple) and all(

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from gpuperf.workloads.config import ModelConfig
 
 ENGINE_OPTIONS = ("token_budget", "max_seqs", "block_size", "mem_fraction", "chunked_prefill",
-                  "cuda_graphs", "step_overhead_s", "per_seq_s")  # fmt: skip
+                  "cuda_graphs", "step_overhead_s", "per_seq_s", "per_kv_token_s",
+                  "attn_plan_s", "attention")  # fmt: skip
 
 
 @dataclass
@@ -69,7 +70,10 @@ def run_serve(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
               rate: float | None = None, concurrency: int | None = None,
               trace: str | os.PathLike[str] | None = None, seed: int = 0, dtype: str = "bf16",
               kv_dtype: str | None = None, weight_dtype: str | None = None,
-              progress: Any = None, **options: Any) -> ServeReport:  # fmt: skip
+              progress: Any = None, kv_tokens: int | None = None, workload: Any = None,
+              **options: Any) -> ServeReport:  # fmt: skip
+    """Simulate (api.serve's docstring); kv_tokens: the cache's size instead of the memory
+    model's (a measured run's); workload: a serve_load.Workload instead of the options."""
     from gpuperf.step.serve import simulate
     from gpuperf.step.serve_engines import load_engine
     from gpuperf.step.serve_load import make_workload, parse_lengths
@@ -87,7 +91,8 @@ def run_serve(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
     base = Scenario(mode="prefill", impl=prof.impl, dtype=dtype, kv_dtype=kv_dtype,  # type: ignore[arg-type]
                     weight_dtype=weight_dtype, tp=tp)  # type: ignore[arg-type]  # fmt: skip
     timer = StepTimer(cfg, gpu, system, prof, base)
-    kv_tokens, memory = kv_capacity_tokens(cfg, gpu, prof, base)
+    cap, memory = kv_capacity_tokens(cfg, gpu, prof, base)
+    kv_tokens = cap if kv_tokens is None else kv_tokens
     if kv_tokens <= 0:
         from gpuperf.units import fmt_bytes
 
@@ -96,9 +101,9 @@ def run_serve(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
             f"{fmt_bytes(memory['weights'])} and workspace {fmt_bytes(memory['workspace'])} per "
             f"GPU of {fmt_bytes(memory['engine_budget'])} the engine may use; raise --tp"
         )
-    work = make_workload(parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl"),
-                         requests=requests, rate=rate, concurrency=concurrency, trace=trace,
-                         seed=seed)  # fmt: skip
+    work = workload or make_workload(parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl"),
+                                     requests=requests, rate=rate, concurrency=concurrency,
+                                     trace=trace, seed=seed)  # fmt: skip
     result = simulate(work, timer, prof, kv_tokens, progress)
     report = ServeReport(cfg.name, gpu.name, tp, prof, work.label, result, memory)
     report.summary = result.summary(gpus=tp)

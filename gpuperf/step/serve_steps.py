@@ -134,6 +134,8 @@ class StepTimer:
                 t = 0.0
                 if what == "head":
                     t = self._kernel_s(coster, replace(op, m=max(1, rows)))
+                elif self.engine.attention == "gather_sdpa":
+                    t = self._gathered(coster, op, n_dec, ctx_mean, chunks)
                 else:
                     if n_dec:
                         t += self._kernel_s(coster, replace(
@@ -145,6 +147,27 @@ class StepTimer:
             out = out.then(run.times(seg.repeat))
         return out
 
+    def _gathered(self, coster, op: Op, n_dec: int, ctx_mean: int,  # noqa: ANN001
+                  chunks: tuple[tuple[int, int], ...]) -> float:  # fmt: skip
+        """Hugging Face's paged|sdpa over the step (EngineProfile.attention): gather every
+        sequence's cached K and V, repeat the KV heads to the query heads, one masked SDPA of
+        all the step's queries against all of it."""
+        from gpuperf.perfmodel.ops import Attention, Copy
+
+        past = n_dec * ctx_mean + sum(p for _, p in chunks)
+        keys = past + sum(c for c, _ in chunks)  # the cache and the step's own tokens
+        elt = 2 * op.head_dim * 2  # K and V, 16-bit
+        t = self._kernel_s(coster, Copy("attn/gather", past * op.kv_heads * elt, op.dtype))
+        if op.heads != op.kv_heads:
+            t += self._kernel_s(coster, Copy("attn/repeat_kv", keys * op.heads * elt, op.dtype))
+        q = max(1, n_dec + sum(c for c, _ in chunks))
+        return t + self._kernel_s(
+            coster,
+            Attention(
+                op.name, 1, op.heads, op.heads, q, keys, op.head_dim, False, op.dtype, mask=True
+            ),
+        )
+
     def step_s(self, chunks: tuple[tuple[int, int], ...], n_dec: int, sum_ctx: int,
                rows: int) -> float:  # fmt: skip
         """Seconds of a step with prefill `chunks` ((tokens, tokens already cached) each),
@@ -152,7 +175,10 @@ class StepTimer:
         e = self.engine
         tokens = n_dec + sum(c for c, _ in chunks)
         seqs = n_dec + len(chunks)
-        host = e.step_overhead_s + e.per_seq_s * seqs
+        cached = sum_ctx + sum(c + p for c, p in chunks)
+        host = e.step_overhead_s + e.per_seq_s * seqs + e.per_kv_token_s * cached
+        if not e.cuda_graphs:
+            host += e.attn_plan_s
         ctx = _round_ctx(-(-sum_ctx // n_dec)) if n_dec else 0
         chunks = tuple((c, _round_ctx(p) if p else 0) for c, p in chunks)
         if not chunks:

@@ -1,0 +1,115 @@
+"""Fit the engine profiles' host time per step (step_overhead_s, per_seq_s, per_kv_token_s) on
+part of the serving runs, and report every run, fit and held out, measured beside simulated.
+
+hf: the Hugging Face continuous-batching runs measured here (benchmarks/results/<gpu>/
+serve_hf.json, from benchmarks/device/serve_hf.py): each run's requests replayed with its cache
+size, token budget and request cap. FIT_RUNS are fitted, the others held out. The GPU time of
+each step is the step engine's (calibrated kernels); only the host terms are fitted.
+
+    .venv/bin/python benchmarks/fit_serve.py [--gpu h100-sxm5-80gb] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+from gpuperf import api
+from gpuperf.step.serve import percentile
+from gpuperf.step.serve_load import Request, Workload
+
+RESULTS = Path(__file__).parent / "results"
+FIT_RUNS = ("llama3.2-1b_n16_512x128", "llama3.2-1b_n64_512x128", "llama3.2-1b_n256_256x256",
+            "llama3-8b_n16_512x128", "llama3-8b_n64_2048x64",
+            "llama3.2-1b_n64_512x128_graphs")  # fmt: skip
+PARAMS = ("step_overhead_s", "attn_plan_s", "per_seq_s", "per_kv_token_s")
+GPU_NAMES = {"h100-sxm5-80gb": "h100", "h200-sxm-141gb": "h200"}
+
+
+def measured(run: dict) -> dict[str, float]:
+    reqs = run["requests"]
+    t0 = min(r["arrival_s"] for r in reqs)
+    ttft = sorted(r["first_s"] - r["arrival_s"] for r in reqs)
+    tpot = sorted((r["last_s"] - r["first_s"]) / (r["output_tokens"] - 1) for r in reqs
+                  if r["output_tokens"] > 1)  # fmt: skip
+    return {"wall_s": max(r["last_s"] for r in reqs) - t0, "ttft_p50_ms": 1e3 * percentile(ttft, 50),
+            "tpot_p50_ms": 1e3 * percentile(tpot, 50)}  # fmt: skip
+
+
+def simulate(run: dict, gpu: str, params: dict[str, float]) -> dict[str, float]:
+    reqs = run["requests"]
+    work = Workload(tuple(Request(r["scheduled_arrival_s"], r["input_tokens"],
+                                  r["asked_output_tokens"]) for r in reqs), 0, run["label"])  # fmt: skip
+    cb = run["cb"]
+    rep = api.serve(
+        run["preset"], gpu=gpu, engine="hf", workload=work,
+        kv_tokens=cb["num_blocks"] * cb["block_size"], token_budget=cb["max_batch_tokens"],
+        block_size=cb["block_size"], max_seqs=min(len(reqs), 1024),
+        cuda_graphs=bool(cb.get("use_cuda_graph")), **params,
+    )  # fmt: skip
+    s = rep.summary
+    return {"wall_s": s["wall_s"], "ttft_p50_ms": s["ttft_p50_ms"], "tpot_p50_ms": s["tpot_p50_ms"]}
+
+
+def loss(runs: list[dict], gpu: str, params: dict[str, float]) -> float:
+    out = []
+    for run in runs:
+        m, p = measured(run), simulate(run, gpu, params)
+        out += [abs(math.log(p[k] / m[k])) for k in m]
+    return statistics.fmean(out)
+
+
+def fit(runs: list[dict], gpu: str, start: dict[str, float]) -> dict[str, float]:
+    """Coordinate search on a log scale (each parameter x or / by a shrinking factor)."""
+    best, best_loss = dict(start), loss(runs, gpu, start)
+    factor = 4.0
+    while factor > 1.05:
+        improved = False
+        for k in PARAMS:
+            for f in (factor, 1 / factor):
+                trial = {**best, k: best[k] * f}
+                val = loss(runs, gpu, trial)
+                if val < best_loss:
+                    best, best_loss, improved = trial, val, True
+        if not improved:
+            factor = math.sqrt(factor)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpu", default="h100-sxm5-80gb")
+    ap.add_argument("--write", action="store_true", help="print the fitted values for hf.toml")
+    args = ap.parse_args()
+    data = json.loads((RESULTS / args.gpu / "serve_hf.json").read_text())
+    gpu = GPU_NAMES.get(args.gpu, args.gpu)
+    runs = [r for r in data["runs"] if not r.get("error")]
+    fit_runs = [r for r in runs if r["label"] in FIT_RUNS]
+    from gpuperf.step.serve_engines import load_engine
+
+    hf = load_engine("hf")
+    params = fit(fit_runs, gpu, {k: getattr(hf, k) for k in PARAMS})
+    print("fitted:", ", ".join(f"{k} = {v:.3g}" for k, v in params.items()))
+    print(f"{'run':38s} {'':5s} {'wall s':>15s} {'TTFT p50 ms':>19s} {'TPOT p50 ms':>17s}")
+    errs: dict[str, list[float]] = {"fit": [], "held out": []}
+    for run in data["runs"]:
+        if run.get("error"):
+            continue
+        m, p = measured(run), simulate(run, gpu, params)
+        split = "fit" if run["label"] in FIT_RUNS else "held out"
+        cells = []
+        for k in ("wall_s", "ttft_p50_ms", "tpot_p50_ms"):
+            e = 100 * (p[k] / m[k] - 1)
+            errs[split].append(abs(e))
+            cells.append(f"{m[k]:8.1f} {e:+6.1f}%")
+        print(f"{run['label']:38s} {split[:4]:5s} " + "  ".join(cells))
+    for split, e in errs.items():
+        if e:
+            print(f"{split}: median |error| {statistics.median(e):.1f}% over {len(e)} numbers")
+
+
+if __name__ == "__main__":
+    main()
