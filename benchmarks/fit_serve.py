@@ -35,14 +35,17 @@ def measured(run: dict) -> dict[str, float]:
     ttft = sorted(r["first_s"] - r["arrival_s"] for r in reqs)
     tpot = sorted((r["last_s"] - r["first_s"]) / (r["output_tokens"] - 1) for r in reqs
                   if r["output_tokens"] > 1)  # fmt: skip
-    return {"wall_s": max(r["last_s"] for r in reqs) - t0, "ttft_p50_ms": 1e3 * percentile(ttft, 50),
+    return {"wall_s": max(r["last_s"] for r in reqs) - t0,
+            "ttft_p50_ms": 1e3 * percentile(ttft, 50),
             "tpot_p50_ms": 1e3 * percentile(tpot, 50)}  # fmt: skip
 
 
 def simulate(run: dict, gpu: str, params: dict[str, float]) -> dict[str, float]:
     reqs = run["requests"]
-    work = Workload(tuple(Request(r["scheduled_arrival_s"], r["input_tokens"],
-                                  r["asked_output_tokens"]) for r in reqs), 0, run["label"])  # fmt: skip
+    asked = (
+        Request(r["scheduled_arrival_s"], r["input_tokens"], r["asked_output_tokens"]) for r in reqs
+    )
+    work = Workload(tuple(asked), 0, run["label"])
     cb = run["cb"]
     rep = api.serve(
         run["preset"], gpu=gpu, engine="hf", workload=work,
