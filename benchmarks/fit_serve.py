@@ -6,7 +6,7 @@ serve_hf.json, from benchmarks/device/serve_hf.py): each run's requests replayed
 size, token budget and request cap. FIT_RUNS are fitted, the others held out. The GPU time of
 each step is the step engine's (calibrated kernels); only the host terms are fitted.
 
-    .venv/bin/python benchmarks/fit_serve.py [--gpu h100-sxm5-80gb] [--write]
+    .venv/bin/python benchmarks/fit_serve.py [--gpu h100-sxm5-80gb] [--public]
 """
 
 from __future__ import annotations
@@ -85,8 +85,16 @@ def fit(runs: list[dict], gpu: str, start: dict[str, float]) -> dict[str, float]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpu", default="h100-sxm5-80gb")
-    ap.add_argument("--write", action="store_true", help="print the fitted values for hf.toml")
+    ap.add_argument("--public", action="store_true",
+                    help="fit the vllm and trtllm profiles on the public sample instead")
     args = ap.parse_args()
+    if args.public:
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        for engine in ("vllm", "trtllm"):
+            fit_public(engine)
+        return
     data = json.loads((RESULTS / args.gpu / "serve_hf.json").read_text())
     gpu = GPU_NAMES.get(args.gpu, args.gpu)
     runs = [r for r in data["runs"] if not r.get("error")]
@@ -112,6 +120,47 @@ def main() -> None:
     for split, e in errs.items():
         if e:
             print(f"{split}: median |error| {statistics.median(e):.1f}% over {len(e)} numbers")
+
+
+
+def fit_public(engine: str, every: int = 3) -> dict[str, float]:
+    """vllm / trtllm: step_overhead_s and per_seq_s from the TPOT of the fit half of the public
+    aiconfigurator rows of that engine (benchmarks/serve_public.py; every k-th row for speed).
+    TTFT is left out: it depends on how the benchmark client released its requests, which the
+    sample does not record."""
+    import serve_public as sp
+
+    from gpuperf.step.serve_engines import load_engine
+
+    rows = [r for r in sp.rows() if sp.half(r) == "fit" and sp.ENGINES[r["backend"]] == engine
+            and r["backend"] == engine][::every]  # fmt: skip
+    prof = load_engine(engine)
+
+    def loss_of(params: dict[str, float]) -> float:
+        errs = []
+        for r in rows:
+            try:
+                _, tpot = sp.predict(r, **params)
+            except Exception:  # noqa: BLE001 (rows gpuperf refuses do not count)
+                continue
+            errs.append(abs(math.log(tpot / float(r["silicon_tpot_ms"]))))
+        return statistics.median(errs)
+
+    best = {"step_overhead_s": prof.step_overhead_s, "per_seq_s": prof.per_seq_s}
+    best_loss, factor = loss_of(best), 4.0
+    while factor > 1.1:
+        improved = False
+        for k in best:
+            for f in (factor, 1 / factor):
+                trial = {**best, k: best[k] * f}
+                val = loss_of(trial)
+                if val < best_loss:
+                    best, best_loss, improved = trial, val, True
+        if not improved:
+            factor = math.sqrt(factor)
+    print(f"{engine}: {len(rows)} fit rows, median |log error| of TPOT {best_loss:.3f}:",
+          ", ".join(f"{k} = {v:.3g}" for k, v in best.items()))  # fmt: skip
+    return best
 
 
 if __name__ == "__main__":

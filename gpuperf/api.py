@@ -278,3 +278,47 @@ def serve(
         dtype=_dtype_required(dtype), kv_dtype=_dtype(kv_dtype, "kv_dtype"),
         weight_dtype=_dtype(weight_dtype, "weight_dtype"), progress=progress, **engine_options,
     )  # fmt: skip
+
+
+def serve_plan(
+    model: ModelLike,
+    slo: str,
+    gpu: GpuLike | None = None,
+    system: SystemLike | None = None,
+    engine: str | os.PathLike[str] = "vllm",
+    gpus: int | None = None,
+    tp: int = 1,
+    isl: str | int = 512,
+    osl: str | int = 128,
+    requests: int | None = None,
+    seed: int = 0,
+    dtype: str = "bf16",
+    kv_dtype: str | None = None,
+    weight_dtype: str | None = None,
+    progress: Any = None,
+    **engine_options: Any,
+) -> Any:
+    """The highest request rate that meets `slo` ("ttft=500ms,tpot=50ms"; p90 unless a key
+    says ttft_p99 ...) on one replica of `tp` GPUs, or with `gpus`, the best split of them into
+    tensor-parallel replicas and the Pareto frontier of tokens/s per GPU against tokens/s per
+    user. Each rate is simulated with `requests` (default 300) Poisson arrivals. Returns a
+    gpuperf.step.serve_run.ServePlan.
+
+    Example:
+        >>> p = serve_plan("llama3-70b", "ttft=1s,tpot=60ms", system="dgx-h100", gpus=8)
+        >>> p.best.tp, p.best.rate                                  # doctest: +SKIP
+    """
+    from gpuperf.step.serve_run import plan_serving
+
+    sys_spec = resolve_system(system)
+    gpu_spec = resolve_gpu(gpu, sys_spec)
+    _check_gpu_in_system(gpu_spec, sys_spec)
+    if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or
+                             not 0 < gpus <= 4096):  # fmt: skip
+        raise InputError(f"gpus must be a whole number from 1 to 4096, got {shown(gpus)}")
+    return plan_serving(
+        resolve_model(model), gpu_spec, sys_spec, engine, slo, gpus=gpus, tp=tp, isl=isl,
+        osl=osl, requests=requests, seed=seed, dtype=_dtype_required(dtype),
+        kv_dtype=_dtype(kv_dtype, "kv_dtype"), weight_dtype=_dtype(weight_dtype, "weight_dtype"),
+        progress=progress, **engine_options,
+    )  # fmt: skip

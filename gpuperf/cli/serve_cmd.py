@@ -54,6 +54,14 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
 @click.option("--block-size", type=SIZE, default=None, help="KV block, tokens (engine's default).")
 @click.option("--mem-fraction", type=float, default=None,
               help="Share of GPU memory the engine may use (engine's default).")  # fmt: skip
+@click.option("--slo", default=None,
+              help="Latency targets, e.g. ttft=500ms,tpot=50ms (p90; ttft_p99=...): find the "
+              "highest request rate that meets them.")  # fmt: skip
+@click.option("--gpus", type=SIZE, default=None,
+              help="With --slo: split this many GPUs into TP groups and replicas, best first.")  # fmt: skip
+@click.option(
+    "-o", "--output", default=None, help="With --slo: write an HTML report (Pareto frontier)."
+)
 @click.option("--per-request", is_flag=True, help="json: add every request's numbers.")
 @output_options
 def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str, isl: str,
@@ -61,7 +69,8 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str,
           trace: str | None, seed: int, dtype: str, kv_dtype: str | None,
           cuda_graphs: bool | None, chunked_prefill: bool | None, token_budget: int | None,
           max_seqs: int | None, block_size: int | None, mem_fraction: float | None,
-          per_request: bool, fmt: str) -> None:  # fmt: skip
+          slo: str | None, gpus: int | None, output: str | None, per_request: bool,
+          fmt: str) -> None:  # fmt: skip
     """Simulate MODEL served by a continuous-batching engine on one replica of --tp GPUs:
     TTFT, TPOT and end-to-end latency percentiles, tokens/s (per GPU, per user), batch size
     and KV-cache occupancy. Each step's time comes from the same engine as `gpuperf predict`.
@@ -77,6 +86,28 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str,
             "mem_fraction": mem_fraction, "chunked_prefill": chunked_prefill,
             "cuda_graphs": cuda_graphs}  # fmt: skip
     opts = {k: v for k, v in opts.items() if v is not None}
+    if slo is None and (gpus is not None or output is not None):
+        raise click.UsageError("--gpus and -o go with --slo")
+    if slo is not None:
+        if rate is not None or concurrency is not None or trace is not None:
+            raise click.UsageError(
+                "--slo searches the rate itself; drop --rate/--concurrency/--trace"
+            )
+        if output is not None:
+            from gpuperf.fileio import check_writable
+
+            check_writable(output)
+        with progress(1, "splits") as advance:
+            plan = api.serve_plan(model, slo, gpu=gpu, system=system, engine=engine, gpus=gpus,
+                                  tp=tp, isl=isl, osl=osl, requests=requests, seed=seed,
+                                  dtype=dtype, kv_dtype=kv_dtype,
+                                  progress=lambda i, n: advance(f"{i}/{n}"), **opts)  # fmt: skip
+        if output is not None:
+            from gpuperf.reports.html_serve import write_serve_report
+
+            write_serve_report(plan, output)
+        render_plan(plan, fmt)
+        return
     with progress(100, "simulating") as advance:
         state = {"pct": 0}
 
@@ -140,3 +171,52 @@ def render(rep: Any, fmt: str, per_request: bool = False) -> None:
         console.print(line, markup=False, highlight=False)
     for w in rep.warnings:
         console.print(f"warning: {w}", markup=False, style="yellow")
+
+
+def render_plan(plan: Any, fmt: str) -> None:
+    """The SLO search: each split's best rate (table, JSON, or CSV of the splits)."""
+    from gpuperf.fileio import json_safe
+
+    if fmt == "json":
+        click.echo(json.dumps(json_safe(plan.to_dict())))
+        return
+    head = ["split", "replicas", "tp", "requests_per_s", "output_tokens_per_s_per_gpu",
+            "ttft_p90_ms", "tpot_p90_ms", "note"]  # fmt: skip
+    rows = []
+    for s in plan.splits:
+        sm = s.summary or {}
+        per_gpu = s.rate / max(1e-12, sm.get("requests_per_s", 0) or 1e-12) * sm.get(
+            "output_tokens_per_s", 0.0) / plan.gpus if sm else 0.0  # fmt: skip
+        rows.append([f"tp{s.tp} x {s.replicas}", s.replicas, s.tp, s.rate, per_gpu,
+                     sm.get("ttft_p90_ms"), sm.get("tpot_p90_ms"), s.why])  # fmt: skip
+    if fmt == "csv":
+        import csv
+        import sys
+
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(head)
+        for r in rows:
+            w.writerow("" if v is None else v for v in r)
+        return
+    from rich.table import Table
+
+    from gpuperf.reports.console import console as make_console
+
+    slo = ", ".join(f"{k.replace('_ms', '')} <= {v:g} ms" for k, v in plan.slo.items())
+    table = Table(title=f"{plan.model} on {plan.gpus} x {plan.gpu}, {plan.engine}: {slo}")
+    for h in ("split", "req/s in SLO", "out tok/s/GPU", "TTFT p90 (ms)", "TPOT p90 (ms)", "note"):
+        table.add_column(h, justify="left" if h in ("split", "note") else "right")
+    for r in rows:
+        best = plan.best is not None and r[0] == f"tp{plan.best.tp} x {plan.best.replicas}"
+        note = r[7] if len(r[7]) <= 48 else r[7][:47] + "…"
+        table.add_row(r[0] + (" *" if best else ""), f"{r[3]:.2f}", f"{r[4]:,.0f}", _ms(r[5]),
+                      _ms(r[6]), note)  # fmt: skip
+    console = make_console()
+    console.print(table)
+    if plan.best is None:
+        console.print("no split meets the SLO at any rate", markup=False)
+    else:
+        b = plan.best
+        console.print(f"best: tp{b.tp} x {b.replicas} replicas, {b.rate:.2f} requests/s within "
+                      f"the SLO; Pareto frontier: {len(plan.frontier)} points",
+                      markup=False)  # fmt: skip

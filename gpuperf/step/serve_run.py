@@ -64,6 +64,69 @@ class ServeReport:
         return rows
 
 
+class Server:
+    """One replica of `tp` GPUs serving `cfg` with an engine: the step timer and the cache,
+    built once and run on any workload."""
+
+    def __init__(self, cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
+                 engine: str | os.PathLike[str] | EngineProfile, *, tp: int = 1,
+                 dtype: str = "bf16", kv_dtype: str | None = None,
+                 weight_dtype: str | None = None, kv_tokens: int | None = None,
+                 **options: Any) -> None:  # fmt: skip
+        from gpuperf.step.serve_engines import load_engine
+        from gpuperf.step.serve_steps import StepTimer, kv_capacity_tokens
+        from gpuperf.workloads.scenario import Scenario
+
+        unknown = sorted(set(options) - set(ENGINE_OPTIONS))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], ENGINE_OPTIONS, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise InputError(f"unknown argument {unknown[0]!r}{hint}")
+        self.cfg, self.gpu, self.tp = cfg, gpu, tp
+        self.engine = prof = load_engine(engine, **options)
+        base = Scenario(mode="prefill", impl=prof.impl, dtype=dtype, kv_dtype=kv_dtype,  # type: ignore[arg-type]
+                        weight_dtype=weight_dtype, tp=tp)  # type: ignore[arg-type]  # fmt: skip
+        self.timer = StepTimer(cfg, gpu, system, prof, base)
+        cap, self.memory = kv_capacity_tokens(cfg, gpu, prof, base)
+        self.kv_tokens = cap if kv_tokens is None else kv_tokens
+        if self.kv_tokens <= 0:
+            from gpuperf.units import fmt_bytes
+
+            m = self.memory
+            raise InputError(
+                f"{cfg.name} does not fit for serving on {tp} x {gpu.name}: weights "
+                f"{fmt_bytes(m['weights'])} and workspace {fmt_bytes(m['workspace'])} per GPU "
+                f"of {fmt_bytes(m['engine_budget'])} the engine may use; raise --tp"
+            )
+
+    def run(self, work: Any, progress: Any = None) -> ServeReport:
+        from gpuperf.step.serve import simulate
+
+        cfg, kv_tokens = self.cfg, self.kv_tokens
+        result = simulate(work, self.timer, self.engine, kv_tokens, progress)
+        report = ServeReport(cfg.name, self.gpu.name, self.tp, self.engine, work.label, result,
+                             self.memory)  # fmt: skip
+        report.summary = result.summary(gpus=self.tp)
+        if result.preemptions:
+            report.warnings.append(
+                f"{result.preemptions} preemptions: the KV cache ({kv_tokens:,} tokens) ran "
+                "full; their requests were prefilled again (more --tp, a lower rate or shorter "
+                "requests)"
+            )
+        limit = getattr(cfg, "max_position_embeddings", None)
+        longest = max(p + o for p, o in zip(result.prompt, result.output, strict=True))
+        if limit and longest > limit:
+            report.warnings.append(f"requests of {longest} tokens exceed the model's {limit} "
+                                   "positions: the prediction extrapolates")  # fmt: skip
+        return report
+
+
+def _seed(seed: object) -> int:
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+        raise InputError(f"seed must be a whole number >= 0, got {shown(seed)}")
+    return seed
+
+
 def run_serve(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
               engine: str | os.PathLike[str] | EngineProfile, *, tp: int = 1,
               isl: str | int = 512, osl: str | int = 128, requests: int | None = None,
@@ -74,47 +137,98 @@ def run_serve(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
               **options: Any) -> ServeReport:  # fmt: skip
     """Simulate (api.serve's docstring); kv_tokens: the cache's size instead of the memory
     model's (a measured run's); workload: a serve_load.Workload instead of the options."""
-    from gpuperf.step.serve import simulate
-    from gpuperf.step.serve_engines import load_engine
     from gpuperf.step.serve_load import make_workload, parse_lengths
-    from gpuperf.step.serve_steps import StepTimer, kv_capacity_tokens
-    from gpuperf.workloads.scenario import Scenario
 
-    unknown = sorted(set(options) - set(ENGINE_OPTIONS))
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], ENGINE_OPTIONS, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        raise InputError(f"unknown argument {unknown[0]!r}{hint}")
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-        raise InputError(f"seed must be a whole number >= 0, got {shown(seed)}")
-    prof = load_engine(engine, **options)
-    base = Scenario(mode="prefill", impl=prof.impl, dtype=dtype, kv_dtype=kv_dtype,  # type: ignore[arg-type]
-                    weight_dtype=weight_dtype, tp=tp)  # type: ignore[arg-type]  # fmt: skip
-    timer = StepTimer(cfg, gpu, system, prof, base)
-    cap, memory = kv_capacity_tokens(cfg, gpu, prof, base)
-    kv_tokens = cap if kv_tokens is None else kv_tokens
-    if kv_tokens <= 0:
-        from gpuperf.units import fmt_bytes
-
-        raise InputError(
-            f"{cfg.name} does not fit for serving on {tp} x {gpu.name}: weights "
-            f"{fmt_bytes(memory['weights'])} and workspace {fmt_bytes(memory['workspace'])} per "
-            f"GPU of {fmt_bytes(memory['engine_budget'])} the engine may use; raise --tp"
-        )
+    _seed(seed)
+    server = Server(cfg, gpu, system, engine, tp=tp, dtype=dtype, kv_dtype=kv_dtype,
+                    weight_dtype=weight_dtype, kv_tokens=kv_tokens, **options)  # fmt: skip
     work = workload or make_workload(parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl"),
                                      requests=requests, rate=rate, concurrency=concurrency,
                                      trace=trace, seed=seed)  # fmt: skip
-    result = simulate(work, timer, prof, kv_tokens, progress)
-    report = ServeReport(cfg.name, gpu.name, tp, prof, work.label, result, memory)
-    report.summary = result.summary(gpus=tp)
-    if result.preemptions:
-        report.warnings.append(
-            f"{result.preemptions} preemptions: the KV cache ({kv_tokens:,} tokens) ran full; "
-            "their requests were prefilled again (more --tp, a lower rate or shorter requests)"
-        )
-    limit = getattr(cfg, "max_position_embeddings", None)
-    longest = max(result.prompt[i] + result.output[i] for i in range(len(result.prompt)))
-    if limit and longest > limit:
-        report.warnings.append(f"requests of {longest} tokens exceed the model's {limit} "
-                               "positions: the prediction extrapolates")  # fmt: skip
-    return report
+    return server.run(work, progress)
+
+
+@dataclass
+class ServePlan:
+    """`--slo` (and `--gpus`): each split's best rate, the best split, the Pareto frontier."""
+
+    model: str
+    gpu: str
+    gpus: int
+    engine: str
+    slo: dict[str, float]
+    splits: list[Any]
+    frontier: list[dict[str, float]]
+    best: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {"model": self.model, "gpu": self.gpu, "gpus": self.gpus, "engine": self.engine,
+                "slo": self.slo, "best": asdict(self.best) if self.best else None,
+                "splits": [asdict(s) for s in self.splits], "frontier": self.frontier}  # fmt: skip
+
+
+def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
+                 engine: str | os.PathLike[str] | EngineProfile, slo: str, *,
+                 gpus: int | None = None, tp: int = 1, isl: str | int = 512,
+                 osl: str | int = 128, requests: int | None = None, seed: int = 0,
+                 dtype: str = "bf16", kv_dtype: str | None = None,
+                 weight_dtype: str | None = None, progress: Any = None,
+                 **options: Any) -> ServePlan:  # fmt: skip
+    """The highest Poisson rate within `slo` on one replica of `tp` GPUs, or, with `gpus`, for
+    every split of them into tensor-parallel replicas (step.serve_slo)."""
+    from gpuperf.step.serve_load import make_workload, parse_lengths
+    from gpuperf.step.serve_slo import FRONTIER_RATES, SplitResult, best_rate, pareto, parse_slo
+
+    targets = parse_slo(slo)
+    _seed(seed)
+    n = requests or 300
+    lengths = parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl")
+    if gpus is None:
+        sizes, total = [tp], tp
+    else:
+        limit = system.gpus_per_node if system is not None else 8
+        sizes = [t for t in range(1, min(gpus, limit) + 1) if gpus % t == 0]
+        total = gpus
+    splits, points = [], []
+    for i, t in enumerate(sizes):
+        if progress is not None:
+            progress(i, len(sizes))
+        try:
+            server = Server(cfg, gpu, system, engine, tp=t, dtype=dtype, kv_dtype=kv_dtype,
+                            weight_dtype=weight_dtype, **options)  # fmt: skip
+            burst = server.run(make_workload(*lengths, requests=n, seed=seed)).summary
+        except InputError as exc:
+            splits.append(SplitResult(t, total // t, 0.0, None, why=str(exc)))
+            continue
+
+        def at(rate: float, server: Server = server) -> dict[str, Any]:
+            return server.run(make_workload(*lengths, requests=n, rate=rate, seed=seed)).summary
+
+        ceiling = burst["requests_per_s"]
+        rate, summary = best_rate(at, targets, ceiling)
+        replicas = total // t
+        split = SplitResult(t, replicas, rate * replicas, summary)
+        if summary is None:
+            split.why = "no rate meets the SLO"
+        for k in range(1, FRONTIER_RATES + 1):
+            s = at(ceiling * k / FRONTIER_RATES)
+            split.points.append({"tp": t, "rate": ceiling * k / FRONTIER_RATES * replicas,
+                                 "tokens_per_s_per_gpu": s["output_tokens_per_s"] / t,
+                                 "tokens_per_s_per_user": s["tokens_per_s_per_user"],
+                                 "meets_slo": meets_slo(s, targets)})  # fmt: skip
+        points += split.points
+        splits.append(split)
+    if progress is not None:
+        progress(len(sizes), len(sizes))
+    ok = [s for s in splits if s.rate > 0]
+    best = max(ok, key=lambda s: s.rate) if ok else None
+    eng = splits and getattr(engine, "name", str(engine))
+    return ServePlan(cfg.name, gpu.name, total, str(eng), targets, splits, pareto(points), best)
+
+
+def meets_slo(summary: dict[str, Any], targets: dict[str, float]) -> bool:
+    from gpuperf.step.serve_slo import meets
+
+    return meets(summary, targets)
