@@ -58,7 +58,7 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
               help="Latency targets, e.g. ttft=500ms,tpot=50ms (p90; ttft_p99=...): find the "
               "highest request rate that meets them.")  # fmt: skip
 @click.option("--gpus", type=SIZE, default=None,
-              help="With --slo: split this many GPUs into TP groups and replicas, best first.")  # fmt: skip
+              help="With --slo: split these GPUs into TP groups and replicas.")  # fmt: skip
 @click.option(
     "-o", "--output", default=None, help="With --slo: write an HTML report (Pareto frontier)."
 )

@@ -47,7 +47,8 @@ def render_serve_html(plan: Any) -> str:
     from gpuperf.reports.html_assets import CSS
 
     fig = pio.to_html(frontier_figure(plan), full_html=False, include_plotlyjs=False,
-                      include_mathjax=False, config=PLOTLY_CONFIG, div_id="fig-frontier")  # fmt: skip
+                      include_mathjax=False, config=PLOTLY_CONFIG,
+                      div_id="fig-frontier")  # fmt: skip
     slo = ", ".join(f"{k.replace('_ms', '')} <= {v:g} ms" for k, v in plan.slo.items())
     rows = []
     for s in plan.splits:
