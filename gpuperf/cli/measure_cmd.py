@@ -192,7 +192,8 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     "  gpuperf measure gemm 4096 --dtype bf16\n"
     "  gpuperf measure attention --heads 32 --seq 4096 --causal --backend flash\n"
     "  gpuperf measure allreduce --bytes 1K:1G:x4 --nproc 8\n"
-    "  gpuperf measure copy --bytes 1G --device cpu --format json"
+    "  gpuperf measure copy --bytes 1G --device cpu --format json\n"
+    "  gpuperf measure serve llama3.2-1b --isl 512 --osl 128 --requests 64"
 )
 def measure() -> None:
     pass
@@ -200,6 +201,15 @@ def measure() -> None:
 
 for _cmd in op_commands(run_ops, [common_options], "measure"):
     measure.add_command(_cmd)
+
+
+def _add_serve() -> None:
+    from gpuperf.cli.measure_serve import serve as serve_cmd
+
+    measure.add_command(serve_cmd)
+
+
+_add_serve()
 
 
 def run_collective_cmd(

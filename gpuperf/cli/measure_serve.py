@@ -1,0 +1,128 @@
+"""`gpuperf measure serve MODEL`: the workload through Hugging Face continuous batching on this
+GPU, measured beside `gpuperf serve --engine hf` with the same cache, budget and requests."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import click
+
+from gpuperf.cli.common import SIZE, output_options
+
+EXAMPLE = ("Example: gpuperf measure serve llama3.2-1b --isl 512 --osl 128 --requests 64 "
+           "-o serve.json")  # fmt: skip
+
+
+@click.command("serve", epilog=EXAMPLE)
+@click.argument("model")
+@click.option("--isl", default="512", show_default=True, help="Input tokens (or a distribution).")
+@click.option("--osl", default="128", show_default=True, help="Output tokens (or a distribution).")
+@click.option("--requests", type=SIZE, default="64", show_default=True, help="Requests.")
+@click.option("--rate", type=float, default=None, help="Poisson arrivals/s (default: at once).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--layers", type=SIZE, default=None, help="Keep this many layers (a smaller model).")
+@click.option("--block-size", type=SIZE, default="256", show_default=True, help="KV block.")
+@click.option("--num-blocks", type=SIZE, default="512", show_default=True, help="KV blocks.")
+@click.option("--max-batch-tokens", type=SIZE, default="2048", show_default=True,
+              help="Token budget per step.")  # fmt: skip
+@click.option("--cuda-graphs", is_flag=True, help="Force HF's CUDA graphs on.")
+@click.option("--gpu", default=None, help="Profile to predict with (default: detected).")
+@click.option("-o", "--save", default=None, help="Write the measured run (JSON) here.")
+@output_options
+def serve(model: str, isl: str, osl: str, requests: int, rate: float | None, seed: int,
+          layers: int | None, block_size: int, num_blocks: int, max_batch_tokens: int,
+          cuda_graphs: bool, gpu: str | None, save: str | None, fmt: str) -> None:  # fmt: skip
+    """Serve random-weight MODEL (a preset or config.json) through transformers' continuous
+    batching on this GPU and print measured TTFT, TPOT and wall time beside the simulation.
+
+    Example: gpuperf measure serve llama3.2-1b --isl 512 --osl 128 --requests 64 -o serve.json
+    """
+    from gpuperf import api
+    from gpuperf.cli.measure_cmd import gpu_for_prediction
+    from gpuperf.fileio import check_writable, write_text
+    from gpuperf.measure.serve_hf import run
+    from gpuperf.step.serve_load import Request, Workload, make_workload, parse_lengths
+    from gpuperf.workloads.config import from_hf_dict, hf_config
+
+    config, name, source = hf_config(model)
+    if layers is not None:
+        config = {**config, "num_hidden_layers": layers}
+        name = f"{name}-{layers}l"
+    cfg = from_hf_dict(config, name=name, source=source)
+    if save is not None:
+        check_writable(save)
+    work = make_workload(parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl"),
+                         requests=requests, rate=rate, seed=seed)  # fmt: skip
+    cb: dict[str, Any] = {"block_size": block_size, "num_blocks": num_blocks,
+                          "max_batch_tokens": max_batch_tokens}  # fmt: skip
+    if cuda_graphs:
+        cb["use_cuda_graph"] = True
+    spec = {"config": config, "requests": [[r.arrival, r.prompt, r.output] for r in work.requests],
+            "cb": cb, "dtype": "bf16", "seed": seed, "label": work.label}  # fmt: skip
+    measured = run(spec)
+    if save is not None:
+        write_text(save, json.dumps(measured))
+    warnings: list[str] = []
+    spec_gpu = gpu_for_prediction(gpu, "cuda", warnings)
+    replay = Workload(tuple(Request(r["scheduled_arrival_s"], r["input_tokens"],
+                                    r["asked_output_tokens"]) for r in measured["requests"]), 0,
+                      work.label)  # fmt: skip
+    rep = api.serve(cfg, gpu=spec_gpu, engine="hf", workload=replay,
+                    kv_tokens=num_blocks * block_size, token_budget=max_batch_tokens,
+                    block_size=block_size, max_seqs=min(requests, 1024),
+                    cuda_graphs=cuda_graphs)  # fmt: skip
+    _render(measured, rep, fmt, warnings)
+
+
+def _metrics(reqs: list[dict[str, Any]]) -> dict[str, float]:
+    from gpuperf.step.serve import percentile
+
+    t0 = min(r["arrival_s"] for r in reqs)
+    ttft = sorted(r["first_s"] - r["arrival_s"] for r in reqs)
+    tpot = sorted((r["last_s"] - r["first_s"]) / (r["output_tokens"] - 1) for r in reqs
+                  if r["output_tokens"] > 1)  # fmt: skip
+    wall = max(r["last_s"] for r in reqs) - t0
+    out = {"wall_s": wall, "output_tokens_per_s": sum(r["output_tokens"] for r in reqs) / wall}
+    for name, vals in (("ttft", ttft), ("tpot", tpot)):
+        for q in (50, 90):
+            out[f"{name}_p{q}_ms"] = 1e3 * percentile(vals, q)
+    return out
+
+
+def _render(measured: dict, rep: Any, fmt: str, warnings: list[str]) -> None:
+    m = _metrics(measured["requests"])
+    p = {k: rep.summary[k] for k in m}
+    rows = [{"metric": k, "measured": m[k], "predicted": p[k],
+             "error_pct": 100 * (p[k] / m[k] - 1) if m[k] else math.nan} for k in m]  # fmt: skip
+    if fmt == "json":
+        from gpuperf.fileio import json_safe
+
+        out = {"aggregate": rows, "env": measured.get("env"), "warnings": warnings,
+               "requests": measured["requests"], "predicted_requests": rep.requests()}  # fmt: skip
+        click.echo(json.dumps(json_safe(out)))
+        return
+    if fmt == "csv":
+        import csv
+        import sys
+
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(["metric", "measured", "predicted", "error_pct"])
+        for r in rows:
+            w.writerow(r.values())
+        return
+    from rich.table import Table
+
+    from gpuperf.reports.console import console as make_console
+
+    table = Table(title=f"{measured.get('label')}: HF continuous batching, measured vs predicted")
+    for h in ("metric", "measured", "predicted", "error"):
+        table.add_column(h, justify="left" if h == "metric" else "right")
+    for r in rows:
+        table.add_row(r["metric"], f"{r['measured']:,.2f}", f"{r['predicted']:,.2f}",
+                      f"{r['error_pct']:+.1f}%")  # fmt: skip
+    console = make_console()
+    console.print(table)
+    for w in warnings:
+        console.print(f"warning: {w}", markup=False, style="yellow")
