@@ -115,14 +115,19 @@ def _read(name: str, seen: set[str]) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML ({exc})") from None
     base = table.pop("base", None)
+    if not isinstance(table.get("sources", {}), dict):
+        raise InputError(f"{path}: [sources] must be a table")
+    own_name = table.get("name", path.stem)
     if base is not None:
         if not isinstance(base, str):
             raise InputError(f"{path}: base must be an engine name or path, got {shown(base)}")
+        if base.endswith(".toml") or os.sep in base:  # a file beside this one
+            base = str(path.parent / base)
         parent = _read(base, seen)
+        parent.pop("_where", None)
         sources = {**parent.get("sources", {}), **table.get("sources", {})}
         table = {**parent, **table, "sources": sources}
-        table.setdefault("name", path.stem)
-    table.setdefault("name", path.stem)
+    table["name"] = own_name  # a profile's name is its own, never its base's
     table["_where"] = str(path)
     return table
 

@@ -71,7 +71,7 @@ def parse_lengths(text: str | int, what: str) -> Lengths:
         )
     if kind in ("fixed", "uniform") and any(x != int(x) for x in nums):
         raise InputError(f"{what} {shown(text)}: token counts are whole numbers")
-    if not all(0 < x <= MAX_LENGTH for x in nums[:1]) or (
+    if not all(1 <= x <= MAX_LENGTH for x in nums[:1]) or (
         kind == "uniform" and not nums[0] <= nums[1] <= MAX_LENGTH
     ):
         raise InputError(f"{what} {shown(text)}: lengths must be 1 .. {MAX_LENGTH} tokens "
