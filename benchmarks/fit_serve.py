@@ -1,4 +1,4 @@
-"""Fit the engine profiles' host time per step (step_overhead_s, per_seq_s, per_kv_token_s) on
+"""Fit the engine profiles' host time per step (step_overhead, per_seq, per_kv_token) on
 part of the serving runs, and report every run, fit and held out, measured beside simulated.
 
 hf: the Hugging Face continuous-batching runs measured here (benchmarks/results/<gpu>/
@@ -25,7 +25,7 @@ RESULTS = Path(__file__).parent / "results"
 FIT_RUNS = ("llama3.2-1b_n16_512x128", "llama3.2-1b_n64_512x128", "llama3.2-1b_n256_256x256",
             "llama3-8b_n16_512x128", "llama3-8b_n64_2048x64",
             "llama3.2-1b_n64_512x128_graphs")  # fmt: skip
-PARAMS = ("step_overhead_s", "attn_plan_s", "per_seq_s", "per_kv_token_s")
+PARAMS = ("step_overhead", "attn_plans", "per_seq", "per_kv_token")
 GPU_NAMES = {"h100-sxm5-80gb": "h100", "h200-sxm-141gb": "h200"}
 
 
@@ -85,8 +85,16 @@ def fit(runs: list[dict], gpu: str, start: dict[str, float]) -> dict[str, float]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpu", default="h100-sxm5-80gb")
-    ap.add_argument("--public", action="store_true",
-                    help="fit the vllm and trtllm profiles on the public sample instead")
+    ap.add_argument(
+        "--no-fit",
+        action="store_true",
+        help="every run held out, with the hf profile's parameters as they are",
+    )
+    ap.add_argument(
+        "--public",
+        action="store_true",
+        help="fit the vllm and trtllm profiles on the public sample instead",
+    )
     args = ap.parse_args()
     if args.public:
         import sys
@@ -102,15 +110,22 @@ def main() -> None:
     from gpuperf.step.serve_engines import load_engine
 
     hf = load_engine("hf")
-    params = fit(fit_runs, gpu, {k: getattr(hf, k) for k in PARAMS})
-    print("fitted:", ", ".join(f"{k} = {v:.3g}" for k, v in params.items()))
+    params = {k: getattr(hf, k) for k in PARAMS}
+    if args.no_fit:
+        fit_runs = []
+    else:
+        params = fit(fit_runs, gpu, params)
+    print(
+        "fitted:" if fit_runs else "the hf profile's:",
+        ", ".join(f"{k} = {v:.3g}" for k, v in params.items()),
+    )
     print(f"{'run':38s} {'':5s} {'wall s':>15s} {'TTFT p50 ms':>19s} {'TPOT p50 ms':>17s}")
     errs: dict[str, list[float]] = {"fit": [], "held out": []}
     for run in data["runs"]:
         if run.get("error"):
             continue
         m, p = measured(run), simulate(run, gpu, params)
-        split = "fit" if run["label"] in FIT_RUNS else "held out"
+        split = "fit" if run in fit_runs else "held out"
         cells = []
         for k in ("wall_s", "ttft_p50_ms", "tpot_p50_ms"):
             e = 100 * (p[k] / m[k] - 1)
@@ -122,9 +137,8 @@ def main() -> None:
             print(f"{split}: median |error| {statistics.median(e):.1f}% over {len(e)} numbers")
 
 
-
 def fit_public(engine: str, every: int = 3) -> dict[str, float]:
-    """vllm / trtllm: step_overhead_s and per_seq_s from the TPOT of the fit half of the public
+    """vllm / trtllm: step_overhead and per_seq from the TPOT of the fit half of the public
     aiconfigurator rows of that engine (benchmarks/serve_public.py; every k-th row for speed).
     TTFT is left out: it depends on how the benchmark client released its requests, which the
     sample does not record."""
@@ -146,7 +160,7 @@ def fit_public(engine: str, every: int = 3) -> dict[str, float]:
             errs.append(abs(math.log(tpot / float(r["silicon_tpot_ms"]))))
         return statistics.median(errs)
 
-    best = {"step_overhead_s": prof.step_overhead_s, "per_seq_s": prof.per_seq_s}
+    best = {"step_overhead": prof.step_overhead, "per_seq": prof.per_seq}
     best_loss, factor = loss_of(best), 4.0
     while factor > 1.1:
         improved = False

@@ -258,7 +258,7 @@ def serve(
 
     engine: "hf", "vllm", "trtllm" or an engine .toml; engine_options override its fields
     (token_budget, max_seqs, block_size, mem_fraction, chunked_prefill, cuda_graphs,
-    step_overhead_s, per_seq_s). isl/osl: token counts or distributions ("uniform:256:1024",
+    step_overhead, per_seq). isl/osl: token counts or distributions ("uniform:256:1024",
     "normal:512:64", "lognormal:512:256"). Arrivals: `requests` all at once, Poisson at `rate`
     requests/s, a closed loop of `concurrency` users, or a JSONL `trace`. Returns a
     gpuperf.step.serve_run.ServeReport (.summary: TTFT/TPOT/E2E percentiles in ms, tokens/s...).

@@ -5,7 +5,10 @@ schedules and runs a step: the token budget per step, the most sequences per ste
 size and the memory fraction the cache may take, chunked prefill on or off, which kernels it runs
 (fused like vLLM or eager PyTorch like Hugging Face), CUDA graphs for decode-only steps and their
 captured batch sizes, and the host's time per step beyond kernel launches (scheduling, input
-preparation, sampling, detokenization): step_overhead_s + per_seq_s x sequences in the step.
+preparation, sampling, detokenization): step_overhead + per_seq x sequences + per_kv_token x
+cached tokens, counted in kernel dispatches of the machine (its GPU profile's host_dispatch_s),
+plus attn_plans attention plans (host_attn_plan_s each) when the step runs outside CUDA graphs.
+Host work is thus measured in units of the host it runs on: a faster host shrinks all of it.
 """
 
 from __future__ import annotations
@@ -46,13 +49,13 @@ class EngineProfile:
     impl: str = "fused"  # fused kernels (vLLM, TRT-LLM) or eager PyTorch (Hugging Face)
     cuda_graphs: bool = True  # decode-only steps replayed as CUDA graphs
     graph_sizes: tuple[int, ...] = ()  # captured batch sizes (a step pads to the next one)
-    step_overhead_s: float = 0.0
-    per_seq_s: float = 0.0
-    per_kv_token_s: float = 0.0  # host time per cached token of the step's sequences
-    # Host time per step that does not run under CUDA graphs: the attention of a step whose
-    # shape (queries, cached tokens) is new is planned again (cuDNN SDPA); graphs pad the
-    # shapes to a few sizes and replay them.
-    attn_plan_s: float = 0.0
+    step_overhead: float = 0.0  # host work per step, in kernel dispatches
+    per_seq: float = 0.0  # per sequence in the step, in dispatches
+    per_kv_token: float = 0.0  # per cached token of the step's sequences, in dispatches
+    # Attention plans per step outside CUDA graphs (host_attn_plan_s each): a step's attention
+    # shape (queries, cached tokens) is new every step and SDPA's cuDNN backend plans it again;
+    # graphs pad the shapes to a few sizes and replay them.
+    attn_plans: float = 0.0
     # varlen: one FlashAttention-style kernel over each sequence's own cache (vLLM, TRT-LLM);
     # gather_sdpa: Hugging Face's paged|sdpa, which gathers every sequence's cache into one
     # tensor, repeats the KV heads, and runs one SDPA over all queries against all of it with a
@@ -71,7 +74,7 @@ class EngineProfile:
 
 
 _INTS = ("token_budget", "max_seqs", "block_size")
-_FLOATS = ("mem_fraction", "step_overhead_s", "per_seq_s", "per_kv_token_s", "attn_plan_s")
+_FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "attn_plans")
 _BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full")
 _KEYS = ("name", "base", "description", "impl", "attention", "graph_sizes", "sources", *_INTS,
          *_FLOATS, *_BOOLS)  # fmt: skip
@@ -150,7 +153,7 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
     for key in _FLOATS:
         if key in t:
             v = t[key]
-            if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < 1e3:
+            if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < 1e7:
                 raise InputError(f"{where}: {key} must be a number >= 0, got {shown(v)}")
             out[key] = float(v)
     if "mem_fraction" in out and not 0 < out["mem_fraction"] <= 1:

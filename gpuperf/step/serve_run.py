@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from gpuperf.workloads.config import ModelConfig
 
 ENGINE_OPTIONS = ("token_budget", "max_seqs", "block_size", "mem_fraction", "chunked_prefill",
-                  "cuda_graphs", "step_overhead_s", "per_seq_s", "per_kv_token_s",
-                  "attn_plan_s", "attention")  # fmt: skip
+                  "cuda_graphs", "step_overhead", "per_seq", "per_kv_token",
+                  "attn_plans", "attention")  # fmt: skip
 
 
 @dataclass

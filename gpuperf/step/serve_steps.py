@@ -11,10 +11,11 @@ only these are costed again:
 - the lm_head, over one row per sequence that samples a token.
 
 Decode-only steps that fit a captured CUDA graph (EngineProfile.graph_sizes) run the graph of the
-padded batch: no launches on the host, the graph's gaps on the GPU. The host's own time per step
-(EngineProfile.step_overhead_s + per_seq_s x sequences) comes before the kernels. Forwards of T
-tokens are costed at grid points (T_GRID) and a step between two points is interpolated; attention
-contexts are rounded to 1/64 of an octave (well under 2% of a kernel's time).
+padded batch: no launches on the host, the graph's gaps on the GPU. The host's own work per step
+(EngineProfile: step_overhead, per_seq, per_kv_token in kernel dispatches of this machine,
+attn_plans) comes before the kernels. Forwards of T tokens are costed at grid points (_grid) and
+a step between two points is interpolated; attention contexts are rounded to 1/64 of an octave
+(well under 2% of a kernel's time).
 """
 
 from __future__ import annotations
@@ -176,9 +177,10 @@ class StepTimer:
         tokens = n_dec + sum(c for c, _ in chunks)
         seqs = n_dec + len(chunks)
         cached = sum_ctx + sum(c + p for c, p in chunks)
-        host = e.step_overhead_s + e.per_seq_s * seqs + e.per_kv_token_s * cached
+        p = self.gpu.params
+        host = p.host_dispatch_s * (e.step_overhead + e.per_seq * seqs + e.per_kv_token * cached)
         if not e.cuda_graphs:
-            host += e.attn_plan_s
+            host += e.attn_plans * p.host_attn_plan_s
         ctx = _round_ctx(-(-sum_ctx // n_dec)) if n_dec else 0
         chunks = tuple((c, _round_ctx(p) if p else 0) for c, p in chunks)
         if not chunks:

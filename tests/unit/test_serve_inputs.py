@@ -424,8 +424,8 @@ def test_user_profile_inherits_its_base_and_overrides(tmp_path):
                  'description = "tuned"\n[sources]\ntoken_budget = "my runs"\n')  # fmt: skip
     p, v = load_engine(f), load_engine("vllm")
     assert p.token_budget == 4096 and p.reserve_full is True and p.description == "tuned"
-    assert (p.block_size, p.graph_sizes, p.step_overhead_s) == (
-        v.block_size, v.graph_sizes, v.step_overhead_s
+    assert (p.block_size, p.graph_sizes, p.step_overhead) == (
+        v.block_size, v.graph_sizes, v.step_overhead
     )  # fmt: skip
     assert p.sources["token_budget"] == "my runs"  # the user's source replaces the base's
     assert p.sources["block_size"] == v.sources["block_size"]  # the base's others are kept
@@ -482,12 +482,12 @@ def test_relative_base_is_found_beside_the_profile(tmp_path, monkeypatch):
         ("mem_fraction = 1.01", "mem_fraction must"),
         ("mem_fraction = 2", "mem_fraction must"),
         ('mem_fraction = "0.9"', "mem_fraction must"),
-        ("step_overhead_s = -0.001", "step_overhead_s must"),
-        ("per_seq_s = -1e-6", "per_seq_s must"),
-        ("per_kv_token_s = -1", "per_kv_token_s must"),
-        ("attn_plan_s = -0.5", "attn_plan_s must"),
-        ("step_overhead_s = nan", "step_overhead_s must"),
-        ("step_overhead_s = inf", "step_overhead_s must"),
+        ("step_overhead = -0.001", "step_overhead must"),
+        ("per_seq = -1e-6", "per_seq must"),
+        ("per_kv_token = -1", "per_kv_token must"),
+        ("attn_plans = -0.5", "attn_plans must"),
+        ("step_overhead = nan", "step_overhead must"),
+        ("step_overhead = inf", "step_overhead must"),
         ("graph_sizes = [0, 8]", "graph_sizes must"),
         ("graph_sizes = [-4]", "graph_sizes must"),
         ("graph_sizes = [1.5, 8]", "graph_sizes must"),
@@ -573,7 +573,7 @@ def test_no_overrides_returns_the_profile():
         ({"token_budget": 2.5}, "token_budget"),
         ({"mem_fraction": 0}, "mem_fraction"),
         ({"mem_fraction": 1.5}, "mem_fraction"),
-        ({"step_overhead_s": -1.0}, "step_overhead_s"),
+        ({"step_overhead": -1.0}, "step_overhead"),
         ({"chunked_prefill": "no"}, "chunked_prefill"),
         ({"graph_sizes": [0]}, "graph_sizes"),
         ({"token_bugdet": 4}, "did you mean token_budget"),
