@@ -152,6 +152,12 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             f"tokens (per replica); add GPUs (--tp) or shorten the requests"
         )
     budget = engine.token_budget
+    if not engine.chunked_prefill and max(r.prompt for r in reqs) > budget:
+        raise InputError(
+            f"without chunked prefill a prompt must fit the token budget: a prompt of "
+            f"{max(r.prompt for r in reqs)} tokens and a budget of {budget} (raise "
+            "--token-budget or allow --chunked-prefill)"
+        )
     max_seqs = min(engine.max_seqs, budget)
     arrival = [math.nan] * n
     first = [math.nan] * n

@@ -77,6 +77,7 @@ class StepTimer:
         self.where = place(cfg, base, gpu, system)
         self._layouts: dict[tuple[int, int], tuple[tuple[_Seg, ...], object]] = {}
         self._op_s: dict[tuple, float] = {}
+        self._forwards: dict[tuple, Timed] = {}  # a step's forward by its make-up
         self.grid = _grid(max(engine.token_budget, 1))
 
     # ---------------------------------------------------------------- forwards, costed once
@@ -91,10 +92,13 @@ class StepTimer:
         from gpuperf.step.run import coster_for
         from gpuperf.workloads.step_work import build
 
+        # micro_batch=None: the base's own micro-batch (set from its batch) must not carry over
         if graph:
-            sc = replace(self.base, mode="decode", batch=graph, ctx=1024, cuda_graphs=True)
+            sc = replace(self.base, mode="decode", batch=graph, micro_batch=None, ctx=1024,
+                         cuda_graphs=True)  # fmt: skip
         else:
-            sc = replace(self.base, mode="prefill", batch=1, seq=tokens, cuda_graphs=False)
+            sc = replace(self.base, mode="prefill", batch=1, micro_batch=None, seq=tokens,
+                         cuda_graphs=False)  # fmt: skip
         coster = coster_for(sc, self.where, moe_host(self.cfg))
         work = build(self.cfg, sc, self.where.groups)
         segs = []
@@ -127,6 +131,12 @@ class StepTimer:
     # ---------------------------------------------------------------------------- one step
     def _forward(self, tokens: int, graph: int, rows: int, chunks: tuple[tuple[int, int], ...],
                  n_dec: int, ctx_mean: int) -> Timed:  # fmt: skip
+        key = (tokens, graph, rows, chunks, n_dec, ctx_mean)
+        hit = self._forwards.get(key)
+        if hit is not None:
+            return hit
+        if len(self._forwards) > 200_000:
+            self._forwards.clear()
         segs, (coster, gap) = self._layout(tokens, graph)
         out = Timed()
         for seg in segs:
@@ -146,6 +156,7 @@ class StepTimer:
                                                             kv_len=past + c))  # fmt: skip
                 run = run.then(Timed(t + gap, host, host, 1)).then(after)
             out = out.then(run.times(seg.repeat))
+        self._forwards[key] = out
         return out
 
     def _gathered(self, coster, op: Op, n_dec: int, ctx_mean: int,  # noqa: ANN001

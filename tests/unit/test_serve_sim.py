@@ -1,0 +1,159 @@
+"""The continuous-batching simulation, checked by hand on a step timer whose times are simple
+(1 ms per step + 10 us per token), and the step timer against the step engine."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from gpuperf import api
+from gpuperf.errors import InputError
+from gpuperf.step.serve import simulate
+from gpuperf.step.serve_engines import load_engine
+from gpuperf.step.serve_load import Request, Workload
+
+VLLM = load_engine("vllm")
+
+
+class LinearTimer:
+    """1 ms per step plus 10 us per token; records every step's make-up."""
+
+    def __init__(self, engine):  # noqa: ANN001
+        self.engine = engine
+        self.steps: list[tuple] = []
+
+    def step_s(self, chunks, n_dec, sum_ctx, rows):  # noqa: ANN001
+        self.steps.append((chunks, n_dec, sum_ctx, rows))
+        tokens = n_dec + sum(c for c, _ in chunks)
+        return 1e-3 + 1e-5 * tokens
+
+
+def run(reqs, engine=VLLM, kv_tokens=1 << 20, concurrency=0):  # noqa: ANN001
+    timer = LinearTimer(engine)
+    work = Workload(tuple(Request(*r) for r in reqs), concurrency)
+    return simulate(work, timer, engine, kv_tokens), timer
+
+
+def test_one_request_chunks_its_prompt_then_decodes_a_token_a_step():
+    eng = replace(VLLM, token_budget=64)
+    res, timer = run([(0.0, 100, 5)], eng)
+    # two prefill chunks (64 + 36 tokens), then 4 decode steps for tokens 2..5
+    assert [s[0] for s in timer.steps] == [((64, 0),), ((36, 64),), (), (), (), ()]
+    assert [s[1] for s in timer.steps] == [0, 0, 1, 1, 1, 1]
+    # contexts: the decode of token 2 attends over 100 prompt + 1 fed-back tokens
+    assert [s[2] for s in timer.steps[2:]] == [101, 102, 103, 104]
+    step1, step2, dec = 1e-3 + 64e-5, 1e-3 + 36e-5, 1e-3 + 1e-5
+    assert res.first[0] == pytest.approx(step1 + step2)
+    assert res.finish[0] == pytest.approx(step1 + step2 + 4 * dec)
+    assert res.tpot == [pytest.approx(dec)]
+    assert res.steps == 6
+
+
+def test_one_token_answers_end_at_their_prefill():
+    res, timer = run([(0.0, 10, 1), (0.0, 10, 1)])
+    assert res.steps == 1 and res.first == res.finish
+    assert timer.steps[0][3] == 2  # both sample their token
+
+
+def test_decodes_and_chunks_share_a_step_within_the_budget():
+    eng = replace(VLLM, token_budget=32)
+    res, timer = run([(0.0, 8, 20), (0.0, 50, 3)], eng)
+    # step 1: request 0 whole (8) + 24 of request 1; step 2: request 0 decodes, 26 more of 1
+    assert timer.steps[0][0] == ((8, 0), (24, 0))
+    assert timer.steps[1] == (((26, 24),), 1, 9, 2)
+    assert all(n + sum(c for c, _ in ch) <= 32 for ch, n, _, _ in timer.steps)
+    assert res.output == [20, 3] and not any(math.isnan(f) for f in res.finish)
+
+
+def test_arrivals_wait_for_their_time():
+    res, timer = run([(0.0, 10, 2), (5.0, 10, 2)])
+    assert res.arrival == [0.0, 5.0]
+    assert res.first[1] > 5.0 and res.first[1] - 5.0 == pytest.approx(1e-3 + 1e-4)
+
+
+def test_a_full_cache_preempts_the_newest_and_everything_still_finishes():
+    eng = replace(VLLM, block_size=16)
+    reqs = [(0.0, 64, 64)] * 6
+    res, _ = run(reqs, eng, kv_tokens=16 * 24)  # 24 blocks; each request grows to 8
+    assert res.preemptions > 0
+    assert all(f >= a for f, a in zip(res.finish, res.first, strict=True))
+    assert res.peak_kv <= 1.0 + 1e-12
+
+
+def test_reserving_whole_requests_never_preempts():
+    eng = replace(load_engine("trtllm"), block_size=16)
+    res, timer = run([(0.0, 64, 64)] * 6, eng, kv_tokens=16 * 24)
+    assert res.preemptions == 0
+    # at most 3 requests of 8 blocks each fit 24 blocks: never more than 3 in a step
+    assert max(n + len(ch) for ch, n, _, _ in timer.steps) <= 3
+
+
+def test_a_closed_loop_keeps_its_users_busy_and_no_more():
+    reqs = [(float(i % 2), 20, 4) for i in range(6)]
+    res, timer = run(reqs, concurrency=2)
+    assert max(n + len(ch) for ch, n, _, _ in timer.steps) <= 2
+    # each request after the first two arrives when an earlier one ends
+    for i in range(2, 6):
+        assert res.arrival[i] in res.finish[:i]
+
+
+def test_requests_longer_than_the_cache_are_refused():
+    with pytest.raises(InputError, match="does not fit the KV cache"):
+        run([(0.0, 100, 100)], kv_tokens=128)
+
+
+def test_without_chunked_prefill_a_prompt_over_the_budget_is_refused():
+    eng = replace(VLLM, chunked_prefill=False, token_budget=64)
+    with pytest.raises(InputError, match="token budget"):
+        run([(0.0, 100, 5)], eng)
+    res, timer = run([(0.0, 40, 3), (0.0, 40, 3)], eng)
+    assert timer.steps[0][0] == ((40, 0),)  # whole prompts only: the second waits
+    assert res.first[1] > res.first[0]
+
+
+def test_the_step_timer_is_the_step_engine():
+    """One request alone: its prefill step is `gpuperf predict`'s prefill plus the engine's host
+    work per step; a decode step of a captured batch is predict's CUDA-graph decode plus it."""
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.step.serve_steps import StepTimer
+    from gpuperf.workloads.config import load_model
+    from gpuperf.workloads.scenario import Scenario
+
+    cfg, gpu = load_model("llama3-8b"), load_gpu("h100")
+    timer = StepTimer(cfg, gpu, None, VLLM, Scenario(mode="prefill"))
+    host = gpu.params.host_dispatch_s * (VLLM.step_overhead + VLLM.per_seq)
+    prefill = api.predict(cfg, gpu=gpu, mode="prefill", seq=512).total_ms * 1e-3
+    assert timer.step_s(((512, 0),), 0, 0, 1) == pytest.approx(prefill + host, rel=1e-9)
+    decode = api.predict(cfg, gpu=gpu, mode="decode", batch=64, ctx=639,
+                         cuda_graphs=True).total_ms * 1e-3  # fmt: skip
+    step = timer.step_s((), 64, 64 * 640, 64)
+    assert step == pytest.approx(decode + host + 63 * gpu.params.host_dispatch_s * VLLM.per_seq,
+                                 rel=1e-6)  # fmt: skip
+
+
+def test_longer_contexts_and_bigger_batches_take_longer():
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.step.serve_steps import StepTimer
+    from gpuperf.workloads.config import load_model
+    from gpuperf.workloads.scenario import Scenario
+
+    timer = StepTimer(load_model("llama3-8b"), load_gpu("h100"), None, VLLM,
+                      Scenario(mode="prefill"))  # fmt: skip
+    assert timer.step_s((), 64, 64 * 4096, 64) > timer.step_s((), 64, 64 * 512, 64)
+    assert timer.step_s((), 128, 128 * 512, 128) > timer.step_s((), 16, 16 * 512, 16)
+    # between two grid points the step is between their times
+    lo, mid, hi = (timer.step_s(((t, 0),), 0, 0, 1) for t in (1024, 1056, 1088))
+    assert lo < mid < hi
+
+
+def test_serve_is_deterministic_and_counts_every_token():
+    a = api.serve("llama3.2-1b", gpu="h100", isl="uniform:64:512", osl="uniform:8:64",
+                  rate=50.0, requests=200, seed=3)  # fmt: skip
+    b = api.serve("llama3.2-1b", gpu="h100", isl="uniform:64:512", osl="uniform:8:64",
+                  rate=50.0, requests=200, seed=3)  # fmt: skip
+    assert a.summary == b.summary
+    r = a.result
+    assert a.summary["output_tokens_per_s"] == pytest.approx(sum(r.output) / r.span_s)
+    assert all(t > 0 for t in r.ttft) and all(e >= t for e, t in zip(r.e2e, r.ttft, strict=True))
