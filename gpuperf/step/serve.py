@@ -308,7 +308,10 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             ran.append((i, c))
             left -= c
         decodes = n_dec if decodes else 0  # decoders preempted above do not run
+        margin = engine.admit_margin * blocks_total
         while waiting and left > 0 and len(order) < max_seqs:
+            if margin and free < margin and (chunks or decodes):
+                break  # the safety margin: the cache is kept for the running requests
             i = waiting[0]
             if todo[i] == 0:
                 todo[i] = prompt[i]

@@ -46,6 +46,9 @@ class EngineProfile:
     # running request's (TRT-LLM's GUARANTEED_NO_EVICT): never preempts; false: admit while
     # the prompt fits and preempt when decodes run out of blocks (vLLM).
     reserve_full: bool = False
+    # No new request is admitted into a step that already runs something while fewer than this
+    # share of the cache's blocks are free (Hugging Face's FIFO safety margin, 0.15).
+    admit_margin: float = 0.0
     impl: str = "fused"  # fused kernels (vLLM, TRT-LLM) or eager PyTorch (Hugging Face)
     cuda_graphs: bool = True  # decode-only steps replayed as CUDA graphs
     graph_sizes: tuple[int, ...] = ()  # captured batch sizes (a step pads to the next one)
@@ -74,7 +77,7 @@ class EngineProfile:
 
 
 _INTS = ("token_budget", "max_seqs", "block_size")
-_FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "attn_plans")
+_FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "attn_plans", "admit_margin")
 _BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full")
 _KEYS = ("name", "base", "description", "impl", "attention", "graph_sizes", "sources", *_INTS,
          *_FLOATS, *_BOOLS)  # fmt: skip
@@ -156,6 +159,8 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
             if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < 1e7:
                 raise InputError(f"{where}: {key} must be a number >= 0, got {shown(v)}")
             out[key] = float(v)
+    if "admit_margin" in out and not out["admit_margin"] < 1:
+        raise InputError(f"{where}: admit_margin must be below 1, got {out['admit_margin']}")
     if "mem_fraction" in out and not 0 < out["mem_fraction"] <= 1:
         raise InputError(f"{where}: mem_fraction must be in (0, 1], got {out['mem_fraction']}")
     for key in _BOOLS:
