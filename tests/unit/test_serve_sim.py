@@ -157,3 +157,17 @@ def test_serve_is_deterministic_and_counts_every_token():
     r = a.result
     assert a.summary["output_tokens_per_s"] == pytest.approx(sum(r.output) / r.span_s)
     assert all(t > 0 for t in r.ttft) and all(e >= t for e, t in zip(r.e2e, r.ttft, strict=True))
+
+
+def test_the_admission_margin_keeps_blocks_free_for_running_requests():
+    """With a margin, a request is not admitted into a running step while fewer than that share
+    of the blocks are free (Hugging Face's FIFO checks before each candidate): in a 16-block
+    cache with margin 0.5, request 0 (3 blocks) and 1 (1 block for its first chunk) enter at
+    once, request 2 next step while 10 blocks are free, request 3 never while they run (8 or
+    fewer free); without the margin all four run together."""
+    eng = replace(VLLM, block_size=16, token_budget=64)
+    reqs = [(0.0, 48, 16)] * 4
+    _, free_for_all = run(reqs, eng, kv_tokens=16 * 16)
+    _, kept = run(reqs, replace(eng, admit_margin=0.5), kv_tokens=16 * 16)
+    busiest = [max(n + len(ch) for ch, n, _, _ in t.steps) for t in (free_for_all, kept)]
+    assert busiest == [4, 3]
