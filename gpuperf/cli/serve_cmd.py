@@ -59,9 +59,9 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
               "highest request rate that meets them.")  # fmt: skip
 @click.option("--gpus", type=SIZE, default=None,
               help="With --slo: split these GPUs into TP groups and replicas.")  # fmt: skip
-@click.option(
-    "-o", "--output", default=None, help="With --slo: write an HTML report (Pareto frontier)."
-)
+@click.option("-o", "--output", default=None,
+              help="Write an HTML page: batch and KV cache over time and latencies, or with "
+              "--slo the Pareto frontier.")  # fmt: skip
 @click.option("--per-request", is_flag=True, help="json: add every request's numbers.")
 @output_options
 def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str, isl: str,
@@ -86,17 +86,17 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str,
             "mem_fraction": mem_fraction, "chunked_prefill": chunked_prefill,
             "cuda_graphs": cuda_graphs}  # fmt: skip
     opts = {k: v for k, v in opts.items() if v is not None}
-    if slo is None and (gpus is not None or output is not None):
-        raise click.UsageError("--gpus and -o go with --slo")
+    if slo is None and gpus is not None:
+        raise click.UsageError("--gpus goes with --slo")
+    if output is not None:
+        from gpuperf.fileio import check_writable
+
+        check_writable(output)
     if slo is not None:
         if rate is not None or concurrency is not None or trace is not None:
             raise click.UsageError(
                 "--slo searches the rate itself; drop --rate/--concurrency/--trace"
             )
-        if output is not None:
-            from gpuperf.fileio import check_writable
-
-            check_writable(output)
         with progress(1, "splits") as advance:
             plan = api.serve_plan(model, slo, gpu=gpu, system=system, engine=engine, gpus=gpus,
                                   tp=tp, isl=isl, osl=osl, requests=requests, seed=seed,
@@ -121,6 +121,10 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str,
                         requests=requests, rate=rate, concurrency=concurrency, trace=trace,
                         seed=seed, dtype=dtype, kv_dtype=kv_dtype, progress=tick,
                         **opts)  # fmt: skip
+    if output is not None:
+        from gpuperf.reports.html_serve import write_run_report
+
+        write_run_report(rep, output)
     render(rep, fmt, per_request)
 
 

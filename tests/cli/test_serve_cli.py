@@ -110,7 +110,6 @@ def test_trace_is_replayed(capsys, tmp_path):
         (("--rate", "5", "--concurrency", "4"), "--rate and --concurrency"),
         (("--trace", "missing.jsonl"), "missing.jsonl does not exist"),
         (("--gpus", "2"), "--slo"),
-        (("-o", "report.html"), "--slo"),
         (("--slo", "garbage"), "--slo 'garbage'"),
         (("--slo", "ttft=1s", "--rate", "3"), "--slo"),
         (("--mem-fraction", "0"), "mem_fraction"),
@@ -168,6 +167,26 @@ def test_slo_table(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "160")
     out = " ".join(ok(capsys, *SLO).split())
     assert "best: tp" in out and "Pareto frontier" in out and "tp1 x 2" in out
+
+
+def test_run_html_report(capsys, tmp_path, monkeypatch):
+    """-o without --slo: the run's batch and KV cache over time and its latency distributions."""
+    monkeypatch.chdir(tmp_path)
+    ok(
+        capsys,
+        "serve",
+        "llama3.2-1b",
+        "--gpu",
+        "h100",
+        "--rate",
+        "20",
+        "--requests",
+        "60",
+        "-o",
+        "run.html",
+    )
+    html = (tmp_path / "run.html").read_text()
+    assert "<html" in html and "KV cache over time" in html and "TTFT (ms)" in html
 
 
 def test_slo_html_report(capsys, tmp_path, monkeypatch):
