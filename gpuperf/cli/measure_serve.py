@@ -30,10 +30,12 @@ EXAMPLE = ("Example: gpuperf measure serve llama3.2-1b --isl 512 --osl 128 --req
 @click.option("--cuda-graphs", is_flag=True, help="Force HF's CUDA graphs on.")
 @click.option("--gpu", default=None, help="Profile to predict with (default: detected).")
 @click.option("-o", "--save", default=None, help="Write the measured run (JSON) here.")
+@click.option("--per-request", is_flag=True, help="Every request, measured beside predicted.")
 @output_options
 def serve(model: str, isl: str, osl: str, requests: int, rate: float | None, seed: int,
           layers: int | None, block_size: int, num_blocks: int, max_batch_tokens: int,
-          cuda_graphs: bool, gpu: str | None, save: str | None, fmt: str) -> None:  # fmt: skip
+          cuda_graphs: bool, gpu: str | None, save: str | None, per_request: bool,
+          fmt: str) -> None:  # fmt: skip
     """Serve random-weight MODEL (a preset or config.json) through transformers' continuous
     batching on this GPU and print measured TTFT, TPOT and wall time beside the simulation.
 
@@ -73,7 +75,7 @@ def serve(model: str, isl: str, osl: str, requests: int, rate: float | None, see
                     kv_tokens=num_blocks * block_size, token_budget=max_batch_tokens,
                     block_size=block_size, max_seqs=min(requests, 1024),
                     cuda_graphs=cuda_graphs)  # fmt: skip
-    _render(measured, rep, fmt, warnings)
+    _render(measured, rep, fmt, warnings, per_request)
 
 
 def _metrics(reqs: list[dict[str, Any]]) -> dict[str, float]:
@@ -91,7 +93,21 @@ def _metrics(reqs: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def _render(measured: dict, rep: Any, fmt: str, warnings: list[str]) -> None:
+def _request_rows(measured: dict, rep: Any) -> list[dict[str, Any]]:
+    """Each request: its lengths, measured and predicted TTFT and TPOT (ms)."""
+    out = []
+    for m, p in zip(measured["requests"], rep.requests(), strict=True):
+        n = m["output_tokens"]
+        tpot = 1e3 * (m["last_s"] - m["first_s"]) / (n - 1) if n > 1 else None
+        out.append({"id": m["id"], "input_tokens": m["input_tokens"], "output_tokens": n,
+                    "ttft_ms": 1e3 * (m["first_s"] - m["arrival_s"]),
+                    "ttft_ms_predicted": p["ttft_ms"], "tpot_ms": tpot,
+                    "tpot_ms_predicted": p["tpot_ms"]})  # fmt: skip
+    return out
+
+
+def _render(measured: dict, rep: Any, fmt: str, warnings: list[str],
+            per_request: bool = False) -> None:  # fmt: skip
     m = _metrics(measured["requests"])
     p = {k: rep.summary[k] for k in m}
     rows = [{"metric": k, "measured": m[k], "predicted": p[k],
@@ -108,6 +124,12 @@ def _render(measured: dict, rep: Any, fmt: str, warnings: list[str]) -> None:
         import sys
 
         w = csv.writer(sys.stdout, lineterminator="\n")
+        if per_request:
+            reqs = _request_rows(measured, rep)
+            w.writerow(reqs[0].keys())
+            for r in reqs:
+                w.writerow("" if v is None else v for v in r.values())
+            return
         w.writerow(["metric", "measured", "predicted", "error_pct"])
         for r in rows:
             w.writerow(r.values())
@@ -123,6 +145,15 @@ def _render(measured: dict, rep: Any, fmt: str, warnings: list[str]) -> None:
         table.add_row(r["metric"], f"{r['measured']:,.2f}", f"{r['predicted']:,.2f}",
                       f"{r['error_pct']:+.1f}%")  # fmt: skip
     console = make_console()
+    if per_request:
+        each = Table(title="per request (ms)")
+        for h in ("id", "in", "out", "TTFT", "TTFT pred", "TPOT", "TPOT pred"):
+            each.add_column(h, justify="right")
+        for r in _request_rows(measured, rep):
+            cells = [r["ttft_ms"], r["ttft_ms_predicted"], r["tpot_ms"], r["tpot_ms_predicted"]]
+            each.add_row(str(r["id"]), str(r["input_tokens"]), str(r["output_tokens"]),
+                         *("-" if v is None else f"{v:,.1f}" for v in cells))  # fmt: skip
+        console.print(each)
     console.print(table)
     for w in warnings:
         console.print(f"warning: {w}", markup=False, style="yellow")

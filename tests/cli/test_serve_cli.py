@@ -194,3 +194,38 @@ def test_slo_html_report(capsys, tmp_path, monkeypatch):
     ok(capsys, *SLO, "-o", "report.html")
     html = (tmp_path / "report.html").read_text()
     assert "<html" in html and "Pareto" in html
+
+
+def test_measure_serve_prints_measured_beside_predicted(capsys, monkeypatch):
+    """gpuperf measure serve's report, from a committed H200 run (the run itself needs a GPU):
+    per request and in aggregate, the simulation of the same requests, cache and budget."""
+    import json
+    from pathlib import Path
+
+    from gpuperf import api
+    from gpuperf.cli.measure_serve import _render
+    from gpuperf.step.serve_load import Request, Workload
+
+    monkeypatch.setenv("COLUMNS", "160")
+    path = Path(__file__).parents[2] / "benchmarks/results/h200-sxm-141gb/measure_serve_cli.json"
+    m = json.loads(path.read_text())
+    asked = (
+        Request(r["scheduled_arrival_s"], r["input_tokens"], r["asked_output_tokens"])
+        for r in m["requests"]
+    )
+    work = Workload(tuple(asked), 0, "x")
+    cb = m["cb"]
+    rep = api.serve("llama3.2-1b", gpu="h200", engine="hf", workload=work,
+                    kv_tokens=cb["num_blocks"] * cb["block_size"],
+                    token_budget=cb["max_batch_tokens"], block_size=cb["block_size"],
+                    max_seqs=len(m["requests"]))  # fmt: skip
+    _render(m, rep, "csv", [], per_request=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("id,input_tokens,output_tokens,ttft_ms,ttft_ms_predicted")
+    assert len(lines) == 1 + len(m["requests"])
+    _render(m, rep, "json", [])
+    agg = {r["metric"]: r for r in json.loads(capsys.readouterr().out)["aggregate"]}
+    assert abs(agg["ttft_p50_ms"]["error_pct"]) < 15 and abs(agg["tpot_p50_ms"]["error_pct"]) < 15
+    _render(m, rep, "table", [], per_request=True)
+    out = capsys.readouterr().out
+    assert "per request (ms)" in out and "wall_s" in out
