@@ -63,18 +63,20 @@ def serve(model: str, isl: str, osl: str, requests: int, rate: float | None, see
         cb["use_cuda_graph"] = True
     spec = {"config": config, "requests": [[r.arrival, r.prompt, r.output] for r in work.requests],
             "cb": cb, "dtype": "bf16", "seed": seed, "label": work.label}  # fmt: skip
+    opts = {"kv_tokens": num_blocks * block_size, "token_budget": max_batch_tokens,
+            "block_size": block_size, "max_seqs": min(requests, 1024),
+            "cuda_graphs": cuda_graphs}  # fmt: skip
+    warnings: list[str] = []
+    spec_gpu = gpu_for_prediction(gpu, "cuda", warnings)
+    # the simulation's inputs are checked before the GPU run, so a bad one loses no measurement
+    api.serve(cfg, gpu=spec_gpu, engine="hf", requests=1, isl=1, osl=1, **opts)
     measured = run(spec)
     if save is not None:
         write_text(save, json.dumps(measured))
-    warnings: list[str] = []
-    spec_gpu = gpu_for_prediction(gpu, "cuda", warnings)
     replay = Workload(tuple(Request(r["scheduled_arrival_s"], r["input_tokens"],
                                     r["asked_output_tokens"]) for r in measured["requests"]), 0,
                       work.label)  # fmt: skip
-    rep = api.serve(cfg, gpu=spec_gpu, engine="hf", workload=replay,
-                    kv_tokens=num_blocks * block_size, token_budget=max_batch_tokens,
-                    block_size=block_size, max_seqs=min(requests, 1024),
-                    cuda_graphs=cuda_graphs)  # fmt: skip
+    rep = api.serve(cfg, gpu=spec_gpu, engine="hf", workload=replay, **opts)
     _render(measured, rep, fmt, warnings, per_request)
 
 

@@ -74,14 +74,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         progress_bar=False)  # fmt: skip
     torch.cuda.synchronize()
     open_loop = any(r[0] > 0 for r in reqs)
-    t0 = time.perf_counter()
     if not open_loop and len({int(r[2]) for r in reqs}) == 1:
+        t0 = time.perf_counter()
         out = model.generate_batch(inputs=prompts, generation_config=gc,
                                    continuous_batching_config=cbc, record_timestamps=True,
                                    progress_bar=False)  # fmt: skip
         results = [out[f"req_{i}"] for i in range(len(prompts))]
     else:
-        results = _managed(model, gc, cbc, reqs, prompts, t0)
+        results, t0 = _managed(model, gc, cbc, reqs, prompts)
     rows = []
     for i, (r, res) in enumerate(zip(reqs, results, strict=True)):
         ts = list(res.timestamps or [])
@@ -98,11 +98,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             "attn_implementation": attn, "config": spec["config"], "requests": rows}  # fmt: skip
 
 
-def _managed(model: Any, gc: Any, cbc: Any, reqs: list, prompts: list, t0: float) -> list:
-    """Submit each request at its arrival time (relative to t0) through the manager."""
+def _managed(model: Any, gc: Any, cbc: Any, reqs: list, prompts: list) -> tuple[list, float]:
+    """Submit each request at its arrival time through the manager; (results, the start), the
+    clock started once the manager is warm (its cache built, graphs captured)."""
     mgr = model.init_continuous_batching(generation_config=gc, continuous_batching_config=cbc)
     mgr.warmup()
     mgr.start()
+    t0 = time.perf_counter()
     results: dict[str, Any] = {}
 
     def collect() -> None:
@@ -122,7 +124,13 @@ def _managed(model: Any, gc: Any, cbc: Any, reqs: list, prompts: list, t0: float
         mgr.add_request(p, request_id=f"r{i}", max_new_tokens=int(r[2]), record_timestamps=True)
     reader.join()
     mgr.stop(block=True)
-    return [results[f"r{i}"] for i in range(len(reqs))]
+    missing = [i for i in range(len(reqs)) if f"r{i}" not in results]
+    if missing:
+        from gpuperf.errors import GpuperfError
+
+        raise GpuperfError(f"{len(missing)} of {len(reqs)} requests returned no result within "
+                           f"120 s of the last one (request r{missing[0]} first)")  # fmt: skip
+    return [results[f"r{i}"] for i in range(len(reqs))], t0
 
 
 def main() -> None:

@@ -37,6 +37,12 @@ if TYPE_CHECKING:
     from gpuperf.step.serve_steps import StepTimer
 
 SERIES_POINTS = 200  # time series points kept for the report
+
+
+class DoesNotFit(InputError):
+    """The model or a request does not fit the GPUs' memory (a split to skip, not bad input)."""
+
+
 MAX_STEPS = 50_000_000
 
 
@@ -145,18 +151,20 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
     n = len(reqs)
     bs = engine.block_size
     blocks_total = kv_tokens // bs
-    longest = max(r.prompt + r.output for r in reqs)
+    # A request's cache holds its prompt and every answer token but the last (never fed back).
+    longest = max(r.prompt + r.output - 1 for r in reqs)
     if longest > blocks_total * bs:
-        raise InputError(
-            f"a request of {longest} tokens does not fit the KV cache of {blocks_total * bs} "
-            f"tokens (per replica); add GPUs (--tp) or shorten the requests"
+        raise DoesNotFit(
+            f"a request of {longest} cached tokens does not fit the KV cache of "
+            f"{blocks_total * bs} tokens (per replica); add GPUs (--tp) or shorten the requests"
         )
     budget = engine.token_budget
-    if not engine.chunked_prefill and max(r.prompt for r in reqs) > budget:
+    if not engine.chunked_prefill and longest > budget:
+        # a preempted request prefills its prompt and answer so far again, whole (vLLM V0 asks
+        # max_num_batched_tokens >= max_model_len for the same reason)
         raise InputError(
-            f"without chunked prefill a prompt must fit the token budget: a prompt of "
-            f"{max(r.prompt for r in reqs)} tokens and a budget of {budget} (raise "
-            "--token-budget or allow --chunked-prefill)"
+            f"without chunked prefill the token budget must hold a whole request: {longest} "
+            f"tokens and a budget of {budget} (raise --token-budget or allow --chunked-prefill)"
         )
     max_seqs = min(engine.max_seqs, budget)
     arrival = [math.nan] * n
@@ -277,9 +285,13 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         head = waiting[0] if waiting else -1
         if head >= 0 and todo[head] == 0:
             todo[head] = prompt[head]
-        # Without chunked prefill a prompt that fits runs whole, before the decodes (vLLM V0).
+        # Without chunked prefill a prompt that can be admitted runs whole, before the decodes
+        # (vLLM V0).
         prefill_only = (whole and head >= 0 and not prefilling and len(order) < max_seqs
-                        and todo[head] <= budget and blocks_for(todo[head]) <= free)  # fmt: skip
+                        and todo[head] <= budget and blocks_for(todo[head]) <= free
+                        and (not reserve or reserved + blocks_for(prompt[head] + output[head])
+                             <= blocks_total))  # fmt: skip
+        preempted_before = preempted
         decodes = 0
         if not prefill_only and n_dec:
             need = phase[(-tick) % bs]
@@ -309,7 +321,8 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             left -= c
         decodes = n_dec if decodes else 0  # decoders preempted above do not run
         margin = engine.admit_margin * blocks_total
-        while waiting and left > 0 and len(order) < max_seqs:
+        # a step that preempted admits nothing new (vLLM V1: the victims would come straight back)
+        while waiting and left > 0 and len(order) < max_seqs and preempted == preempted_before:
             if margin and free < margin and (chunks or decodes):
                 break  # the safety margin: the cache is kept for the running requests
             i = waiting[0]

@@ -102,7 +102,7 @@ class Workload:
         return self.concurrency > 0
 
 
-def _count(n: object, what: str, limit: int = MAX_REQUESTS) -> int:
+def count_of(n: object, what: str, limit: int = MAX_REQUESTS) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= limit:
         raise InputError(f"{what} must be a whole number from 1 to {limit:,}, got {shown(n)}")
     return n
@@ -120,22 +120,24 @@ def make_workload(isl: Lengths, osl: Lengths, *, requests: int | None = None,
     if len(given) > 1:
         raise InputError(f"{given[0]} and {given[1]} both set the arrivals; give one")
     if trace is not None:
+        if not isinstance(trace, str | os.PathLike):
+            raise InputError(f"--trace must be a file name, got {shown(trace)}")
         if requests is not None:
             raise InputError("--trace sets the requests; drop --requests")
         return read_trace(trace)
     rng = random.Random(seed)
     if concurrency is not None:
-        users = _count(concurrency, "--concurrency", 1 << 20)
-        n = _count(requests if requests is not None else 8 * users, "--requests")
+        users = count_of(concurrency, "--concurrency", 1 << 20)
+        n = count_of(requests if requests is not None else 8 * users, "--requests")
         reqs = tuple(Request(float(i % users), isl.draw(rng), osl.draw(rng)) for i in range(n))
         return Workload(reqs, users, f"{n} requests, {users} concurrent users")
-    n = _count(requests if requests is not None else (1000 if rate is not None else 1),
+    n = count_of(requests if requests is not None else (1000 if rate is not None else 1),
                "--requests")  # fmt: skip
     if rate is None:
         reqs = tuple(Request(0.0, isl.draw(rng), osl.draw(rng)) for _ in range(n))
         return Workload(reqs, 0, f"{n} requests at once")
-    if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 < rate < 1e9:
-        raise InputError(f"--rate must be a positive number of requests/s, got {shown(rate)}")
+    if not isinstance(rate, int | float) or isinstance(rate, bool) or not 1e-6 <= rate < 1e9:
+        raise InputError(f"--rate must be from 1e-6 to 1e9 requests/s, got {shown(rate)}")
     t, out = 0.0, []
     for _ in range(n):
         t += rng.expovariate(rate)

@@ -73,27 +73,25 @@ class Server:
                  dtype: str = "bf16", kv_dtype: str | None = None,
                  weight_dtype: str | None = None, kv_tokens: int | None = None,
                  **options: Any) -> None:  # fmt: skip
-        from gpuperf.step.serve_engines import load_engine
         from gpuperf.step.serve_steps import StepTimer, kv_capacity_tokens
         from gpuperf.workloads.scenario import Scenario
 
-        unknown = sorted(set(options) - set(ENGINE_OPTIONS))
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], ENGINE_OPTIONS, n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            raise InputError(f"unknown argument {unknown[0]!r}{hint}")
+        if kv_tokens is not None and (not isinstance(kv_tokens, int) or
+                                      isinstance(kv_tokens, bool) or kv_tokens < 1):  # fmt: skip
+            raise InputError(f"kv_tokens must be a whole number of tokens, got {shown(kv_tokens)}")
         self.cfg, self.gpu, self.tp = cfg, gpu, tp
-        self.engine = prof = load_engine(engine, **options)
+        self.engine = prof = engine_profile(engine, options)
         base = Scenario(mode="prefill", impl=prof.impl, dtype=dtype, kv_dtype=kv_dtype,  # type: ignore[arg-type]
                         weight_dtype=weight_dtype, tp=tp)  # type: ignore[arg-type]  # fmt: skip
         self.timer = StepTimer(cfg, gpu, system, prof, base)
         cap, self.memory = kv_capacity_tokens(cfg, gpu, prof, base)
         self.kv_tokens = cap if kv_tokens is None else kv_tokens
         if self.kv_tokens <= 0:
+            from gpuperf.step.serve import DoesNotFit
             from gpuperf.units import fmt_bytes
 
             m = self.memory
-            raise InputError(
+            raise DoesNotFit(
                 f"{cfg.name} does not fit for serving on {tp} x {gpu.name}: weights "
                 f"{fmt_bytes(m['weights'])} and workspace {fmt_bytes(m['workspace'])} per GPU "
                 f"of {fmt_bytes(m['engine_budget'])} the engine may use; raise --tp"
@@ -121,6 +119,21 @@ class Server:
         return report
 
 
+def engine_profile(engine: Any, options: dict[str, Any]) -> EngineProfile:
+    """The engine's profile with `options` applied; InputError for an unknown option."""
+    from gpuperf.step.serve_engines import EngineProfile, load_engine
+
+    unknown = sorted(set(options) - set(ENGINE_OPTIONS))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], ENGINE_OPTIONS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise InputError(f"unknown argument {unknown[0]!r}{hint}")
+    if not isinstance(engine, str | os.PathLike | EngineProfile):
+        raise InputError(f"engine must be a name (hf, vllm, trtllm) or a .toml path, got "
+                         f"{shown(engine)}")  # fmt: skip
+    return load_engine(engine, **options)
+
+
 def _seed(seed: object) -> int:
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
         raise InputError(f"seed must be a whole number >= 0, got {shown(seed)}")
@@ -137,9 +150,13 @@ def run_serve(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
               **options: Any) -> ServeReport:  # fmt: skip
     """Simulate (api.serve's docstring); kv_tokens: the cache's size instead of the memory
     model's (a measured run's); workload: a serve_load.Workload instead of the options."""
-    from gpuperf.step.serve_load import make_workload, parse_lengths
+    from gpuperf.step.serve_load import Workload, make_workload, parse_lengths
 
     _seed(seed)
+    if workload is not None and not isinstance(workload, Workload):
+        raise InputError(f"workload must be a serve_load.Workload, got {shown(workload)}")
+    if progress is not None and not callable(progress):
+        raise InputError(f"progress must be a function (done, total), got {shown(progress)}")
     server = Server(cfg, gpu, system, engine, tp=tp, dtype=dtype, kv_dtype=kv_dtype,
                     weight_dtype=weight_dtype, kv_tokens=kv_tokens, **options)  # fmt: skip
     work = workload or make_workload(parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl"),
@@ -178,12 +195,16 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
                  **options: Any) -> ServePlan:  # fmt: skip
     """The highest Poisson rate within `slo` on one replica of `tp` GPUs, or, with `gpus`, for
     every split of them into tensor-parallel replicas (step.serve_slo)."""
-    from gpuperf.step.serve_load import make_workload, parse_lengths
+    from gpuperf.step.plan import check_model
+    from gpuperf.step.serve import DoesNotFit
+    from gpuperf.step.serve_load import count_of, make_workload, parse_lengths
     from gpuperf.step.serve_slo import FRONTIER_RATES, SplitResult, best_rate, pareto, parse_slo
+    from gpuperf.workloads.scenario import Scenario
 
     targets = parse_slo(slo)
     _seed(seed)
-    n = requests or 300
+    prof = engine_profile(engine, options)  # bad options are the user's: exit 2, not a note
+    n = 300 if requests is None else count_of(requests, "--requests")
     lengths = parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl")
     if gpus is None:
         sizes, total = [tp], tp
@@ -196,10 +217,17 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
         if progress is not None:
             progress(i, len(sizes))
         try:
-            server = Server(cfg, gpu, system, engine, tp=t, dtype=dtype, kv_dtype=kv_dtype,
-                            weight_dtype=weight_dtype, **options)  # fmt: skip
+            if gpus is not None:  # a split the model cannot take is a note, not an error
+                check_model(cfg, Scenario(tp=t))
+            server = Server(cfg, gpu, system, prof, tp=t, dtype=dtype, kv_dtype=kv_dtype,
+                            weight_dtype=weight_dtype)  # fmt: skip
             burst = server.run(make_workload(*lengths, requests=n, seed=seed)).summary
+        except DoesNotFit as exc:
+            splits.append(SplitResult(t, total // t, 0.0, None, why=str(exc)))
+            continue
         except InputError as exc:
+            if gpus is None or not str(exc).startswith("tp="):
+                raise
             splits.append(SplitResult(t, total // t, 0.0, None, why=str(exc)))
             continue
 
@@ -224,8 +252,7 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
         progress(len(sizes), len(sizes))
     ok = [s for s in splits if s.rate > 0]
     best = max(ok, key=lambda s: s.rate) if ok else None
-    eng = splits and getattr(engine, "name", str(engine))
-    return ServePlan(cfg.name, gpu.name, total, str(eng), targets, splits, pareto(points), best)
+    return ServePlan(cfg.name, gpu.name, total, prof.name, targets, splits, pareto(points), best)
 
 
 def meets_slo(summary: dict[str, Any], targets: dict[str, float]) -> bool:

@@ -164,12 +164,15 @@ class StepTimer:
         """Hugging Face's paged|sdpa over the step (EngineProfile.attention): gather every
         sequence's cached K and V, repeat the KV heads to the query heads, one masked SDPA of
         all the step's queries against all of it."""
+        from gpuperf.dtypes import BYTES
         from gpuperf.perfmodel.ops import Attention, Copy
 
         past = n_dec * ctx_mean + sum(p for _, p in chunks)
         keys = past + sum(c for c, _ in chunks)  # the cache and the step's own tokens
-        elt = 2 * op.head_dim * 2  # K and V, 16-bit
-        t = self._kernel_s(coster, Copy("attn/gather", past * op.kv_heads * elt, op.dtype))
+        elt = 2 * op.head_dim * BYTES[op.kv_dtype or op.dtype]  # K and V
+        # once any sequence reads its cache, the whole step's keys are gathered (cache.update)
+        gathered = keys if past else 0
+        t = self._kernel_s(coster, Copy("attn/gather", gathered * op.kv_heads * elt, op.dtype))
         if op.heads != op.kv_heads:
             t += self._kernel_s(coster, Copy("attn/repeat_kv", keys * op.heads * elt, op.dtype))
         q = max(1, n_dec + sum(c for c, _ in chunks))

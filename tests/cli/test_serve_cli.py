@@ -113,6 +113,11 @@ def test_trace_is_replayed(capsys, tmp_path):
         (("--slo", "garbage"), "--slo 'garbage'"),
         (("--slo", "ttft=1s", "--rate", "3"), "--slo"),
         (("--mem-fraction", "0"), "mem_fraction"),
+        (("--rate", "1e-300"), "--rate"),
+        (("--slo", "ttft=1.2.3ms"), "not a number"),
+        (("--slo", "ttft=1s", "--engine", "nosuch"), "unknown engine"),
+        (("--slo", "ttft=1s", "--token-budget", "99999999"), "token_budget"),
+        (("--no-chunked-prefill", "--isl", "4096", "--token-budget", "2048"), "whole request"),
     ],
 )
 def test_bad_input_is_one_line(capsys, tmp_path, monkeypatch, args, match):
@@ -229,3 +234,30 @@ def test_measure_serve_prints_measured_beside_predicted(capsys, monkeypatch):
     _render(m, rep, "table", [], per_request=True)
     out = capsys.readouterr().out
     assert "per request (ms)" in out and "wall_s" in out
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"engine": 123}, "engine must be"),
+        ({"trace": 123}, "--trace must be"),
+        ({"kv_tokens": "abc"}, "kv_tokens"),
+        ({"workload": 5}, "workload must be"),
+        ({"progress": 5}, "progress must be"),
+    ],
+)
+def test_api_serve_refuses_wrong_types(kw, match):
+    from gpuperf import api
+    from gpuperf.errors import InputError
+
+    with pytest.raises(InputError, match=match):
+        api.serve("llama3.2-1b", gpu="h100", **kw)
+
+
+def test_api_serve_plan_refuses_bad_options_instead_of_noting_them():
+    from gpuperf import api
+    from gpuperf.errors import InputError
+
+    for kw in ({"requests": "5"}, {"rate": 5}, {"engine": "nosuch"}):
+        with pytest.raises(InputError):
+            api.serve_plan("llama3.2-1b", "ttft=1s", gpu="h100", **kw)
