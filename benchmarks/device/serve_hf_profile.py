@@ -1,0 +1,82 @@
+"""Where a Hugging Face continuous-batching step spends its time: 64 requests of 512 tokens
+through generate_batch under torch.profiler (CPU and CUDA), for a Llama-3-8B and a
+Llama-3.2-1B with random weights. Writes the top GPU kernels and host ops, per step.
+
+    python3 benchmarks/device/serve_hf_profile.py OUT.json
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from gpuperf.measure.serve_hf import _model  # noqa: E402
+
+PRESETS = Path(__file__).resolve().parents[2] / "gpuperf" / "workloads" / "presets"
+
+
+def main() -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    from gpuperf.measure.env import environment
+
+    out = {"env": environment("cuda"), "runs": []}
+    for name in ("llama3-8b", "llama3.2-1b"):
+        cfg = json.loads((PRESETS / f"{name}.json").read_text())
+        model = _model(cfg, "bf16", torch)
+        rng = random.Random(0)
+        prompts = [[rng.randrange(cfg["vocab_size"]) for _ in range(512)] for _ in range(64)]
+        cbc = ContinuousBatchingConfig(
+            block_size=256,
+            num_blocks=512,
+            max_batch_tokens=2048,
+            allow_block_sharing=False,
+            scheduler_type="fifo",
+        )
+        gc = GenerationConfig(max_new_tokens=32, do_sample=False, eos_token_id=-1)
+        model.generate_batch(inputs=prompts[:4], generation_config=gc,
+                             continuous_batching_config=cbc, progress_bar=False)  # fmt: skip
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            res = model.generate_batch(inputs=prompts, generation_config=gc,
+                                       continuous_batching_config=cbc, record_timestamps=True,
+                                       progress_bar=False)  # fmt: skip
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        stamps = sorted(t for r in res.values() for t in (r.timestamps or []))
+        steps = 1 + sum(1 for a, b in zip(stamps, stamps[1:], strict=False) if b - a > 0.003)
+        gpu, cpu = {}, {}
+        for e in prof.key_averages():
+            dev = getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0)
+            if dev > 0 and e.self_cpu_time_total == 0:
+                gpu[e.key] = (e.count, dev)
+            else:
+                cpu[e.key] = (e.count, e.self_cpu_time_total)
+        top_gpu = sorted(gpu.items(), key=lambda kv: -kv[1][1])[:25]
+        top_cpu = sorted(cpu.items(), key=lambda kv: -kv[1][1])[:30]
+        run = {
+            "model": name, "wall_s": wall, "steps": steps,
+            "gpu_top": [{"name": k[:160], "count": c, "us": t} for k, (c, t) in top_gpu],
+            "cpu_top": [{"name": k[:160], "count": c, "self_us": t} for k, (c, t) in top_cpu],
+        }  # fmt: skip
+        out["runs"].append(run)
+        Path(sys.argv[1]).write_text(json.dumps(out))
+        print(name, f"wall {wall:.2f} s, ~{steps} steps", flush=True)
+        for g in run["gpu_top"][:12]:
+            print("  GPU", round(g["us"] / steps), "us/step", g["count"], g["name"][:90])
+        for c in run["cpu_top"][:12]:
+            print("  CPU", round(c["self_us"] / steps), "us/step", c["count"], c["name"][:90])
+        del model
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
