@@ -25,7 +25,7 @@ RESULTS = Path(__file__).parent / "results"
 FIT_RUNS = ("llama3.2-1b_n16_512x128", "llama3.2-1b_n64_512x128", "llama3.2-1b_n256_256x256",
             "llama3-8b_n16_512x128", "llama3-8b_n64_2048x64",
             "llama3.2-1b_n64_512x128_graphs")  # fmt: skip
-PARAMS = ("step_overhead", "attn_plans", "per_seq", "per_kv_token")
+PARAMS = ("step_overhead", "eager_step", "per_seq", "per_kv_token")
 GPU_NAMES = {"h100-sxm5-80gb": "h100", "h200-sxm-141gb": "h200"}
 
 

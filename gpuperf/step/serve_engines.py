@@ -7,7 +7,7 @@ size and the memory fraction the cache may take, chunked prefill on or off, whic
 captured batch sizes, and the host's time per step beyond kernel launches (scheduling, input
 preparation, sampling, detokenization): step_overhead + per_seq x sequences + per_kv_token x
 cached tokens, counted in kernel dispatches of the machine (its GPU profile's host_dispatch_s),
-plus attn_plans attention plans (host_attn_plan_s each) when the step runs outside CUDA graphs.
+plus eager_step more when the step runs outside CUDA graphs.
 Host work is thus measured in units of the host it runs on: a faster host shrinks all of it.
 """
 
@@ -55,10 +55,10 @@ class EngineProfile:
     step_overhead: float = 0.0  # host work per step, in kernel dispatches
     per_seq: float = 0.0  # per sequence in the step, in dispatches
     per_kv_token: float = 0.0  # per cached token of the step's sequences, in dispatches
-    # Attention plans per step outside CUDA graphs (host_attn_plan_s each): a step's attention
-    # shape (queries, cached tokens) is new every step and SDPA's cuDNN backend plans it again;
-    # graphs pad the shapes to a few sizes and replay them.
-    attn_plans: float = 0.0
+    # Host work per step that a CUDA-graph step does not pay, in dispatches (Hugging Face: its
+    # Python per step outside the graph path; torch.profiler shows no attention planning there,
+    # benchmarks/results/h100-sxm5-80gb/serve_hf_profile.json).
+    eager_step: float = 0.0
     # varlen: one FlashAttention-style kernel over each sequence's own cache (vLLM, TRT-LLM);
     # gather_sdpa: Hugging Face's paged|sdpa, which gathers every sequence's cache into one
     # tensor, repeats the KV heads, and runs one SDPA over all queries against all of it with a
@@ -77,7 +77,7 @@ class EngineProfile:
 
 
 _INTS = ("token_budget", "max_seqs", "block_size")
-_FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "attn_plans", "admit_margin")
+_FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "eager_step", "admit_margin")
 _BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full")
 _KEYS = ("name", "base", "description", "impl", "attention", "graph_sizes", "sources", *_INTS,
          *_FLOATS, *_BOOLS)  # fmt: skip

@@ -485,7 +485,7 @@ def test_relative_base_is_found_beside_the_profile(tmp_path, monkeypatch):
         ("step_overhead = -0.001", "step_overhead must"),
         ("per_seq = -1e-6", "per_seq must"),
         ("per_kv_token = -1", "per_kv_token must"),
-        ("attn_plans = -0.5", "attn_plans must"),
+        ("eager_step = -0.5", "eager_step must"),
         ("step_overhead = nan", "step_overhead must"),
         ("step_overhead = inf", "step_overhead must"),
         ("graph_sizes = [0, 8]", "graph_sizes must"),
