@@ -235,6 +235,25 @@ def test_several_gpus_report_draws_and_switches(browser, tmp_path):
 
 
 @needs_chromium
+def test_serve_pages_draw_offline_without_errors(browser, tmp_path):
+    """gpuperf serve's pages: a run (batch and KV cache over time, latency distributions) and an
+    SLO plan (the Pareto frontier) draw every figure offline, with no error."""
+    from gpuperf import api
+    from gpuperf.reports.html_serve import write_run_report, write_serve_report
+
+    rep = api.serve("llama3.2-1b", gpu="h100", rate=20.0, requests=80)
+    plan = api.serve_plan("llama3.2-1b", "ttft=2s,tpot=100ms", gpu="h100", gpus=2, requests=40)
+    for path, want in (
+        (write_run_report(rep, tmp_path / "run.html"), ["fig-time", "fig-latency"]),
+        (write_serve_report(plan, tmp_path / "plan.html"), ["fig-frontier"]),
+    ):
+        _, s = _open(browser, path.resolve().as_uri())
+        figs = _wait_drawn(browser, s)
+        assert [f for f, _ in figs] == want and all(n > 0 for _, n in figs), figs
+        assert _problems(browser.events, s) == []
+
+
+@needs_chromium
 def test_problems_are_seen(browser, tmp_path):
     """The checks above can fail: a page with an error and a remote image is caught."""
     bad = tmp_path / "bad.html"
