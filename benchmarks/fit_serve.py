@@ -17,44 +17,24 @@ import math
 import statistics
 from pathlib import Path
 
-from gpuperf import api
-from gpuperf.step.serve import percentile
-from gpuperf.step.serve_load import Request, Workload
+from gpuperf.measure.serve_hf import metrics, replay
 
 RESULTS = Path(__file__).parent / "results"
 FIT_RUNS = ("llama3.2-1b_n16_512x128", "llama3.2-1b_n64_512x128", "llama3.2-1b_n256_256x256",
             "llama3-8b_n16_512x128", "llama3-8b_n64_2048x64",
             "llama3.2-1b_n64_512x128_graphs")  # fmt: skip
+COMPARED = ("wall_s", "ttft_p50_ms", "tpot_p50_ms")
 PARAMS = ("step_overhead", "eager_step", "per_seq", "per_kv_token")
 GPU_NAMES = {"h100-sxm5-80gb": "h100", "h200-sxm-141gb": "h200"}
 
 
 def measured(run: dict) -> dict[str, float]:
-    reqs = run["requests"]
-    t0 = min(r["arrival_s"] for r in reqs)
-    ttft = sorted(r["first_s"] - r["arrival_s"] for r in reqs)
-    tpot = sorted((r["last_s"] - r["first_s"]) / (r["output_tokens"] - 1) for r in reqs
-                  if r["output_tokens"] > 1)  # fmt: skip
-    return {"wall_s": max(r["last_s"] for r in reqs) - t0,
-            "ttft_p50_ms": 1e3 * percentile(ttft, 50),
-            "tpot_p50_ms": 1e3 * percentile(tpot, 50)}  # fmt: skip
+    return {k: v for k, v in metrics(run["requests"]).items() if k in COMPARED}
 
 
 def simulate(run: dict, gpu: str, params: dict[str, float]) -> dict[str, float]:
-    reqs = run["requests"]
-    asked = (
-        Request(r["scheduled_arrival_s"], r["input_tokens"], r["asked_output_tokens"]) for r in reqs
-    )
-    work = Workload(tuple(asked), 0, run["label"])
-    cb = run["cb"]
-    rep = api.serve(
-        run["preset"], gpu=gpu, engine="hf", workload=work,
-        kv_tokens=cb["num_blocks"] * cb["block_size"], token_budget=cb["max_batch_tokens"],
-        block_size=cb["block_size"], max_seqs=min(len(reqs), 1024),
-        cuda_graphs=bool(cb.get("use_cuda_graph")), **params,
-    )  # fmt: skip
-    s = rep.summary
-    return {"wall_s": s["wall_s"], "ttft_p50_ms": s["ttft_p50_ms"], "tpot_p50_ms": s["tpot_p50_ms"]}
+    s = replay(run, run["preset"], gpu, **params).summary
+    return {k: s[k] for k in COMPARED}
 
 
 def loss(runs: list[dict], gpu: str, params: dict[str, float]) -> float:

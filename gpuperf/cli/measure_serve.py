@@ -44,8 +44,8 @@ def serve(model: str, isl: str, osl: str, requests: int, rate: float | None, see
     from gpuperf import api
     from gpuperf.cli.measure_cmd import gpu_for_prediction
     from gpuperf.fileio import check_writable, write_text
-    from gpuperf.measure.serve_hf import run
-    from gpuperf.step.serve_load import Request, Workload, make_workload, parse_lengths
+    from gpuperf.measure.serve_hf import engine_options, replay, run
+    from gpuperf.step.serve_load import make_workload, parse_lengths
     from gpuperf.workloads.config import from_hf_dict, hf_config
 
     config, name, source = hf_config(model)
@@ -63,36 +63,16 @@ def serve(model: str, isl: str, osl: str, requests: int, rate: float | None, see
         cb["use_cuda_graph"] = True
     spec = {"config": config, "requests": [[r.arrival, r.prompt, r.output] for r in work.requests],
             "cb": cb, "dtype": "bf16", "seed": seed, "label": work.label}  # fmt: skip
-    opts = {"kv_tokens": num_blocks * block_size, "token_budget": max_batch_tokens,
-            "block_size": block_size, "max_seqs": min(requests, 1024),
-            "cuda_graphs": cuda_graphs}  # fmt: skip
     warnings: list[str] = []
     spec_gpu = gpu_for_prediction(gpu, "cuda", warnings)
     # the simulation's inputs are checked before the GPU run, so a bad one loses no measurement
-    api.serve(cfg, gpu=spec_gpu, engine="hf", requests=1, isl=1, osl=1, **opts)
+    api.serve(cfg, gpu=spec_gpu, engine="hf", requests=1, isl=1, osl=1,
+              **engine_options(cb, requests))  # fmt: skip
     measured = run(spec)
     if save is not None:
         write_text(save, json.dumps(measured))
-    replay = Workload(tuple(Request(r["scheduled_arrival_s"], r["input_tokens"],
-                                    r["asked_output_tokens"]) for r in measured["requests"]), 0,
-                      work.label)  # fmt: skip
-    rep = api.serve(cfg, gpu=spec_gpu, engine="hf", workload=replay, **opts)
+    rep = replay(measured, cfg, spec_gpu)
     _render(measured, rep, fmt, warnings, per_request)
-
-
-def _metrics(reqs: list[dict[str, Any]]) -> dict[str, float]:
-    from gpuperf.step.serve import percentile
-
-    t0 = min(r["arrival_s"] for r in reqs)
-    ttft = sorted(r["first_s"] - r["arrival_s"] for r in reqs)
-    tpot = sorted((r["last_s"] - r["first_s"]) / (r["output_tokens"] - 1) for r in reqs
-                  if r["output_tokens"] > 1)  # fmt: skip
-    wall = max(r["last_s"] for r in reqs) - t0
-    out = {"wall_s": wall, "output_tokens_per_s": sum(r["output_tokens"] for r in reqs) / wall}
-    for name, vals in (("ttft", ttft), ("tpot", tpot)):
-        for q in (50, 90):
-            out[f"{name}_p{q}_ms"] = 1e3 * percentile(vals, q)
-    return out
 
 
 def _request_rows(measured: dict, rep: Any) -> list[dict[str, Any]]:
@@ -110,7 +90,9 @@ def _request_rows(measured: dict, rep: Any) -> list[dict[str, Any]]:
 
 def _render(measured: dict, rep: Any, fmt: str, warnings: list[str],
             per_request: bool = False) -> None:  # fmt: skip
-    m = _metrics(measured["requests"])
+    from gpuperf.measure.serve_hf import metrics
+
+    m = metrics(measured["requests"])
     p = {k: rep.summary[k] for k in m}
     rows = [{"metric": k, "measured": m[k], "predicted": p[k],
              "error_pct": 100 * (p[k] / m[k] - 1) if m[k] else math.nan} for k in m]  # fmt: skip

@@ -133,6 +133,45 @@ def _managed(model: Any, gc: Any, cbc: Any, reqs: list, prompts: list) -> tuple[
     return [results[f"r{i}"] for i in range(len(reqs))], t0
 
 
+def metrics(reqs: list[dict[str, Any]]) -> dict[str, float]:
+    """A measured run's wall time (s), output tokens/s and TTFT/TPOT p50 and p90 (ms)."""
+    from gpuperf.step.serve import percentile
+
+    t0 = min(r["arrival_s"] for r in reqs)
+    ttft = sorted(r["first_s"] - r["arrival_s"] for r in reqs)
+    tpot = sorted((r["last_s"] - r["first_s"]) / (r["output_tokens"] - 1) for r in reqs
+                  if r["output_tokens"] > 1)  # fmt: skip
+    wall = max(r["last_s"] for r in reqs) - t0
+    out = {"wall_s": wall, "output_tokens_per_s": sum(r["output_tokens"] for r in reqs) / wall}
+    for name, vals in (("ttft", ttft), ("tpot", tpot)):
+        for q in (50, 90):
+            out[f"{name}_p{q}_ms"] = 1e3 * percentile(vals, q)
+    return out
+
+
+def engine_options(cb: dict[str, Any], requests: int) -> dict[str, Any]:
+    """The hf engine's options for a run of `requests` with ContinuousBatchingConfig `cb`: its
+    cache, token budget, block size, request cap and CUDA graphs."""
+    return {"kv_tokens": cb["num_blocks"] * cb["block_size"],
+            "token_budget": cb["max_batch_tokens"], "block_size": cb["block_size"],
+            "max_seqs": min(requests, 1024),
+            "cuda_graphs": bool(cb.get("use_cuda_graph"))}  # fmt: skip
+
+
+def replay(measured: dict[str, Any], model: Any, gpu: Any, **params: Any) -> Any:
+    """`gpuperf serve --engine hf` of a measured run's requests (as asked: arrival, lengths),
+    with its cache, budget and request cap; params override the engine's host terms."""
+    from gpuperf import api
+    from gpuperf.step.serve_load import Request, Workload
+
+    reqs = measured["requests"]
+    asked = (Request(r["scheduled_arrival_s"], r["input_tokens"], r["asked_output_tokens"])
+             for r in reqs)  # fmt: skip
+    work = Workload(tuple(asked), 0, measured.get("label", ""))
+    opts = engine_options(measured["cb"], len(reqs))
+    return api.serve(model, gpu=gpu, engine="hf", workload=work, **opts, **params)
+
+
 def main() -> None:
     from pathlib import Path
 

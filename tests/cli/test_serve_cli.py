@@ -207,23 +207,13 @@ def test_measure_serve_prints_measured_beside_predicted(capsys, monkeypatch):
     import json
     from pathlib import Path
 
-    from gpuperf import api
     from gpuperf.cli.measure_serve import _render
-    from gpuperf.step.serve_load import Request, Workload
+    from gpuperf.measure.serve_hf import replay
 
     monkeypatch.setenv("COLUMNS", "160")
     path = Path(__file__).parents[2] / "benchmarks/results/h200-sxm-141gb/measure_serve_cli.json"
     m = json.loads(path.read_text())
-    asked = (
-        Request(r["scheduled_arrival_s"], r["input_tokens"], r["asked_output_tokens"])
-        for r in m["requests"]
-    )
-    work = Workload(tuple(asked), 0, "x")
-    cb = m["cb"]
-    rep = api.serve("llama3.2-1b", gpu="h200", engine="hf", workload=work,
-                    kv_tokens=cb["num_blocks"] * cb["block_size"],
-                    token_budget=cb["max_batch_tokens"], block_size=cb["block_size"],
-                    max_seqs=len(m["requests"]))  # fmt: skip
+    rep = replay(m, "llama3.2-1b", "h200")
     _render(m, rep, "csv", [], per_request=True)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("id,input_tokens,output_tokens,ttft_ms,ttft_ms_predicted")
