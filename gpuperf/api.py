@@ -130,9 +130,7 @@ def predict(
         raise InputError(f"unknown argument {unknown[0]!r}{hint}")
     if nodes is not None and (not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1):
         raise InputError(f"nodes must be a positive integer, got {nodes!r}")
-    sys_spec = resolve_system(system)
-    gpu_spec = resolve_gpu(gpu, sys_spec)
-    _check_gpu_in_system(gpu_spec, sys_spec)
+    gpu_spec, sys_spec = _hardware(gpu, system)
     cfg = resolve_model(model)
     scenario = Scenario(
         mode=mode,  # type: ignore[arg-type]
@@ -157,6 +155,14 @@ def _dtype_required(value: Any) -> Any:
     if not isinstance(value, str):
         raise InputError(f"dtype must be a name such as bf16, got {value!r}")
     return parse_dtype(value)
+
+
+def _hardware(gpu: GpuLike | None, system: SystemLike | None) -> tuple[GpuSpec, SystemSpec | None]:
+    """The GPU and system named, the GPU checked against the system's own."""
+    sys_spec = resolve_system(system)
+    gpu_spec = resolve_gpu(gpu, sys_spec)
+    _check_gpu_in_system(gpu_spec, sys_spec)
+    return gpu_spec, sys_spec
 
 
 def _check_gpu_in_system(gpu: GpuSpec, system: SystemSpec | None) -> None:
@@ -269,9 +275,7 @@ def serve(
     """
     from gpuperf.step.serve_run import run_serve
 
-    sys_spec = resolve_system(system)
-    gpu_spec = resolve_gpu(gpu, sys_spec)
-    _check_gpu_in_system(gpu_spec, sys_spec)
+    gpu_spec, sys_spec = _hardware(gpu, system)
     return run_serve(
         resolve_model(model), gpu_spec, sys_spec, engine, tp=tp, isl=isl, osl=osl,
         requests=requests, rate=rate, concurrency=concurrency, trace=trace, seed=seed,
@@ -310,9 +314,7 @@ def serve_plan(
     """
     from gpuperf.step.serve_run import plan_serving
 
-    sys_spec = resolve_system(system)
-    gpu_spec = resolve_gpu(gpu, sys_spec)
-    _check_gpu_in_system(gpu_spec, sys_spec)
+    gpu_spec, sys_spec = _hardware(gpu, system)
     if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or
                              not 0 < gpus <= 4096):  # fmt: skip
         raise InputError(f"gpus must be a whole number from 1 to 4096, got {shown(gpus)}")

@@ -198,7 +198,14 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
     from gpuperf.step.plan import check_model
     from gpuperf.step.serve import DoesNotFit
     from gpuperf.step.serve_load import count_of, make_workload, parse_lengths
-    from gpuperf.step.serve_slo import FRONTIER_RATES, SplitResult, best_rate, pareto, parse_slo
+    from gpuperf.step.serve_slo import (
+        FRONTIER_RATES,
+        SplitResult,
+        best_rate,
+        meets,
+        pareto,
+        parse_slo,
+    )
     from gpuperf.workloads.scenario import Scenario
 
     targets = parse_slo(slo)
@@ -245,7 +252,7 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
             split.points.append({"tp": t, "rate": ceiling * k / FRONTIER_RATES * replicas,
                                  "tokens_per_s_per_gpu": s["output_tokens_per_s"] / t,
                                  "tokens_per_s_per_user": s["tokens_per_s_per_user"],
-                                 "meets_slo": meets_slo(s, targets)})  # fmt: skip
+                                 "meets_slo": meets(s, targets)})  # fmt: skip
         points += split.points
         splits.append(split)
     if progress is not None:
@@ -253,9 +260,3 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
     ok = [s for s in splits if s.rate > 0]
     best = max(ok, key=lambda s: s.rate) if ok else None
     return ServePlan(cfg.name, gpu.name, total, prof.name, targets, splits, pareto(points), best)
-
-
-def meets_slo(summary: dict[str, Any], targets: dict[str, float]) -> bool:
-    from gpuperf.step.serve_slo import meets
-
-    return meets(summary, targets)
