@@ -189,8 +189,8 @@ def render_plan(plan: Any, fmt: str) -> None:
     rows = []
     for s in plan.splits:
         sm = s.summary or {}
-        per_gpu = s.rate / max(1e-12, sm.get("requests_per_s", 0) or 1e-12) * sm.get(
-            "output_tokens_per_s", 0.0) / plan.gpus if sm else 0.0  # fmt: skip
+        # one replica of tp GPUs at its best rate (the frontier's points count the same way)
+        per_gpu = sm["output_tokens_per_s"] / s.tp if sm else 0.0
         rows.append([f"tp{s.tp} x {s.replicas}", s.replicas, s.tp, s.rate, per_gpu,
                      sm.get("ttft_p90_ms"), sm.get("tpot_p90_ms"), s.why])  # fmt: skip
     if fmt == "csv":
