@@ -77,6 +77,12 @@ def weight_bytes(cfg: ModelConfig, dtype: DType, weight_dtype: DType | None = No
     return float(linear * per + (cfg.param_count() - linear) * rest)
 
 
+def kv_share(cfg: ModelConfig, tp: int) -> float:
+    """The share of the KV cache one of `tp` GPUs holds: KV heads are split over the ranks (or
+    replicated when fewer than them); an MLA latent is replicated on every rank."""
+    return 1.0 if cfg.is_mla else max(1, cfg.kv_heads // tp) / cfg.kv_heads
+
+
 def kv_cache_bytes(cfg: ModelConfig, tokens: int, batch: int, dtype: DType) -> float:
     """The cache for `tokens` positions of `batch` sequences, all layers: K and V per KV head,
     or an MLA layer's latent and rotary key; a sliding-window layer keeps its window alone."""
@@ -169,10 +175,8 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, work: StepWork, st: StageWork) 
         scale = weight_bytes(cfg, sc.dtype, sc.weight_dtype) / cfg.param_count()
         out["weights"] = p.total * scale
         tokens = {"prefill": sc.seq, "decode": sc.ctx + 1, "generate": sc.seq + sc.new_tokens}
-        # KV heads split over TP ranks (an MLA latent is replicated on every rank).
-        kv_local = 1.0 if cfg.is_mla else max(1, cfg.kv_heads // sc.tp) / cfg.kv_heads
         out["kv_cache"] = (kv_cache_bytes(cfg, tokens[sc.mode] // sc.cp, sc.batch, sc.kv)
-                           * kv_local * stage_frac)  # fmt: skip
+                           * kv_share(cfg, sc.tp) * stage_frac)  # fmt: skip
         out["activations"] = inference_activation_bytes(cfg, sc)
         return out
     pb, eager = BYTES[act], sc.impl == "eager"

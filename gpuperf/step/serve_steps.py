@@ -191,10 +191,10 @@ class StepTimer:
         tokens = n_dec + sum(c for c, _ in chunks)
         seqs = n_dec + len(chunks)
         cached = sum_ctx + sum(c + p for c, p in chunks)
-        p = self.gpu.params
-        host = p.host_dispatch_s * (e.step_overhead + e.per_seq * seqs + e.per_kv_token * cached)
+        dispatches = e.step_overhead + e.per_seq * seqs + e.per_kv_token * cached
         if not e.cuda_graphs:
-            host += e.eager_step * p.host_dispatch_s
+            dispatches += e.eager_step
+        host = self.gpu.params.host_dispatch_s * dispatches
         ctx = _round_ctx(-(-sum_ctx // n_dec)) if n_dec else 0
         chunks = tuple((c, _round_ctx(p) if p else 0) for c, p in chunks)
         if not chunks:
@@ -202,9 +202,7 @@ class StepTimer:
             if graph:
                 return host + self._forward(graph, graph, graph, (), n_dec, ctx).end
         i = bisect.bisect_left(self.grid, tokens)
-        if i < len(self.grid) and self.grid[i] == tokens:
-            return host + self._forward(tokens, 0, rows, chunks, n_dec, ctx).end
-        if i >= len(self.grid):  # beyond the grid (a budget above its end): cost it exactly
+        if i >= len(self.grid) or self.grid[i] == tokens:  # on the grid, or past it: exactly
             return host + self._forward(tokens, 0, rows, chunks, n_dec, ctx).end
         lo, hi = self.grid[i - 1], self.grid[i]
         t_lo = self._forward(lo, 0, rows, chunks, n_dec, ctx).end
@@ -216,14 +214,18 @@ def kv_capacity_tokens(cfg: ModelConfig, gpu: GpuSpec, engine: EngineProfile,
                        base: Scenario) -> tuple[int, dict[str, float]]:  # fmt: skip
     """Tokens the paged KV cache of one replica holds (whole blocks), and the memory terms per
     GPU (bytes): the engine's share of the GPU less the weights and one step's working set."""
-    from gpuperf.step.memory import inference_activation_bytes, kv_cache_bytes, weight_bytes
+    from gpuperf.step.memory import (
+        inference_activation_bytes,
+        kv_cache_bytes,
+        kv_share,
+        weight_bytes,
+    )
 
     tp = base.tp
     weights = weight_bytes(cfg, base.dtype, base.weight_dtype) / tp
     work = inference_activation_bytes(cfg, replace(base, mode="prefill", batch=1,
                                                    seq=engine.token_budget))  # fmt: skip
-    kv_local = 1.0 if cfg.is_mla else max(1, cfg.kv_heads // tp) / cfg.kv_heads
-    per_token = kv_cache_bytes(cfg, 1, 1, base.kv) * kv_local
+    per_token = kv_cache_bytes(cfg, 1, 1, base.kv) * kv_share(cfg, tp)
     budget = gpu.hbm_bytes * engine.mem_fraction
     free = budget - weights - work
     blocks = max(0, math.floor(free / (per_token * engine.block_size)))
