@@ -72,7 +72,6 @@ class ServeResult:
     mean_kv: float  # mean fraction of the cache in use, over time
     peak_kv: float
     series: dict[str, list[float]] = field(default_factory=dict)  # t_s, batch, kv
-    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ttft(self) -> list[float]:
