@@ -68,6 +68,8 @@ def env_stamp() -> dict:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
     }
     with contextlib.suppress(Exception):  # informative only
         env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
@@ -89,6 +91,15 @@ def env_stamp() -> dict:
     except Exception:  # noqa: BLE001
         pass
     return env
+
+
+def cpu_name() -> str:
+    """The host CPU's model name (eager runs are host-bound: the CPU is part of the result)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
 
 
 # Llama-3.2-3B's shape (meta-llama/Llama-3.2-3B config.json, without its rope_scaling).
@@ -352,6 +363,12 @@ def launch_costs(n: int = 2000) -> dict:
     # One tiny kernel timed alone with an event pair: the floor a single launch shows.
     samples = time_iters(lambda: x.add_(1.0), 200, warmup=20)
     out["event_single_kernel_us/add"] = statistics.median(samples) * 1e3
+    # cuDNN's SDPA plans every attention shape it has not met (a decode step on a growing cache
+    # meets a new kv length): this host's plan time, as `gpuperf calibrate` measures it.
+    sys.path.insert(0, str(ROOT))
+    from gpuperf.measure.calibration import measure_attn_plan
+
+    out["attn_plan_ms"] = measure_attn_plan(DEV) * 1e3
     return out
 
 

@@ -11,6 +11,7 @@ Result files live in benchmarks/results/<gpu profile>/*.json, written by real ru
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,10 @@ class E2ERun:
     scenario: dict[str, Any]
     measured_s: float
     source: str
-    launch_add_s: float | None = None  # that machine's host: one eager add, issued (e2e_hf.py)
+    launch_us: dict[str, float] | None = (
+        None  # that machine's host: tiny kernels issued (e2e_hf.py)
+    )
+    attn_plan_s: float | None = None  # that machine's cuDNN plan of a new attention shape
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -103,8 +107,9 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
     for path in files:
         data = read_json(path)
         launch = data.get("launch")
-        add_us = launch.get("host_dispatch_us/add") if isinstance(launch, dict) else None
-        add_s = add_us * 1e-6 if isinstance(add_us, int | float) and add_us > 0 else None
+        launch_us = _launch_us(launch)
+        plan_ms = launch.get("attn_plan_ms") if isinstance(launch, dict) else None
+        plan_s = plan_ms * 1e-3 if isinstance(plan_ms, int | float) and plan_ms >= 0 else None
         for run in _list(data, "runs", path):
             # The first runs stepped a fused AdamW; gpuperf's eager training models torch's
             # default foreach AdamW, so those steps are not the modeled scenario.
@@ -122,7 +127,8 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
                         run["scenario"],
                         run["measured_ms"] / 1e3,
                         path.name,
-                        add_s,
+                        launch_us,
+                        plan_s,
                     )
                 )
     return out
@@ -197,9 +203,35 @@ def load_multigpu(files: Iterable[Path]) -> list[MultiGpuRun]:
 PROFILE_HOST_BARE_S = {"h200-sxm-141gb": 9.36375e-06}
 
 
-# The same host's eager add (e2e_hf.py's launch costs) in the runs that set each profile's host
-# constants: the median over e2e_hf_run1.json and e2e_hf_run2.json of that GPU's folder.
-PROFILE_LAUNCH_ADD_S = {"h100-sxm5-80gb": 9.35e-6, "h200-sxm-141gb": 5.75e-6}
+# The same host's tiny eager kernels, issued (e2e_hf.py's launch costs, µs), in the runs that set
+# each profile's host constants: the mean of e2e_hf_run1.json and e2e_hf_run2.json of that GPU.
+PROFILE_LAUNCH_US = {
+    "h100-sxm5-80gb": {"add": 9.35, "mul": 8.15, "linear": 13.25, "rms_norm": 9.45,
+                       "sdpa": 16.75, "cast_fp32": 10.35},
+    "h200-sxm-141gb": {"add": 5.75, "mul": 5.05, "linear": 9.6, "rms_norm": 7.15,
+                       "sdpa": 12.55, "cast_fp32": 6.1},
+}  # fmt: skip
+
+
+def _launch_us(launch: Any) -> dict[str, float] | None:
+    """A run file's host dispatch per tiny kernel (µs) by kernel name, or None."""
+    if not isinstance(launch, dict):
+        return None
+    pre = "host_dispatch_us/"
+    out = {k[len(pre):]: float(v) for k, v in launch.items()
+           if k.startswith(pre) and isinstance(v, int | float) and v > 0}  # fmt: skip
+    return out or None
+
+
+def host_factor(gpu_name: str, launch_us: dict[str, float] | None) -> float | None:
+    """How much slower a machine issues kernels than the host that set `gpu_name`'s profile:
+    the median over the tiny kernels both timed of its time over the profile host's (one kernel
+    alone is noisy: an eager add read 2.0x where five others read 1.3-1.7x on one machine)."""
+    ref = PROFILE_LAUNCH_US.get(gpu_name)
+    if not launch_us or ref is None:
+        return None
+    ratios = [launch_us[k] / ref[k] for k in ref if k in launch_us]
+    return statistics.median(ratios) if ratios else None
 
 
 def _host_scaled(gpu: GpuSpec, k: float, plan_s: float | None = None) -> GpuSpec:
@@ -215,14 +247,14 @@ def _host_scaled(gpu: GpuSpec, k: float, plan_s: float | None = None) -> GpuSpec
     return replace(gpu, params=params)
 
 
-def on_e2e_host(gpu: GpuSpec, launch_add_s: float | None) -> GpuSpec | None:
-    """The profile with the host of the machine a whole-model run ran on: its host constants
-    (dispatch, per layer, the cuDNN plan, which is host work too) scaled by that machine's eager
-    add over the profile host's. None when either is unknown."""
-    ref = PROFILE_LAUNCH_ADD_S.get(gpu.name)
-    if not launch_add_s or ref is None:
-        return None
-    return _host_scaled(gpu, launch_add_s / ref)
+def on_e2e_host(gpu: GpuSpec, launch_us: dict[str, float] | None,
+                attn_plan_s: float | None = None) -> GpuSpec | None:  # fmt: skip
+    """The profile with the host of the machine a whole-model run ran on: its per-kernel host
+    constants (dispatch, per layer) scaled by host_factor, and its cuDNN plan time as that
+    machine measured it (runs that did not measure it: scaled like the rest). None when the
+    machine's launch costs are unknown."""
+    k = host_factor(gpu.name, launch_us)
+    return None if k is None else _host_scaled(gpu, k, attn_plan_s)
 
 
 def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
@@ -333,7 +365,7 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec) -> pd.DataFrame:
             "cuda_graphs": bool(sc.get("cuda_graphs")),
         }
         p = predict(cfg, gpu=gpu, **kw)
-        here = on_e2e_host(gpu, r.launch_add_s)
+        here = on_e2e_host(gpu, r.launch_us, r.attn_plan_s)
         p_host = predict(cfg, gpu=here, **kw).total_ms if here is not None else None
         label = (
             f"{sc['mode']} b{sc.get('batch')} "

@@ -376,9 +376,15 @@ def _host_warning(pred: Prediction, sc: Scenario | None, gpu: GpuSpec, kernels: 
     hint = "" if sc.cuda_graphs else "; CUDA graphs (--cuda-graphs) remove most of it"
     more = host - d * kernels
     extra = f", plus {more * 1e3:.3g} ms of other host work" if more > 1e-6 else ""
+    plan = gpu.params.host_attn_plan_s
+    if extra and sc.impl == "eager" and sc.mode in ("decode", "generate") and 0 < plan <= more:
+        # A step per new kv length: cuDNN's SDPA plans the shape (sdpa_decode_probe.json).
+        extra += (f", of which {plan * 1e3:.3g} ms is cuDNN planning attention for a kv length "
+                  "this process has not met (23-60 ms a plan on the hosts measured; `gpuperf "
+                  "calibrate` measures yours)")  # fmt: skip
     pred.warnings.append(
-        f"host-bound: the GPU waits {bound:.0%} of the time for the host "
-        f"({kernels} kernels × {d * 1e6:.3g} µs of launches{extra}){hint}"
+        f"host-bound: the GPU waits {bound:.0%} of the time for the host: "
+        f"{kernels} kernels × {d * 1e6:.3g} µs of launches{extra}{hint}"
     )
 
 

@@ -89,3 +89,33 @@ def test_a_run_is_predicted_with_the_host_its_machine_measured(tmp_path):
     path = tmp_path / "validate_multigpu_x.json"
     path.write_text(json.dumps({"runs": [run], "host": {"host_dispatch_bare_s": 1e-5}}))
     assert load_multigpu([path])[0].host == {"host_dispatch_bare_s": 1e-5}
+
+
+def test_a_whole_model_run_takes_its_machines_launch_costs_and_plan_time(tmp_path):
+    """e2e_hf.py's launch costs: the host factor is the median over the tiny kernels of their
+    time over the profile host's (one slow add does not move it), and the cuDNN plan time the
+    machine measured replaces the profile's as it is."""
+    from gpuperf.perfmodel.accuracy import PROFILE_LAUNCH_US, host_factor, on_e2e_host
+
+    gpu = load_gpu("h200")
+    ref = PROFILE_LAUNCH_US[gpu.name]
+    launch = {f"host_dispatch_us/{k}": 1.5 * v for k, v in ref.items()}
+    launch["host_dispatch_us/add"] = 4 * ref["add"]  # an outlier
+    launch["attn_plan_ms"] = 35.0
+    cfg = json.loads(
+        (Path(gpuperf.__file__).parent / "workloads/presets/llama2-7b.json").read_text()
+    )
+    sc = {"mode": "decode", "impl": "eager", "batch": 1, "ctx": 2048, "dtype": "bf16"}
+    run = {"model": "llama2-7b", "config": cfg, "scenario": sc, "measured_ms": 40.0}
+    (tmp_path / "e2e.json").write_text(json.dumps({"launch": launch, "runs": [run]}))
+    (r,) = load_e2e([tmp_path / "e2e.json"])
+    assert r.attn_plan_s == pytest.approx(0.035)
+    assert host_factor(gpu.name, r.launch_us) == pytest.approx(1.5)
+    here = on_e2e_host(gpu, r.launch_us, r.attn_plan_s)
+    assert here.params.host_dispatch_s == pytest.approx(1.5 * gpu.params.host_dispatch_s)
+    assert here.params.host_attn_plan_s == pytest.approx(0.035)
+    # without a measured plan the plan scales like the other host costs
+    assert on_e2e_host(gpu, r.launch_us).params.host_attn_plan_s == pytest.approx(
+        1.5 * gpu.params.host_attn_plan_s
+    )
+    assert on_e2e_host(gpu, None) is None and host_factor("a100-sxm4-80gb", r.launch_us) is None

@@ -510,3 +510,17 @@ def test_collectives_in_a_cuda_graph_take_the_graph_floor():
     slow_graph, slow_total = allreduce_ms(slow, True)
     assert slow_graph == pytest.approx(1.0)  # the profile's value is the one used
     assert slow_total > total + 60  # 65 all-reduces per step, each now 1 ms
+
+
+def test_host_bound_warning_names_the_cudnn_plan_of_eager_decode() -> None:
+    """An eager decode step on a growing cache pays cuDNN's plan for the new kv length; the
+    host-bound warning says how much of the step that is, and prefill (no new length each
+    step) and CUDA-graph decode do not mention it."""
+    plan_ms = load_gpu("h200").params.host_attn_plan_s * 1e3
+    dec = api.predict("llama3-8b", gpu="h200", mode="decode", impl="eager", ctx=1024)
+    text = " ".join(dec.warnings)
+    assert "cuDNN planning attention" in text and f"{plan_ms:.3g} ms" in text
+    pre = api.predict("llama3-8b", gpu="h200", mode="prefill", impl="eager", seq=128)
+    graph = api.predict("llama3-8b", gpu="h200", mode="decode", impl="eager", ctx=1024,
+                        cuda_graphs=True)  # fmt: skip
+    assert not any("cuDNN" in w for w in pre.warnings + graph.warnings)
