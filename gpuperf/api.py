@@ -94,6 +94,7 @@ def predict(
     weight_dtype: str | None = None,
     fp8_scales: str = "tensor",
     mla: str = "auto",
+    kv_lengths: str = "new",
     system: SystemLike | None = None,
     nodes: int | None = None,
     **parallel: Any,
@@ -106,7 +107,9 @@ def predict(
     PyTorch op (unfused); cuda_graphs replays the step as a graph (cheap launches); attn "math"
     materializes the attention scores. weight_dtype "int4"/"int8": weight-only quantized GEMMs
     with `dtype` activations; fp8_scales "tensor"/"row": how dtype="fp8" GEMMs scale; mla
-    "naive"/"absorbed": the attention form of an MLA model (auto: what `impl` runs).
+    "naive"/"absorbed": the attention form of an MLA model (auto: what `impl` runs); kv_lengths
+    "new" (each eager decode step meets a kv length the process has not met: cuDNN plans it) or
+    "seen" (a warmed-up process: no plans).
     parallel: the Scenario's tp, pp, dp, cp, ep, micro_batch,
     global_batch, zero, recompute, sequence_parallel, tp_impl, tp_overlap, schedule,
     virtual_stages, nvls (see gpuperf.workloads.scenario). gpu=None means h100, or the GPU of
@@ -146,6 +149,7 @@ def predict(
         weight_dtype=_dtype(weight_dtype, "weight_dtype"),
         fp8_scales=fp8_scales,  # type: ignore[arg-type]
         mla=mla,  # type: ignore[arg-type]
+        kv_lengths=kv_lengths,  # type: ignore[arg-type]
         **parallel,
     )
     return run_predict(cfg, scenario, place(cfg, scenario, gpu_spec, sys_spec, nodes))

@@ -63,12 +63,20 @@ SCENARIO_OPTIONS: list[Callable[..., Any]] = [
         help="MLA models (DeepSeek): naive (expanded K/V, Hugging Face) or absorbed (FlashMLA); "
         "auto: what --impl runs.",
     ),
+    click.option(
+        "--kv-lengths",
+        type=click.Choice(["new", "seen"]),
+        default="new",
+        show_default=True,
+        help="Eager decode: new: each step's kv length is new to the process (cuDNN's SDPA plans "
+        "it, as in a first generate); seen: a warmed-up process (no plans).",
+    ),
 ]
 
 
 def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Adds --mode --batch --seq --ctx --new-tokens --dtype --kv-dtype --impl --cuda-graphs
-    --attn --weight-dtype --fp8-scales --mla."""
+    --attn --weight-dtype --fp8-scales --mla --kv-lengths."""
     for deco in reversed(SCENARIO_OPTIONS):
         func = deco(func)
     return func

@@ -11,7 +11,8 @@ Host costs (per kernel, on the CPU that issues it):
   and redistribution in Python around the local kernel) and for each optimizer op on each
   DTensor parameter;
 - an eager decode step on a growing cache: host_decode_layer_s at the first kernel of each layer,
-  and host_attn_plan_s once per step at the first attention kernel (cuDNN plans the new length).
+  and host_attn_plan_s once per step at the first attention kernel (cuDNN plans the new length;
+  none when the process has met the length before, kv_lengths="seen").
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class HostRules:
         return HostRules(
             per_kernel=slow * p.host_dispatch_s,
             layer_first=slow * p.host_decode_layer_s if eager_decode else 0.0,
-            attn_plan=slow * p.host_attn_plan_s if eager_decode else 0.0,
+            attn_plan=slow * p.host_attn_plan_s if eager_decode and sc.kv_lengths == "new" else 0.0,
             comm=slow * float(extra.get("host_collective_s", HOST_COLLECTIVE_S)),
             dtensor=slow * dt,
             moe=(moe or HF_MOE_HOST_DEFAULT) if sc.impl == "eager" else 1.0,

@@ -67,7 +67,7 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
     from gpuperf.step.run import _predict_step, throughput
     from gpuperf.workloads.step_work import build
 
-    pre_sc = replace(sc, mode="prefill")
+    pre_sc = replace(sc, mode="prefill", kv_lengths="new")  # a prompt: no decode steps
     pre = _predict_step(cfg, pre_sc, where)
     pts, w = decode_weights(sc.seq, sc.new_tokens)
     steps = []

@@ -377,11 +377,12 @@ def _host_warning(pred: Prediction, sc: Scenario | None, gpu: GpuSpec, kernels: 
     more = host - d * kernels
     extra = f", plus {more * 1e3:.3g} ms of other host work" if more > 1e-6 else ""
     plan = gpu.params.host_attn_plan_s
-    if extra and sc.impl == "eager" and sc.mode in ("decode", "generate") and 0 < plan <= more:
+    new = sc.kv_lengths == "new" and sc.impl == "eager" and sc.mode in ("decode", "generate")
+    if extra and new and 0 < plan <= more:  # more: one decode step's (generate: its last)
         # A step per new kv length: cuDNN's SDPA plans the shape (sdpa_decode_probe.json).
         extra += (f", of which {plan * 1e3:.3g} ms is cuDNN planning attention for a kv length "
-                  "this process has not met (23-60 ms a plan on the hosts measured; `gpuperf "
-                  "calibrate` measures yours)")  # fmt: skip
+                  "this process has not met (23-60 ms on the hosts measured: `gpuperf calibrate` "
+                  "measures yours; --kv-lengths seen for a warmed-up process)")  # fmt: skip
     pred.warnings.append(
         f"host-bound: the GPU waits {bound:.0%} of the time for the host: "
         f"{kernels} kernels × {d * 1e6:.3g} µs of launches{extra}{hint}"

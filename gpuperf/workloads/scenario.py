@@ -25,6 +25,7 @@ Schedule = Literal["1f1b", "interleaved"]
 AttnImpl = Literal["flash", "math"]
 Fp8Scales = Literal["tensor", "row"]
 MlaForm = Literal["auto", "naive", "absorbed"]
+KvLengths = Literal["new", "seen"]
 MODES: tuple[Mode, ...] = ("prefill", "decode", "generate", "train")
 TP_IMPLS: tuple[TpImpl, ...] = ("megatron", "dtensor")
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
@@ -46,6 +47,7 @@ _CHOICES = {
     "attn": ATTN_IMPLS,
     "fp8_scales": ("tensor", "row"),
     "mla": ("auto", "naive", "absorbed"),
+    "kv_lengths": ("new", "seen"),
 }
 
 
@@ -91,6 +93,9 @@ class Scenario:
     weight_dtype: DType | None = None
     fp8_scales: Fp8Scales = "tensor"  # fp8 GEMMs: one scale per tensor, or per row (token)
     mla: MlaForm = "auto"  # MLA models: the naive (expanded) or absorbed attention
+    # Eager decode: each step's kv length is one the process has not met (new: cuDNN's SDPA
+    # plans it, as in a process's first generate) or one it has (seen: a warmed-up process).
+    kv_lengths: KvLengths = "new"
     # --- parallelism -------------------------------------------------------------------------
     tp: int = 1
     pp: int = 1
@@ -187,6 +192,8 @@ class Scenario:
                 raise InputError("weight-only quantization is an inference format (not train)")
 
     def _check_combinations(self) -> None:
+        if self.kv_lengths == "seen" and self.mode not in ("decode", "generate"):
+            raise InputError("kv_lengths=seen describes decode steps (--mode decode or generate)")
         if self.sequence_parallel and self.tp == 1:
             raise InputError("sequence parallelism needs tp > 1")
         if self.sequence_parallel and self.tp_impl != "megatron":

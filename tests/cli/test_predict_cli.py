@@ -207,3 +207,24 @@ def test_formats_and_mla_from_the_command_line(capsys):
 def test_int4_activations_are_a_one_line_error(capsys):
     code, out, err = run(capsys, "predict", "llama3-8b", "--dtype", "int4")
     assert code == 2 and err.count("\n") == 1 and "--weight-dtype" in err
+
+
+def test_predict_kv_lengths_seen_from_the_cli(capsys):
+    """--kv-lengths seen: the same eager decode step less the cuDNN plan, recorded in the JSON
+    scenario; one line and exit 2 where there is no decode step."""
+    base = ("predict", "llama3-8b", "--gpu", "h200", "--mode", "decode", "--impl", "eager",
+            "--format", "json")  # fmt: skip
+    code, out, err = run(capsys, *base)
+    assert code == 0, err
+    new = json.loads(out)
+    code, out, err = run(capsys, *base, "--kv-lengths", "seen")
+    assert code == 0, err
+    seen = json.loads(out)
+    assert seen["scenario"]["kv_lengths"] == "seen" and new["scenario"]["kv_lengths"] == "new"
+    from gpuperf.hardware.loader import load_gpu
+
+    drop = new["total_ms"] - seen["total_ms"]
+    assert drop == pytest.approx(load_gpu("h200").params.host_attn_plan_s * 1e3, rel=1e-6)
+    code, out, err = run(capsys, "predict", "llama3-8b", "--kv-lengths", "seen")
+    assert code == 2 and "kv_lengths=seen" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -524,3 +524,28 @@ def test_host_bound_warning_names_the_cudnn_plan_of_eager_decode() -> None:
     graph = api.predict("llama3-8b", gpu="h200", mode="decode", impl="eager", ctx=1024,
                         cuda_graphs=True)  # fmt: skip
     assert not any("cuDNN" in w for w in pre.warnings + graph.warnings)
+
+
+def test_seen_kv_lengths_drop_exactly_the_cudnn_plan() -> None:
+    """kv_lengths="seen" (a warmed-up process) is the same eager decode step without cuDNN's
+    plan; other modes refuse it, and generate takes it for its decode steps only."""
+    from gpuperf.errors import InputError
+
+    plan_ms = load_gpu("h200").params.host_attn_plan_s * 1e3
+    kw = {"gpu": "h200", "mode": "decode", "impl": "eager", "ctx": 1024}
+    new = api.predict("llama3-8b", **kw).total_ms
+    seen = api.predict("llama3-8b", kv_lengths="seen", **kw).total_ms
+    assert new - seen == pytest.approx(plan_ms, rel=1e-9)
+    graphs = {**kw, "cuda_graphs": True}  # a graph replays a captured length: nothing to plan
+    assert api.predict("llama3-8b", kv_lengths="seen", **graphs).total_ms == pytest.approx(
+        api.predict("llama3-8b", **graphs).total_ms
+    )
+    gen = {"gpu": "h200", "mode": "generate", "impl": "eager", "seq": 256, "new_tokens": 8}
+    g_new = api.predict("llama3-8b", **gen)
+    g_seen = api.predict("llama3-8b", kv_lengths="seen", **gen)
+    assert g_new.extra["ttft_ms"] == pytest.approx(g_seen.extra["ttft_ms"])
+    assert g_new.total_ms - g_seen.total_ms == pytest.approx(8 * plan_ms, rel=1e-6)
+    with pytest.raises(InputError, match="kv_lengths=seen"):
+        api.predict("llama3-8b", gpu="h200", mode="prefill", kv_lengths="seen")
+    with pytest.raises(InputError, match="kv_lengths"):
+        api.predict("llama3-8b", gpu="h200", mode="decode", kv_lengths="warm")
