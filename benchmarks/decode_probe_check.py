@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpuperf.api import predict
 from gpuperf.hardware.loader import load_gpu
-from gpuperf.perfmodel.accuracy import _launch_us, on_e2e_host
+from gpuperf.perfmodel.accuracy import launch_host, on_e2e_host
 from gpuperf.workloads.config import from_hf_dict
 
 RESULTS = Path(__file__).parent / "results"
@@ -33,8 +33,8 @@ def main() -> None:
             continue
         data = json.loads(path.read_text())
         gpu = load_gpu(name)
-        plan = data["launch"]["attn_plan_ms"] * 1e-3
-        here = on_e2e_host(gpu, _launch_us(data["launch"]), plan)
+        launch_us, plan = launch_host(data["launch"])
+        here = on_e2e_host(gpu, launch_us, plan)
         ref = gpu.params.host_attn_plan_s * 1e3
         print(f"{folder} ({data['env'].get('cpu', '?')}): this host's cuDNN plan "
               f"{plan * 1e3:.1f} ms (profile {ref:.1f} ms)")  # fmt: skip

@@ -64,9 +64,7 @@ class E2ERun:
     scenario: dict[str, Any]
     measured_s: float
     source: str
-    launch_us: dict[str, float] | None = (
-        None  # that machine's host: tiny kernels issued (e2e_hf.py)
-    )
+    launch_us: dict[str, float] | None = None  # that machine's tiny kernels, issued (µs)
     attn_plan_s: float | None = None  # that machine's cuDNN plan of a new attention shape
 
 
@@ -106,10 +104,7 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
     out = []
     for path in files:
         data = read_json(path)
-        launch = data.get("launch")
-        launch_us = _launch_us(launch)
-        plan_ms = launch.get("attn_plan_ms") if isinstance(launch, dict) else None
-        plan_s = plan_ms * 1e-3 if isinstance(plan_ms, int | float) and plan_ms >= 0 else None
+        launch_us, plan_s = launch_host(data.get("launch"))
         for run in _list(data, "runs", path):
             # The first runs stepped a fused AdamW; gpuperf's eager training models torch's
             # default foreach AdamW, so those steps are not the modeled scenario.
@@ -213,14 +208,17 @@ PROFILE_LAUNCH_US = {
 }  # fmt: skip
 
 
-def _launch_us(launch: Any) -> dict[str, float] | None:
-    """A run file's host dispatch per tiny kernel (µs) by kernel name, or None."""
+def launch_host(launch: Any) -> tuple[dict[str, float] | None, float | None]:
+    """A run file's host (e2e_hf.launch_costs): dispatch per tiny kernel (µs) by kernel name,
+    and the cuDNN plan time (s); None for what it did not measure."""
     if not isinstance(launch, dict):
-        return None
+        return None, None
     pre = "host_dispatch_us/"
-    out = {k[len(pre):]: float(v) for k, v in launch.items()
-           if k.startswith(pre) and isinstance(v, int | float) and v > 0}  # fmt: skip
-    return out or None
+    us = {k[len(pre):]: float(v) for k, v in launch.items()
+          if k.startswith(pre) and isinstance(v, int | float) and v > 0}  # fmt: skip
+    plan_ms = launch.get("attn_plan_ms")
+    plan_s = plan_ms * 1e-3 if isinstance(plan_ms, int | float) and plan_ms >= 0 else None
+    return us or None, plan_s
 
 
 def host_factor(gpu_name: str, launch_us: dict[str, float] | None) -> float | None:

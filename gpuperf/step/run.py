@@ -364,6 +364,7 @@ def _extra(sc: Scenario | None, gpu: GpuSpec, system: SystemSpec | None, kernels
         "host_bound": 1.0 - busy / total if total > 0 else 0.0,
         "dispatch_us": d * 1e6,
         "host_ms": host * 1e3,
+        "attn_plan_ms": rules.attn_plan * 1e3,  # cuDNN's plan of a new kv length, per step
     }
 
 
@@ -376,9 +377,8 @@ def _host_warning(pred: Prediction, sc: Scenario | None, gpu: GpuSpec, kernels: 
     hint = "" if sc.cuda_graphs else "; CUDA graphs (--cuda-graphs) remove most of it"
     more = host - d * kernels
     extra = f", plus {more * 1e3:.3g} ms of other host work" if more > 1e-6 else ""
-    plan = gpu.params.host_attn_plan_s
-    new = sc.kv_lengths == "new" and sc.impl == "eager" and sc.mode in ("decode", "generate")
-    if extra and new and 0 < plan <= more:  # more: one decode step's (generate: its last)
+    plan = pred.extra["attn_plan_ms"] * 1e-3  # what the step was costed with
+    if extra and 0 < plan <= more:  # more: one decode step's (generate: its last)
         # A step per new kv length: cuDNN's SDPA plans the shape (sdpa_decode_probe.json).
         extra += (f", of which {plan * 1e3:.3g} ms is cuDNN planning attention for a kv length "
                   "this process has not met (23-60 ms on the hosts measured: `gpuperf calibrate` "
