@@ -249,11 +249,15 @@ class Coster:
         self.nvls = bool(sc is not None and sc.nvls)
         self.overlap_cost = overlap_cost(gpu)
         self._rows: dict[tuple, tuple[Any, ...]] = {}
+        self._op_rows: dict[int, tuple[Op, tuple[Any, ...]]] = {}  # by the op object: no hashing
         self._templates: dict[tuple, tuple[tuple, Template]] = {}
         self._parts: dict[tuple[int, bool], tuple[Part, Costed]] = {}
         self.stages: dict[tuple, tuple] = {}  # step.run._stage's memo
 
     def row(self, op: Op) -> tuple[Any, ...]:
+        hit = self._op_rows.get(id(op))
+        if hit is not None and hit[0] is op:
+            return hit[1]
         from gpuperf.perfmodel.roofline import shape_key
 
         key = shape_key(op)
@@ -270,6 +274,9 @@ class Coster:
                 t.bound, t.time * 1e3, t.t_math * 1e3, t.t_mem * 1e3, t.t_overhead * 1e3,
                 t.t_comm * 1e3,
             )  # fmt: skip
+        if len(self._op_rows) > 65536:
+            self._op_rows.clear()
+        self._op_rows[id(op)] = (op, r)
         return r
 
     def cost(self, part: Part, first_step: bool = False) -> Costed:
@@ -300,38 +307,59 @@ class Coster:
                   first_step: bool) -> Template:  # fmt: skip
         rows = tuple(self.row(op) for op in ops)
         rules = self.rules
-        t = tuple(r[7] * 1e-3 + rules.graph_gap for r in rows)
+        gap = rules.graph_gap
+        t = tuple(r[7] * 1e-3 + gap for r in rows)
         hidden = _hidden(hide, ops, rows, t)
         host = [rules.per_kernel] * len(ops)
         plan_at = -1
+        moe, comm, dtensor = rules.moe != 1.0, rules.comm, rules.dtensor
+        want_plan = first_step and rules.attn_plan
+        classes: dict[str, float] = {}
+        keep = 1.0 - self.overlap_cost
+        eff = []
         for i, op in enumerate(ops):
-            kind = op.kind
-            if rules.moe != 1.0 and op.name.startswith(MOE_PREFIXES):
+            cls, is_moe, is_opt, growing = _traits(op)
+            if moe and is_moe:
                 host[i] *= rules.moe
-            if kind in _COMM:
-                host[i] += rules.comm
-            elif rules.dtensor and (layered and kind == "gemm" or _is_optimizer(op)):
-                host[i] += rules.dtensor
-            if (first_step and plan_at < 0 and kind == "attention" and rules.attn_plan
-                    and not op.fixed_window):  # fmt: skip
+            if cls != "compute":
+                host[i] += comm
+            elif dtensor and (layered and op.kind == "gemm" or is_opt):
+                host[i] += dtensor
+            if want_plan and plan_at < 0 and growing:
                 plan_at = i
+            e = t[i] - hidden[i] * keep
+            eff.append(e)
+            classes[cls] = classes.get(cls, 0.0) + float(e)
         if rules.layer_first and layered and len(ops):
             host[0] += rules.layer_first
-        keep = 1.0 - self.overlap_cost
-        eff = [ti - hi * keep for ti, hi in zip(t, hidden, strict=True)]
         once = Timed.of(eff, host)
         first = once
         if plan_at >= 0:
             host1 = list(host)
             host1[plan_at] += rules.attn_plan
             first = Timed.of(eff, host1)
-        classes: dict[str, float] = {}
-        for op, e in zip(ops, eff, strict=True):
-            c = comm_class(op.name, op.kind)
-            classes[c] = classes.get(c, 0.0) + float(e)
         flops = float(sum(r[3] for r in rows))
         return Template(rows, t, tuple(hidden), tuple(host), once, first, flops,
                         tuple(classes.items()))  # fmt: skip
+
+
+_TRAITS: dict[int, tuple[Op, tuple[str, bool, bool, bool]]] = {}
+
+
+def _traits(op: Op) -> tuple[str, bool, bool, bool]:
+    """What a template asks of an op beyond its time, by the op object: its breakdown class,
+    whether it is an MoE block's or the optimizer's kernel, whether it is attention over a
+    growing key count (where an eager decode step's plan is paid)."""
+    hit = _TRAITS.get(id(op))
+    if hit is not None and hit[0] is op:
+        return hit[1]
+    name, kind = op.name, op.kind
+    traits = (comm_class(name, kind), name.startswith(MOE_PREFIXES), _is_optimizer(op),
+              kind == "attention" and not op.fixed_window)  # fmt: skip
+    if len(_TRAITS) > 65536:
+        _TRAITS.clear()
+    _TRAITS[id(op)] = (op, traits)
+    return traits
 
 
 def _hidden(hide: tuple, ops: tuple[Op, ...], rows: tuple, t: tuple[float, ...]) -> list[float]:

@@ -1,0 +1,165 @@
+"""Plan search on two cores: the plans split between this process and one forked worker.
+
+Plans are shared out by the shapes their kernels have (tp, micro-batch, batch), so each process
+costs its own kernels and Parts and neither repeats the other's cold work. The worker sends back
+what the ranking can use: its count of plans evaluated and fitting, and, of its fitting plans,
+the fastest `keep` and the fastest of each (tp, pp), which is everything `search` shows and
+`explain` compares (the union of both processes' shortlists holds the global top and each (tp,
+pp)'s best). A shortlisted plan's table rows are costed again in this process on demand.
+
+Only on Linux (fork is cheap and safe for pure-Python arithmetic there), only for searches large
+enough to pay the ~2 ms a fork costs, and only while no other Python thread runs. A worker that
+fails for any reason is not trusted: this process evaluates its share itself.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import threading
+import warnings
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gpuperf.errors import InputError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from gpuperf.step.run import Engine
+    from gpuperf.step.search import Ranked
+    from gpuperf.workloads.scenario import Scenario
+
+FORK_MIN_PLANS = 400  # below this a fork costs more than it saves
+Found = tuple[int, int, list[tuple[int, "Ranked"]]]  # evaluated, fitting, (plan index, plan)
+
+
+def workers() -> int:
+    """Processes a search may use: two where the machine gives this one two cores, else one."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return 2 if cores >= 2 and threading.active_count() == 1 else 1
+
+
+def _shape_key(sc: Scenario) -> tuple[int, int | None, int]:
+    return (sc.tp, sc.micro_batch, sc.batch)
+
+
+def split(plans: Sequence[Scenario]) -> tuple[list[int], list[int]]:
+    """Two shares of plan indices, balanced by count, each holding whole shape groups."""
+    groups: dict[tuple, list[int]] = {}
+    for i, sc in enumerate(plans):
+        groups.setdefault(_shape_key(sc), []).append(i)
+    shares: tuple[list[int], list[int]] = ([], [])
+    for idx in sorted(groups.values(), key=len, reverse=True):
+        min(shares, key=len).extend(idx)
+    return shares
+
+
+def shortlist(found: list[tuple[int, Ranked]], keep: int) -> list[tuple[int, Ranked]]:
+    """The fastest `keep` plans and the fastest of each (tp, pp), in ranking order."""
+    ordered = sorted(found, key=lambda f: (f[1].step_time, f[0]))
+    out, best_of = ordered[:keep], set()
+    for n, (_, r) in enumerate(ordered):
+        key = (r.scenario.tp, r.scenario.pp)
+        if key not in best_of:
+            best_of.add(key)
+            if n >= keep:
+                out.append(ordered[n])
+    return out
+
+
+def evaluate_share(
+    engine: Engine, plans: Sequence[Scenario], share: Sequence[int], nodes: int | None,
+    evaluate: Callable[[Engine, Scenario, int | None], Ranked],
+) -> Found:  # fmt: skip
+    """Every plan of `share` through the engine; plans the model refuses are not counted."""
+    evaluated = 0
+    found: list[tuple[int, Ranked]] = []
+    for i in share:
+        try:
+            r = evaluate(engine, plans[i], nodes)
+        except InputError:
+            continue
+        evaluated += 1
+        if r.fits:
+            found.append((i, r))
+    return evaluated, len(found), found
+
+
+def evaluate_all(
+    engine: Engine, plans: Sequence[Scenario], nodes: int | None, keep: int,
+    evaluate: Callable[[Engine, Scenario, int | None], Ranked],
+) -> Found:  # fmt: skip
+    """Every plan, on two processes where `workers()` allows it (module docstring)."""
+    if len(plans) < FORK_MIN_PLANS or workers() < 2:
+        return evaluate_share(engine, plans, range(len(plans)), nodes, evaluate)
+    mine, theirs = split(plans)
+    got = _forked(engine, plans, theirs, nodes, keep, evaluate)
+    evaluated, fitting, found = evaluate_share(engine, plans, mine, nodes, evaluate)
+    other = got()
+    if other is None:  # the worker failed: its share here
+        other = evaluate_share(engine, plans, theirs, nodes, evaluate)
+    else:
+        relink = _relinker(engine, plans, nodes, evaluate)
+        other = (other[0], other[1], [(i, relink(i, r)) for i, r in other[2]])
+    return evaluated + other[0], fitting + other[1], found + other[2]
+
+
+def _forked(
+    engine: Engine, plans: Sequence[Scenario], share: list[int], nodes: int | None, keep: int,
+    evaluate: Callable[[Engine, Scenario, int | None], Ranked],
+) -> Callable[[], Found | None]:  # fmt: skip
+    """Start a worker on `share`; the returned call waits for its shortlist (None if it failed)."""
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # 3.12+ warns on fork when native threads exist
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the worker: evaluate, send, leave without running the parent's exit hooks
+        status = 1
+        try:
+            os.close(read)
+            evaluated, fitting, found = evaluate_share(engine, plans, share, nodes, evaluate)
+            light = [(i, replace(r, cost=replace(r.cost, sections=None)))
+                     for i, r in shortlist(found, keep)]  # fmt: skip
+            data = pickle.dumps((evaluated, fitting, light), protocol=pickle.HIGHEST_PROTOCOL)
+            with os.fdopen(write, "wb") as f:
+                f.write(data)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+
+    def wait() -> Found | None:
+        with os.fdopen(read, "rb") as f:
+            data = f.read()
+        _, code = os.waitpid(pid, 0)
+        if code != 0:
+            return None
+        try:
+            return pickle.loads(data)  # noqa: S301 (our own child's bytes over a private pipe)
+        except Exception:  # noqa: BLE001 (a truncated stream: the worker is not trusted)
+            return None
+
+    return wait
+
+
+def _relinker(
+    engine: Engine, plans: Sequence[Scenario], nodes: int | None,
+    evaluate: Callable[[Engine, Scenario, int | None], Ranked],
+) -> Callable[[int, Ranked], Ranked]:  # fmt: skip
+    """A worker's plan with its table rows costed again here when asked for (what a process
+    boundary cannot carry: the closure over the worker's costed Parts)."""
+
+    def relink(i: int, r: Ranked) -> Ranked:
+        def sections() -> list:
+            return evaluate(engine, plans[i], nodes).cost.sections()
+
+        return replace(r, cost=replace(r.cost, sections=sections))
+
+    return relink

@@ -1,0 +1,119 @@
+"""The plan search on two processes returns what it returns on one, to the bit."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuperf.hardware.loader import load_system
+from gpuperf.step import search_workers as sw
+from gpuperf.step.search import enumerate_plans, explain, search
+from gpuperf.workloads.config import load_model
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork: Linux only")
+
+DGX_H100 = load_system("dgx-h100")
+LLAMA70 = load_model("llama2-70b")
+ARGS = dict(global_batch=1024, seq=4096, top=12)
+
+
+def _same(a, b) -> None:
+    assert (a.evaluated, a.fitting, a.why) == (b.evaluated, b.fitting, b.why)
+    assert [r.label() for r in a.ranked] == [r.label() for r in b.ranked]
+    assert [r.step_time for r in a.ranked] == [r.step_time for r in b.ranked]
+    assert [r.cost.memory for r in a.ranked] == [r.cost.memory for r in b.ranked]
+    rows_a = [c.rows for c, _, _ in a.ranked[-1].cost.sections()]
+    rows_b = [c.rows for c, _, _ in b.ranked[-1].cost.sections()]
+    assert rows_a == rows_b  # a worker's plan still builds its table, here
+
+
+@pytest.fixture(scope="module")
+def serial():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sw, "workers", lambda: 1)
+        return search(LLAMA70, DGX_H100, 64, **ARGS)
+
+
+def test_two_processes_rank_as_one(serial, monkeypatch):
+    monkeypatch.setattr(sw, "workers", lambda: 2)
+    forked = []
+    real = sw._forked
+    monkeypatch.setattr(sw, "_forked", lambda *a: forked.append(1) or real(*a))
+    _same(search(LLAMA70, DGX_H100, 64, **ARGS), serial)
+    assert forked  # the worker did run
+
+
+def test_a_failed_worker_is_not_trusted(serial, monkeypatch):
+    parent = os.getpid()
+    real = sw.evaluate_share
+
+    def dies_in_worker(*a):  # noqa: ANN002
+        if os.getpid() != parent:
+            raise RuntimeError("worker crashed")
+        return real(*a)
+
+    monkeypatch.setattr(sw, "workers", lambda: 2)
+    monkeypatch.setattr(sw, "evaluate_share", dies_in_worker)
+    _same(search(LLAMA70, DGX_H100, 64, **ARGS), serial)
+
+
+def test_split_keeps_shape_groups_whole_and_balanced():
+    plans = list(enumerate_plans(LLAMA70, DGX_H100, 64, global_batch=1024, seq=4096))
+    a, b = sw.split(plans)
+    assert sorted(a + b) == list(range(len(plans)))
+    keys_a = {sw._shape_key(plans[i]) for i in a}
+    assert keys_a.isdisjoint(sw._shape_key(plans[i]) for i in b)
+    assert abs(len(a) - len(b)) < 0.2 * len(plans)
+
+
+def test_small_searches_stay_in_process(monkeypatch):
+    monkeypatch.setattr(sw, "workers", lambda: 2)
+    monkeypatch.setattr(sw, "_forked", lambda *a: pytest.fail("forked for a small search"))
+    res = search(load_model("llama2-7b"), DGX_H100, 4, global_batch=8, seq=2048)
+    assert res.evaluated < sw.FORK_MIN_PLANS
+
+
+@dataclass(frozen=True)
+class _Sc:
+    tp: int
+    pp: int
+
+
+@dataclass(frozen=True)
+class _Plan:
+    scenario: _Sc
+    step_time: float
+    breakdown: dict
+    mfu: float = 0.5
+
+    def label(self) -> str:
+        return f"tp{self.scenario.tp} pp{self.scenario.pp} t{self.step_time}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 30), st.booleans()),
+        min_size=2,
+        max_size=60,
+    ),  # fmt: skip
+    st.integers(1, 6),
+)
+def test_two_shortlists_hold_what_the_ranking_shows(plans, top):
+    """The union of two processes' shortlists gives the same top plans and explanation as the
+    whole list (ties in step time broken by the order enumerated)."""
+    found = [(i, _Plan(_Sc(tp, pp), float(t), {"compute": float(t)}))
+             for i, (tp, pp, t, _) in enumerate(plans)]  # fmt: skip
+    keep = max(top, 2)
+    mine = [f for f, (*_, side) in zip(found, plans, strict=True) if side]
+    theirs = [f for f, (*_, side) in zip(found, plans, strict=True) if not side]
+    merged = sw.shortlist(mine, keep) + sw.shortlist(theirs, keep)
+    merged.sort(key=lambda f: (f[1].step_time, f[0]))
+    whole = sorted(found, key=lambda f: (f[1].step_time, f[0]))
+    assert [i for i, _ in merged[:top]] == [i for i, _ in whole[:top]]
+    assert explain([r for _, r in merged]) == explain([r for _, r in whole])
