@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-@dataclass(frozen=True, slots=True)
-class Timed:
-    """A run of kernels: GPU time `gpu` (s), host time `host` (s), slack (s), kernel count."""
+class Timed(NamedTuple):
+    """A run of kernels: GPU time `gpu` (s), host time `host` (s), slack (s), kernel count. A
+    tuple: the step engine combines millions of them in a plan search."""
 
     gpu: float = 0.0
     host: float = 0.0
@@ -35,44 +34,50 @@ class Timed:
     @property
     def end(self) -> float:
         """When the last kernel ends, the run issued from an idle host and GPU at time 0."""
-        return self.gpu + self.slack if self.slack > -math.inf else 0.0
+        return self[0] + self[2] if self[2] > -math.inf else 0.0
 
     def then(self, other: Timed) -> Timed:
         """This run, then `other`."""
-        slack = max(self.slack, self.host - self.gpu + other.slack)
-        return Timed(self.gpu + other.gpu, self.host + other.host, slack,
-                     self.kernels + other.kernels)  # fmt: skip
+        gpu, host, slack, kernels = self
+        other_slack = host - gpu + other[2]
+        return _new(Timed, (gpu + other[0], host + other[1],
+                            slack if slack >= other_slack else other_slack, kernels + other[3]))  # fmt: skip
 
     def times(self, n: int) -> Timed:
         """This run n times back to back: the largest slack term is in the first repeat when the
         GPU outpaces the host per repeat, in the last when it does not."""
         if n <= 0:
-            return Timed()
+            return _EMPTY
         if n == 1:
             return self
-        slack = self.slack + max(0.0, (n - 1) * (self.host - self.gpu))
-        return Timed(n * self.gpu, n * self.host, slack, n * self.kernels)
+        gpu, host, slack, kernels = self
+        slack = slack + max(0.0, (n - 1) * (host - gpu))
+        return _new(Timed, (n * gpu, n * host, slack, n * kernels))
 
     @staticmethod
     def of(times_s: Sequence[float], host_s: Sequence[float]) -> Timed:
         """A run from each kernel's GPU time and host cost (plain floats: no numpy on the
         predict path; the running sums add in the order np.cumsum does)."""
         if len(times_s) == 0:
-            return Timed()
+            return _EMPTY
         gpu = issue = 0.0
         slack = -math.inf
         for i, (t, h) in enumerate(zip(times_s, host_s, strict=True)):
             issue = h if i == 0 else issue + h
             slack = max(slack, issue - gpu)  # issued at `issue`, the GPU free at `gpu`
             gpu = t if i == 0 else gpu + t
-        return Timed(float(gpu), float(issue), float(slack), len(times_s))
+        return _new(Timed, (float(gpu), float(issue), float(slack), len(times_s)))
 
     @staticmethod
     def wait(seconds: float) -> Timed:
         """The GPU stream waits `seconds` (exposed communication), no host work."""
         if seconds <= 0:
-            return Timed()
-        return Timed(seconds, 0.0, 0.0, 0)
+            return _EMPTY
+        return _new(Timed, (seconds, 0.0, 0.0, 0))
+
+
+_new = tuple.__new__
+_EMPTY = Timed()
 
 
 def simulate_dispatch(times_s: np.ndarray, dispatch_s: float | np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ HFU adds what recomputation runs again: the attention core (selective) or each l
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 CONVENTION = "PaLM: 2N + 4·L·H·Q·T per token, ×3 in training; N without the input embedding"
@@ -63,8 +64,13 @@ def decode_attention_flops(cfg: Any, prompt: int, steps: int) -> float:
 
 def model_flops_per_token(cfg: Any, sc: Any) -> tuple[float, str]:
     """Model FLOPs per token and the convention's name (module docstring)."""
-    fwd = 2.0 * matmul_params(cfg) + attention_flops_per_token(cfg, sc)
-    return (3.0 * fwd if sc.mode == "train" else fwd), CONVENTION
+    return _per_token(cfg, sc.mode, _attended(sc)), CONVENTION
+
+
+@functools.lru_cache(maxsize=1024)
+def _per_token(cfg: Any, mode: str, attended: int) -> float:
+    fwd = 2.0 * matmul_params(cfg) + _flops_per_key(cfg) * cfg.attended_positions(attended)
+    return 3.0 * fwd if mode == "train" else fwd
 
 
 def recompute_flops_per_token(cfg: Any, sc: Any) -> float:

@@ -95,6 +95,20 @@ def enumerate_plans(
     """Every plan shape worth trying; ones the model cannot take are filtered later. Training
     splits `global_batch`, inference `batch`, over the data-parallel replicas (a dp that does not
     divide it is skipped)."""
+    for spec in plan_specs(cfg, system, gpus, mode=mode, global_batch=global_batch, seq=seq,
+                           batch=batch, ctx=ctx, impl=impl):  # fmt: skip
+        plan = _scenario(spec)
+        if plan is not None:
+            yield plan
+
+
+def plan_specs(
+    cfg: ModelConfig, system: SystemSpec, gpus: int, *, mode: str = "train",
+    global_batch: int = 1, seq: int = 2048, batch: int = 1, ctx: int = 2048,
+    impl: str = "fused",
+) -> Iterator[dict]:  # fmt: skip
+    """enumerate_plans' plans as Scenario keyword arguments (not yet checked: Scenario refuses
+    some; the search builds them in the process that costs them)."""
     gpn = system.gpus_per_node
     tps = [t for t in _divisors(min(gpus, gpn)) if cfg.heads % t == 0]
     experts = _divisors(cfg.num_experts) if cfg.is_moe else [1]
@@ -107,9 +121,7 @@ def enumerate_plans(
                 base = dict(mode=mode, tp=tp, pp=pp, dp=dp, ep=ep, seq=seq, impl=impl)
                 if mode != "train":  # `batch` sequences over all replicas
                     if batch % dp == 0:
-                        plan = _scenario(base, batch=batch // dp, ctx=ctx)
-                        if plan is not None:
-                            yield plan
+                        yield dict(base, batch=batch // dp, ctx=ctx)
                     continue
                 if global_batch % dp:
                     continue
@@ -120,16 +132,14 @@ def enumerate_plans(
                     for zero in ZERO_STAGES if dp > 1 else (0,):
                         for rc in RECOMPUTE:
                             for sched, v in schedules:
-                                plan = _scenario(base, global_batch=global_batch, micro_batch=mb,
-                                                 zero=zero, recompute=rc, schedule=sched,
-                                                 virtual_stages=v)  # fmt: skip
-                                if plan is not None:
-                                    yield plan
+                                yield dict(base, global_batch=global_batch, micro_batch=mb,
+                                           zero=zero, recompute=rc, schedule=sched,
+                                           virtual_stages=v)  # fmt: skip
 
 
-def _scenario(base: dict, **kw) -> Scenario | None:  # noqa: ANN003
+def _scenario(spec: dict) -> Scenario | None:
     try:
-        return Scenario(**base, **kw)
+        return Scenario(**spec)
     except InputError:
         return None
 
@@ -159,6 +169,11 @@ def no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
+def _evaluate(engine: Engine, spec: dict, nodes: int | None) -> Ranked:
+    """A plan spec through the engine (InputError when the Scenario, model or system refuses)."""
+    return evaluate(engine, Scenario(**spec), nodes)
+
+
 def search(
     cfg: ModelConfig, system: SystemSpec, gpus: int, *, mode: str = "train",
     global_batch: int = 1, seq: int = 2048, batch: int = 1, ctx: int = 2048, top: int = 10,
@@ -171,11 +186,11 @@ def search(
     nodes = max(1, -(-gpus // gpn)) if gpus >= gpn else None
     engine = Engine(cfg, system.gpu, system)
     start = time.perf_counter()
-    plans = list(enumerate_plans(cfg, system, gpus, mode=mode, global_batch=global_batch,
-                                 seq=seq, batch=batch, ctx=ctx, impl=impl))  # fmt: skip
+    specs = list(plan_specs(cfg, system, gpus, mode=mode, global_batch=global_batch, seq=seq,
+                            batch=batch, ctx=ctx, impl=impl))  # fmt: skip
     # `explain` compares the best with the runner-up: keep two even when one is shown.
     with no_cycle_collection():
-        evaluated, fitting, found = evaluate_all(engine, plans, nodes, max(top, 2), evaluate)
+        evaluated, fitting, found = evaluate_all(engine, specs, nodes, max(top, 2), _evaluate)
     found.sort(key=lambda f: (f[1].step_time, f[0]))  # ties: in the order enumerated
     results = [r for _, r in found]
     seconds = time.perf_counter() - start

@@ -1,7 +1,8 @@
 """Plan search on two cores: the plans split between this process and one forked worker.
 
-Plans are shared out by the shapes their kernels have (tp, micro-batch, batch), so each process
-costs its own kernels and Parts and neither repeats the other's cold work. The worker sends back
+Plans are shared out by tensor-parallel degree (the shapes of their kernels), so each process
+costs its own kernels and Parts and neither repeats the other's cold work; each builds its
+plans' Scenarios from their keyword arguments (plan specs) itself. The worker sends back
 what the ranking can use: its count of plans evaluated and fitting, and, of its fitting plans,
 the fastest `keep` and the fastest of each (tp, pp), which is everything `search` shows and
 `explain` compares (the union of both processes' shortlists holds the global top and each (tp,
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
     from gpuperf.step.run import Engine
     from gpuperf.step.search import Ranked
-    from gpuperf.workloads.scenario import Scenario
 
 FORK_MIN_PLANS = 400  # below this a fork costs more than it saves
 Found = tuple[int, int, list[tuple[int, "Ranked"]]]  # evaluated, fitting, (plan index, plan)
@@ -46,18 +46,20 @@ def workers() -> int:
     return 2 if cores >= 2 and threading.active_count() == 1 else 1
 
 
-def _shape_key(sc: Scenario) -> tuple[int, int | None, int]:
-    return (sc.tp, sc.micro_batch, sc.batch)
-
-
-def split(plans: Sequence[Scenario]) -> tuple[list[int], list[int]]:
-    """Two shares of plan indices, balanced by count, each holding whole shape groups."""
-    groups: dict[tuple, list[int]] = {}
-    for i, sc in enumerate(plans):
-        groups.setdefault(_shape_key(sc), []).append(i)
+def split(plans: Sequence[dict]) -> tuple[list[int], list[int]]:
+    """Two shares of plan indices of about equal work, each holding whole groups of plans whose
+    kernels share shapes (one tp; ZeRO-3's apart: its layers carry their own collectives and
+    cost about twice a plain plan to build)."""
+    groups: dict[tuple[int, bool], list[int]] = {}
+    for i, spec in enumerate(plans):
+        groups.setdefault((spec["tp"], spec.get("zero") == 3), []).append(i)
+    work = {key: len(idx) * (2 if key[1] else 1) for key, idx in groups.items()}
     shares: tuple[list[int], list[int]] = ([], [])
-    for idx in sorted(groups.values(), key=len, reverse=True):
-        min(shares, key=len).extend(idx)
+    load = [0, 0]
+    for key in sorted(groups, key=lambda k: (-work[k], k)):
+        j = 0 if load[0] <= load[1] else 1
+        shares[j].extend(groups[key])
+        load[j] += work[key]
     return shares
 
 
@@ -75,8 +77,8 @@ def shortlist(found: list[tuple[int, Ranked]], keep: int) -> list[tuple[int, Ran
 
 
 def evaluate_share(
-    engine: Engine, plans: Sequence[Scenario], share: Sequence[int], nodes: int | None,
-    evaluate: Callable[[Engine, Scenario, int | None], Ranked],
+    engine: Engine, plans: Sequence[dict], share: Sequence[int], nodes: int | None,
+    evaluate: Callable[[Engine, dict, int | None], Ranked],
 ) -> Found:  # fmt: skip
     """Every plan of `share` through the engine; plans the model refuses are not counted."""
     evaluated = 0
@@ -93,8 +95,8 @@ def evaluate_share(
 
 
 def evaluate_all(
-    engine: Engine, plans: Sequence[Scenario], nodes: int | None, keep: int,
-    evaluate: Callable[[Engine, Scenario, int | None], Ranked],
+    engine: Engine, plans: Sequence[dict], nodes: int | None, keep: int,
+    evaluate: Callable[[Engine, dict, int | None], Ranked],
 ) -> Found:  # fmt: skip
     """Every plan, on two processes where `workers()` allows it (module docstring)."""
     if len(plans) < FORK_MIN_PLANS or workers() < 2:
@@ -112,8 +114,8 @@ def evaluate_all(
 
 
 def _forked(
-    engine: Engine, plans: Sequence[Scenario], share: list[int], nodes: int | None, keep: int,
-    evaluate: Callable[[Engine, Scenario, int | None], Ranked],
+    engine: Engine, plans: Sequence[dict], share: list[int], nodes: int | None, keep: int,
+    evaluate: Callable[[Engine, dict, int | None], Ranked],
 ) -> Callable[[], Found | None]:  # fmt: skip
     """Start a worker on `share`; the returned call waits for its shortlist (None if it failed)."""
     read, write = os.pipe()
@@ -150,8 +152,8 @@ def _forked(
 
 
 def _relinker(
-    engine: Engine, plans: Sequence[Scenario], nodes: int | None,
-    evaluate: Callable[[Engine, Scenario, int | None], Ranked],
+    engine: Engine, plans: Sequence[dict], nodes: int | None,
+    evaluate: Callable[[Engine, dict, int | None], Ranked],
 ) -> Callable[[int, Ranked], Ranked]:  # fmt: skip
     """A worker's plan with its table rows costed again here when asked for (what a process
     boundary cannot carry: the closure over the worker's costed Parts)."""

@@ -8,6 +8,7 @@ over the dp·cp/ep ranks that hold the same experts.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -53,8 +54,16 @@ def groups_for(sc: Scenario, gpus_per_node: int | None) -> Groups:
     """The groups of `sc` on nodes of `gpus_per_node` GPUs (None: all in one node)."""
     if not sc.parallel and not sc.sequence_parallel:
         return SINGLE
-    gpn = gpus_per_node or sc.gpus
-    tp, cp, dp, ep = sc.tp, sc.cp, sc.dp, sc.ep
+    return _groups(sc.tp, sc.cp, sc.dp, sc.ep, sc.pp, gpus_per_node or sc.gpus,
+                   bool(sc.sequence_parallel), sc.tp_impl, sc.tp_overlap)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _groups(tp: int, cp: int, dp: int, ep: int, pp: int, gpn: int, sp: bool, tp_impl: str,
+            tp_overlap: bool) -> Groups:  # fmt: skip
+    """groups_for's Groups, one object per distinct plan shape (caches keyed on it compare by
+    identity)."""
+    gpus = tp * pp * dp * cp
     return Groups(
         tp=tp,
         tp_nodes=group_nodes(tp, 1, gpn),
@@ -67,8 +76,8 @@ def groups_for(sc: Scenario, gpus_per_node: int | None) -> Groups:
         edp=dp * cp // ep,
         # The expert-dp group: every cp rank (stride tp) of every dp/ep-th dp rank.
         edp_nodes=group_nodes(cp, tp, gpn) * group_nodes(dp // ep, tp * cp * ep, gpn),
-        pp_inter_node=sc.pp > 1 and sc.gpus > gpn,
-        sp=bool(sc.sequence_parallel),
-        tp_impl=sc.tp_impl,
-        tp_overlap=sc.tp_overlap,
+        pp_inter_node=pp > 1 and gpus > gpn,
+        sp=sp,
+        tp_impl=tp_impl,
+        tp_overlap=tp_overlap,
     )

@@ -72,14 +72,23 @@ def _layer_groups(g: Groups) -> Groups:
 
 
 def make_dims(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> Dims:
-    """One micro-batch of `sc` on one GPU of groups `g`."""
-    act: DType = "bf16" if BYTES[sc.dtype] == 1 else sc.dtype
-    mb = sc.micro_batch or sc.batch
-    if sc.mode == "decode":
-        T, q_len, kv_len = mb, 1, sc.ctx + 1
+    """One micro-batch of `sc` on one GPU of groups `g` (one Dims object per distinct input: the
+    caches keyed on it compare by identity)."""
+    return _dims(cfg, g, sc.mode, sc.micro_batch or sc.batch, sc.seq, sc.ctx, sc.dtype, sc.kv,
+                 sc.cuda_graphs, sc.impl, sc.attn, sc.weight_dtype, sc.fp8_scales, sc.mla,
+                 sc.moe_imbalance)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _dims(cfg: ModelConfig, g: Groups, mode: str, mb: int, seq: int, ctx: int, dtype: DType,
+          kv: DType, cuda_graphs: bool, impl: str, attn: str, weight_dtype: DType | None,
+          fp8_scales: str, mla: str, moe_imbalance: float) -> Dims:  # fmt: skip
+    act: DType = "bf16" if BYTES[dtype] == 1 else dtype
+    if mode == "decode":
+        T, q_len, kv_len = mb, 1, ctx + 1
     else:
-        q_len = sc.seq // g.cp
-        T, kv_len = mb * q_len, sc.seq
+        q_len = seq // g.cp
+        T, kv_len = mb * q_len, seq
     tp = g.tp
     if g.dp > 1 or g.edp > 1 or g.pp_inter_node:
         g = _layer_groups(g)
@@ -95,19 +104,19 @@ def make_dims(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> Dims:
         head_dim=cfg.hd,
         inter=cfg.intermediate // tp,
         act=act,
-        gemm=sc.dtype,
-        kv=sc.kv,
-        cache=sc.mode != "train",
-        decode=sc.mode == "decode",
+        gemm=dtype,
+        kv=kv,
+        cache=mode != "train",
+        decode=mode == "decode",
         # A CUDA graph needs static buffers: HF then decodes on a StaticCache, not a DynamicCache.
-        static_cache=sc.mode == "decode" and sc.cuda_graphs and sc.impl == "eager",
+        static_cache=mode == "decode" and cuda_graphs and impl == "eager",
         g=g,
-        attn=sc.attn,
-        train=sc.mode == "train",
-        wgemm=sc.weight_dtype,
-        scales=gemm_scales(sc.dtype, sc.weight_dtype, sc.fp8_scales),
-        mla=sc.mla,
-        moe_imbalance=sc.moe_imbalance,
+        attn=attn,
+        train=mode == "train",
+        wgemm=weight_dtype,
+        scales=gemm_scales(dtype, weight_dtype, fp8_scales),
+        mla=mla,
+        moe_imbalance=moe_imbalance,
     )
 
 

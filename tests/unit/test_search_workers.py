@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gpuperf.hardware.loader import load_system
 from gpuperf.step import search_workers as sw
-from gpuperf.step.search import enumerate_plans, explain, search
+from gpuperf.step.search import explain, plan_specs, search
 from gpuperf.workloads.config import load_model
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork: Linux only")
@@ -63,12 +63,19 @@ def test_a_failed_worker_is_not_trusted(serial, monkeypatch):
 
 
 def test_split_keeps_shape_groups_whole_and_balanced():
-    plans = list(enumerate_plans(LLAMA70, DGX_H100, 64, global_batch=1024, seq=4096))
+    plans = list(plan_specs(LLAMA70, DGX_H100, 64, global_batch=1024, seq=4096))
     a, b = sw.split(plans)
     assert sorted(a + b) == list(range(len(plans)))
-    keys_a = {sw._shape_key(plans[i]) for i in a}
-    assert keys_a.isdisjoint(sw._shape_key(plans[i]) for i in b)
-    assert abs(len(a) - len(b)) < 0.2 * len(plans)
+
+    def group(i: int) -> tuple:
+        return plans[i]["tp"], plans[i]["zero"] == 3
+
+    assert {group(i) for i in a}.isdisjoint(group(i) for i in b)
+
+    def work(share: list[int]) -> int:  # ZeRO-3 plans weigh twice
+        return sum(2 if plans[i]["zero"] == 3 else 1 for i in share)
+
+    assert abs(work(a) - work(b)) < 0.25 * (work(a) + work(b))
 
 
 def test_small_searches_stay_in_process(monkeypatch):
