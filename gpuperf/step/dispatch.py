@@ -39,9 +39,9 @@ class Timed(NamedTuple):
     def then(self, other: Timed) -> Timed:
         """This run, then `other`."""
         gpu, host, slack, kernels = self
-        other_slack = host - gpu + other[2]
-        return _new(Timed, (gpu + other[0], host + other[1],
-                            slack if slack >= other_slack else other_slack, kernels + other[3]))  # fmt: skip
+        later = host - gpu + other[2]
+        slack = slack if slack >= later else later
+        return _new(Timed, (gpu + other[0], host + other[1], slack, kernels + other[3]))
 
     def times(self, n: int) -> Timed:
         """This run n times back to back: the largest slack term is in the first repeat when the

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import threading
 import warnings
@@ -103,7 +104,11 @@ def evaluate_all(
         return evaluate_share(engine, plans, range(len(plans)), nodes, evaluate)
     mine, theirs = split(plans)
     got = _forked(engine, plans, theirs, nodes, keep, evaluate)
-    evaluated, fitting, found = evaluate_share(engine, plans, mine, nodes, evaluate)
+    try:
+        evaluated, fitting, found = evaluate_share(engine, plans, mine, nodes, evaluate)
+    except BaseException:  # an error or Ctrl-C here: the worker goes with it
+        got(cancel=True)
+        raise
     other = got()
     if other is None:  # the worker failed: its share here
         other = evaluate_share(engine, plans, theirs, nodes, evaluate)
@@ -116,12 +121,21 @@ def evaluate_all(
 def _forked(
     engine: Engine, plans: Sequence[dict], share: list[int], nodes: int | None, keep: int,
     evaluate: Callable[[Engine, dict, int | None], Ranked],
-) -> Callable[[], Found | None]:  # fmt: skip
-    """Start a worker on `share`; the returned call waits for its shortlist (None if it failed)."""
-    read, write = os.pipe()
-    with warnings.catch_warnings():  # 3.12+ warns on fork when native threads exist
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+) -> Callable[..., Found | None]:  # fmt: skip
+    """Start a worker on `share`; the returned call waits for its shortlist (None if it failed;
+    with cancel=True it stops the worker instead)."""
+    try:
+        read, write = os.pipe()
+    except OSError:  # out of descriptors: no worker
+        return lambda cancel=False: None
+    try:
+        with warnings.catch_warnings():  # 3.12+ warns on fork when native threads exist
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+    except OSError:  # out of processes or memory: no worker
+        os.close(read)
+        os.close(write)
+        return lambda cancel=False: None
     if pid == 0:  # the worker: evaluate, send, leave without running the parent's exit hooks
         status = 1
         try:
@@ -137,7 +151,9 @@ def _forked(
             os._exit(status)
     os.close(write)
 
-    def wait() -> Found | None:
+    def wait(cancel: bool = False) -> Found | None:
+        if cancel:
+            os.kill(pid, signal.SIGKILL)
         with os.fdopen(read, "rb") as f:
             data = f.read()
         _, code = os.waitpid(pid, 0)

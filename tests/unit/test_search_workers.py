@@ -62,6 +62,42 @@ def test_a_failed_worker_is_not_trusted(serial, monkeypatch):
     _same(search(LLAMA70, DGX_H100, 64, **ARGS), serial)
 
 
+def test_no_fork_no_worker(serial, monkeypatch):
+    def refuse() -> int:
+        raise OSError("fork: Resource temporarily unavailable")
+
+    monkeypatch.setattr(sw, "workers", lambda: 2)
+    monkeypatch.setattr(os, "fork", refuse)
+    _same(search(LLAMA70, DGX_H100, 64, **ARGS), serial)
+
+
+def test_an_error_here_stops_the_worker(monkeypatch):
+    parent = os.getpid()
+    real = sw.evaluate_share
+    children = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:
+            children.append(pid)
+        return pid
+
+    def dies_here(*a):  # noqa: ANN002
+        if os.getpid() == parent:
+            raise KeyboardInterrupt
+        return real(*a)
+
+    monkeypatch.setattr(sw, "workers", lambda: 2)
+    monkeypatch.setattr(os, "fork", fork)
+    monkeypatch.setattr(sw, "evaluate_share", dies_here)
+    with pytest.raises(KeyboardInterrupt):
+        search(LLAMA70, DGX_H100, 64, **ARGS)
+    assert children
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left behind
+        os.waitpid(children[0], os.WNOHANG)
+
+
 def test_split_keeps_shape_groups_whole_and_balanced():
     plans = list(plan_specs(LLAMA70, DGX_H100, 64, global_batch=1024, seq=4096))
     a, b = sw.split(plans)
