@@ -25,6 +25,7 @@ FIT_RUNS = ("llama3.2-1b_n16_512x128", "llama3.2-1b_n64_512x128", "llama3.2-1b_n
             "llama3.2-1b_n64_512x128_graphs")  # fmt: skip
 COMPARED = ("wall_s", "ttft_p50_ms", "tpot_p50_ms")
 PARAMS = ("step_overhead", "eager_step", "per_seq", "per_kv_token")
+FIXED = ("step_plans",)  # from a probe, not fitted (hf.toml says which)
 GPU_NAMES = {"h100-sxm5-80gb": "h100", "h200-sxm-141gb": "h200"}
 
 
@@ -90,7 +91,7 @@ def main() -> None:
     from gpuperf.step.serve_engines import load_engine
 
     hf = load_engine("hf")
-    params = {k: getattr(hf, k) for k in PARAMS}
+    params = {k: getattr(hf, k) for k in PARAMS + FIXED}
     if args.no_fit:
         fit_runs = []
     else:

@@ -61,7 +61,10 @@ def runs() -> list[tuple[str, str, list, dict]]:
 def main() -> None:
     path = Path(sys.argv[1])
     only = set(sys.argv[3:]) if len(sys.argv) > 2 and sys.argv[2] == "--only" else None
-    results = {"kind": "serve_hf", "runs": []}
+    from gpuperf.measure.calibration import measure_attn_plan
+
+    # The host's cuDNN plan of a new SDPA shape (the hf engine's step_plans are in its units).
+    results = {"kind": "serve_hf", "runs": [], "attn_plan_ms": measure_attn_plan() * 1e3}
     for name, model, reqs, cb in runs():
         if only and name not in only:
             continue
