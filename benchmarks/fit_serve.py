@@ -25,7 +25,6 @@ FIT_RUNS = ("llama3.2-1b_n16_512x128", "llama3.2-1b_n64_512x128", "llama3.2-1b_n
             "llama3.2-1b_n64_512x128_graphs")  # fmt: skip
 COMPARED = ("wall_s", "ttft_p50_ms", "tpot_p50_ms")
 PARAMS = ("step_overhead", "eager_step", "per_seq", "per_kv_token")
-FIXED = ("step_plans",)  # from a probe, not fitted (hf.toml says which)
 GPU_NAMES = {"h100-sxm5-80gb": "h100", "h200-sxm-141gb": "h200"}
 
 
@@ -66,6 +65,7 @@ def fit(runs: list[dict], gpu: str, start: dict[str, float]) -> dict[str, float]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpu", default="h100-sxm5-80gb")
+    ap.add_argument("--file", default="serve_hf.json", help="results file under the GPU's folder")
     ap.add_argument(
         "--no-fit",
         action="store_true",
@@ -84,14 +84,14 @@ def main() -> None:
         for engine in ("vllm", "trtllm"):
             fit_public(engine)
         return
-    data = json.loads((RESULTS / args.gpu / "serve_hf.json").read_text())
+    data = json.loads((RESULTS / args.gpu / args.file).read_text())
     gpu = GPU_NAMES.get(args.gpu, args.gpu)
     runs = [r for r in data["runs"] if not r.get("error")]
     fit_runs = [r for r in runs if r["label"] in FIT_RUNS]
     from gpuperf.step.serve_engines import load_engine
 
     hf = load_engine("hf")
-    params = {k: getattr(hf, k) for k in PARAMS + FIXED}
+    params = {k: getattr(hf, k) for k in PARAMS}
     if args.no_fit:
         fit_runs = []
     else:

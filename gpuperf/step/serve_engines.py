@@ -7,8 +7,7 @@ size and the memory fraction the cache may take, chunked prefill on or off, whic
 captured batch sizes, and the host's time per step beyond kernel launches (scheduling, input
 preparation, sampling, detokenization): step_overhead + per_seq x sequences + per_kv_token x
 cached tokens, counted in kernel dispatches of the machine (its GPU profile's host_dispatch_s),
-plus eager_step more when the step runs outside CUDA graphs, and step_plans attention plans
-(each the GPU profile's host_attn_plan_s) when its attention plans a new shape every step.
+plus eager_step more when the step runs outside CUDA graphs.
 Host work is thus measured in units of the host it runs on: a faster host shrinks all of it.
 """
 
@@ -56,14 +55,11 @@ class EngineProfile:
     step_overhead: float = 0.0  # host work per step, in kernel dispatches
     per_seq: float = 0.0  # per sequence in the step, in dispatches
     per_kv_token: float = 0.0  # per cached token of the step's sequences, in dispatches
-    # Host work per step that a CUDA-graph step does not pay, in dispatches.
+    # Host work per step that a CUDA-graph step does not pay, in dispatches (Hugging Face: mostly
+    # cuDNN planning the step's masked SDPA for its new gathered key count,
+    # benchmarks/results/h100-sxm5-80gb/serve_hf_cudnn_probe.json; hf.toml says why it stays
+    # in dispatches).
     eager_step: float = 0.0
-    # Attention plans per step outside CUDA graphs, each the GPU profile's host_attn_plan_s (the
-    # host's cuDNN plan of a decode-shaped SDPA, which `gpuperf calibrate` measures): Hugging
-    # Face's paged|sdpa runs one masked SDPA over the step's gathered cache, whose key count is
-    # new nearly every step, and cuDNN plans each new shape once for all layers
-    # (benchmarks/results/h100-sxm5-80gb/serve_hf_cudnn_probe.json).
-    step_plans: float = 0.0
     # varlen: one FlashAttention-style kernel over each sequence's own cache (vLLM, TRT-LLM);
     # gather_sdpa: Hugging Face's paged|sdpa, which gathers every sequence's cache into one
     # tensor, repeats the KV heads, and runs one SDPA over all queries against all of it with a
@@ -82,8 +78,7 @@ class EngineProfile:
 
 
 _INTS = ("token_budget", "max_seqs", "block_size")
-_FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "eager_step", "step_plans",
-           "admit_margin")
+_FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "eager_step", "admit_margin")
 _BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full")
 _KEYS = ("name", "base", "description", "impl", "attention", "graph_sizes", "sources", *_INTS,
          *_FLOATS, *_BOOLS)  # fmt: skip

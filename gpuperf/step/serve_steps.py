@@ -13,8 +13,7 @@ only these are costed again:
 Decode-only steps that fit a captured CUDA graph (EngineProfile.graph_sizes) run the graph of the
 padded batch: no launches on the host, the graph's gaps on the GPU. The host's own work per step
 (EngineProfile: step_overhead, per_seq, per_kv_token, eager_step, in kernel dispatches of this
-machine, and step_plans attention plans, in this machine's host_attn_plan_s) comes before the
-kernels. Forwards of T tokens are costed at grid points (_grid) and
+machine) comes before the kernels. Forwards of T tokens are costed at grid points (_grid) and
 a step between two points is interpolated; attention contexts are rounded to 1/64 of an octave
 (well under 2% of a kernel's time).
 """
@@ -193,10 +192,9 @@ class StepTimer:
         seqs = n_dec + len(chunks)
         cached = sum_ctx + sum(c + p for c, p in chunks)
         dispatches = e.step_overhead + e.per_seq * seqs + e.per_kv_token * cached
-        host = self.gpu.params.host_dispatch_s * dispatches
         if not e.cuda_graphs:
-            host += self.gpu.params.host_dispatch_s * e.eager_step
-            host += self.gpu.params.host_attn_plan_s * e.step_plans
+            dispatches += e.eager_step
+        host = self.gpu.params.host_dispatch_s * dispatches
         ctx = _round_ctx(-(-sum_ctx // n_dec)) if n_dec else 0
         chunks = tuple((c, _round_ctx(p) if p else 0) for c, p in chunks)
         if not chunks:
