@@ -5,7 +5,7 @@ a new total cache length every step, and cuDNN builds a plan for every new shape
 Per model (random weights, 64 and 16 requests of 512 tokens, 64 new tokens, the serve_hf.py
 cache and budget) four runs in one process: the first (cuDNN on, every step's shape new), the
 same again (same prompts, so the same shapes, every one met), with cuDNN's SDPA off (new shapes,
-no plans), and again with cuDNN on. Each run: wall, steps, time per step; plus the host's plan
+no plans), and again with cuDNN on. Each run: wall, TTFT and TPOT percentiles; plus the host's plan
 time (gpuperf's calibration probe) and what the SDPA call alone costs at a masked, gathered
 shape the first and the second time.
 
@@ -25,11 +25,6 @@ from gpuperf.measure.serve_hf import metrics, run  # noqa: E402
 
 PRESETS = Path(__file__).resolve().parents[2] / "gpuperf" / "workloads" / "presets"
 CB = {"block_size": 256, "num_blocks": 512, "max_batch_tokens": 2048}
-
-
-def _steps(reqs: list[dict]) -> int:
-    """Distinct token times across requests: one per step that produced tokens."""
-    return len({t for r in reqs for t in r["token_times_s"]})
 
 
 def _masked_sdpa(torch) -> dict:  # noqa: ANN001
@@ -74,16 +69,11 @@ def main() -> None:
                 res = run(spec)
                 took = time.perf_counter() - t0
                 m = metrics(res["requests"])
-                steps = _steps(res["requests"])
-                row = {"label": spec["label"], "variant": variant, "steps": steps,
-                       "ms_per_step": 1e3 * m["wall_s"] / max(steps, 1), "call_s": took,
-                       **m, "requests": res["requests"]}  # fmt: skip
+                row = {"label": spec["label"], "variant": variant, "call_s": took, **m,
+                       "requests": res["requests"]}  # fmt: skip
                 out["runs"].append(row)
-                print(
-                    f"{spec['label']:24s} {variant:15s} wall {m['wall_s']:.3f} s, "
-                    f"{steps} steps, {row['ms_per_step']:.2f} ms/step",
-                    flush=True,
-                )
+                print(f"{spec['label']:24s} {variant:15s} wall {m['wall_s']:.3f} s, "
+                      f"TPOT p50 {m['tpot_p50_ms']:.1f} ms", flush=True)  # fmt: skip
             torch.backends.cuda.enable_cudnn_sdp(True)
     Path(sys.argv[1]).write_text(json.dumps(out))
 

@@ -47,7 +47,11 @@ def _flops_per_key(cfg: Any) -> float:
 def attention_flops_per_token(cfg: Any, sc: Any) -> float:
     """4·L·H·Q·T: QKᵀ and P·V of one token's forward, full (non-causal) count, with T capped at
     the window in sliding-window layers."""
-    return _flops_per_key(cfg) * cfg.attended_positions(_attended(sc))
+    return _attention_flops(cfg, _attended(sc))
+
+
+def _attention_flops(cfg: Any, attended: int) -> float:
+    return _flops_per_key(cfg) * cfg.attended_positions(attended)
 
 
 def decode_attention_flops(cfg: Any, prompt: int, steps: int) -> float:
@@ -69,7 +73,7 @@ def model_flops_per_token(cfg: Any, sc: Any) -> tuple[float, str]:
 
 @functools.lru_cache(maxsize=1024)
 def _per_token(cfg: Any, mode: str, attended: int) -> float:
-    fwd = 2.0 * matmul_params(cfg) + _flops_per_key(cfg) * cfg.attended_positions(attended)
+    fwd = 2.0 * matmul_params(cfg) + _attention_flops(cfg, attended)
     return 3.0 * fwd if mode == "train" else fwd
 
 
