@@ -152,8 +152,19 @@ def candidate(
 ) -> Candidate:
     """Predicted terms of one (tile, split-K) choice for an [m,k]@[k,n] product in `b`-byte
     elements (`out_b`-byte output), `batch` independent products."""
-    tk, feed, t_kstep = k_step(tm, tn, b, hw)
-    per_sm = ctas_per_sm(tm, tn, hw)
+    return _candidate(_terms(m, n, k, batch, b, out_b, tm, tn, s, hw, *_tile(tm, tn, b, hw)))
+
+
+def _tile(tm: int, tn: int, b: int, hw: _Hw) -> tuple[int, float, float, int]:
+    """What a tile's candidates share: (K elements a step covers, feed efficiency, seconds of
+    one K step of every SM, CTAs per SM)."""
+    return (*k_step(tm, tn, b, hw), ctas_per_sm(tm, tn, hw))
+
+
+def _terms(m: int, n: int, k: int, batch: int, b: int, out_b: int, tm: int, tn: int, s: int,
+           hw: _Hw, tk: int, feed: float, t_kstep: float, per_sm: int) -> tuple:  # fmt: skip
+    """candidate's numbers as a plain tuple, (time, t_math, ...): the search over candidates
+    builds a Candidate for the winner only."""
     tiles_m, tiles_n = -(-m // tm), -(-n // tn)
     ctas = tiles_m * tiles_n * batch * s
     k_cta = -(-k // s)  # K elements each split covers
@@ -174,13 +185,18 @@ def candidate(
     partials = 2 * s * m * n * PARTIAL_BYTES if s > 1 else 0
     traffic = float(batch * (reads + c_bytes + partials))
     t_mem = (traffic + hw.half_bytes) / hw.bw
-
-    slots = hw.sms * per_sm
-    waves = -(-ctas // slots)
     # Split-K sums its fp32 partials in a second kernel (cuBLAS's splitKreduce): one more launch.
     floor = hw.floor + (hw.reduce_floor if s > 1 else 0.0)
+    time = max(t_math, t_mem) + floor
+    return (time, t_math, t_mem, floor, tm, tn, s, ctas, per_sm, hw.sms * per_sm,
+            m * n / (tiles_m * tm * tiles_n * tn), feed, traffic)  # fmt: skip
+
+
+def _candidate(terms: tuple) -> Candidate:
+    time, t_math, t_mem, floor, tm, tn, s, ctas, per_sm, slots, tile_eff, feed, traffic = terms
+    waves = -(-ctas // slots)
     return Candidate(
-        time=max(t_math, t_mem) + floor,
+        time=time,
         t_math=t_math,
         t_mem=t_mem,
         floor=floor,
@@ -191,28 +207,29 @@ def candidate(
         ctas_per_sm=per_sm,
         waves=waves,
         wave_eff=ctas / (waves * slots),
-        tile_eff=m * n / (tiles_m * tm * tiles_n * tn),
+        tile_eff=tile_eff,
         feed_eff=feed,
         traffic=traffic,
     )
 
 
 def _best(m: int, n: int, k: int, batch: int, b: int, out_b: int, hw: _Hw) -> Candidate:
-    best: Candidate | None = None
+    best: tuple | None = None
     for tm, tn in TILES:
         tiles = -(-m // tm) * -(-n // tn) * batch
-        per_sm = ctas_per_sm(tm, tn, hw)
+        shared = _tile(tm, tn, b, hw)
+        per_sm = shared[3]
         for s in SPLITS:
             # Split K only while the tiles alone leave SMs idle, and not past two full waves.
             if s > 1 and (tiles >= hw.sms or tiles * s > 2 * hw.sms * per_sm):
                 break
-            c = candidate(m, n, k, batch, b, out_b, tm, tn, s, hw)
+            c = _terms(m, n, k, batch, b, out_b, tm, tn, s, hw, *shared)
             # Ties (memory-bound shapes) go to the candidate with the least math: what a
             # heuristic that also minimizes wasted work would pick.
-            if best is None or (c.time, c.t_math) < (best.time, best.t_math):
+            if best is None or (c[0], c[1]) < (best[0], best[1]):
                 best = c
     assert best is not None
-    return best
+    return _candidate(best)
 
 
 def gemm_time(

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from gpuperf.step.dispatch import _EMPTY as _EMPTY_TIMED
 from gpuperf.step.dispatch import Timed
 from gpuperf.workloads.step_work import ALL, Part
 
@@ -193,6 +194,7 @@ class Template:
     first: Timed  # the first repeat when it carries the step's one-off host cost
     flops: float
     classes: tuple[tuple[str, float], ...]
+    compute: float = 0.0  # seconds of its compute kernels (what FSDP's ALL hides under)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +287,11 @@ class Coster:
         key = (id(part), first_step)  # Parts are memoized by their builders: identity is enough
         hit = self._parts.get(key)
         if hit is None or hit[0] is not part:
-            tpl = self.template(part.ops, part.hide, part.layer0 is not None, first_step)
+            layered = part.layer0 is not None
+            if part.core is not None and not first_step and not self.rules.layer_first:
+                tpl = self._around(part, layered)
+            else:
+                tpl = self.template(part.ops, part.hide, layered, first_step)
             if tpl.first is not tpl.once:
                 timed = tpl.first.then(tpl.once.times(part.repeat - 1))
             else:
@@ -303,13 +309,70 @@ class Coster:
             hit = self._templates[key] = (ops, self._template(ops, hide, layered, first_step))
         return hit[1]
 
+    def _around(self, part: Part, layered: bool) -> Template:
+        """The template of a Part with a shared core (Part.core): the core's template, costed
+        once for every Part around it, and the ops around it costed here; what those hide
+        under every compute kernel (ALL) takes the whole Part's compute time, as
+        `_template` would. Ops around a core hide only under ALL, and the core's ops only
+        under its own (else: the whole Part costed op by op)."""
+        off, core, core_hide = part.core  # type: ignore[misc]
+        ops, n = part.ops, len(core)
+        outer_hide = part.hide[len(core_hide) :]
+        if part.hide[: len(core_hide)] != core_hide or any(u != (ALL,) for _, u in outer_hide):
+            return self.template(ops, part.hide, layered, False)
+        pre, post = ops[:off], ops[off + n :]
+        key = (id(core), core_hide, pre, post, outer_hide, layered)  # a few ops to hash
+        hit = self._templates.get(key)
+        if hit is None or hit[0] is not core:
+            hit = self._templates[key] = (core, self._compose(part, layered, pre, post))
+        return hit[1]
+
+    def _compose(self, part: Part, layered: bool, pre: tuple[Op, ...],
+                 post: tuple[Op, ...]) -> Template:  # fmt: skip
+        off, core, core_hide = part.core  # type: ignore[misc]
+        ops, n = part.ops, len(core)
+        outer_hide = part.hide[len(core_hide) :]
+        c = self.template(core, core_hide, layered, False)
+        p = self._template(pre, (), layered, False)
+        q = self._template(post, (), layered, False)
+        # The outer ops' hidden seconds, from one pool of the whole Part's compute time.
+        index = {op.name: i for i, op in enumerate(ops) if not off <= i < off + n}
+        t = (*p.time_s, *c.time_s, *q.time_s)
+        hidden = [*p.hidden_s, *c.hidden_s, *q.hidden_s]
+        left = p.compute + c.compute + q.compute
+        for name, _ in outer_hide:
+            i = index.get(name)
+            if i is None:
+                continue
+            hidden[i] = min(t[i], left)
+            left -= hidden[i]
+        keep = 1.0 - self.overlap_cost
+        classes = dict(c.classes)
+        pieces = []
+        for lo, tpl in ((0, p), (off + n, q)):
+            k = len(tpl.time_s)
+            if not k:
+                pieces.append(_EMPTY_TIMED)
+                continue
+            eff = [t[lo + j] - hidden[lo + j] * keep for j in range(k)]
+            for j, e in enumerate(eff):
+                cls = _traits(ops[lo + j])[0]
+                classes[cls] = classes.get(cls, 0.0) + float(e)
+            pieces.append(Timed.of(eff, tpl.host_s))
+        once = pieces[0].then(c.once).then(pieces[1])
+        return Template((*p.rows, *c.rows, *q.rows), t, tuple(hidden),
+                        (*p.host_s, *c.host_s, *q.host_s), once, once,
+                        p.flops + c.flops + q.flops, tuple(classes.items()),
+                        p.compute + c.compute + q.compute)  # fmt: skip
+
     def _template(self, ops: tuple[Op, ...], hide: tuple, layered: bool,
                   first_step: bool) -> Template:  # fmt: skip
         rows = tuple(self.row(op) for op in ops)
         rules = self.rules
         gap = rules.graph_gap
         t = tuple(r[7] * 1e-3 + gap for r in rows)
-        hidden = _hidden(hide, ops, rows, t)
+        compute = sum(t[i] for i, r in enumerate(rows) if r[0] not in _COMM)
+        hidden = _hidden(hide, ops, rows, t, compute)
         host = [rules.per_kernel] * len(ops)
         plan_at = -1
         moe, comm, dtensor = rules.moe != 1.0, rules.comm, rules.dtensor
@@ -340,7 +403,7 @@ class Coster:
             first = Timed.of(eff, host1)
         flops = float(sum(r[3] for r in rows))
         return Template(rows, t, tuple(hidden), tuple(host), once, first, flops,
-                        tuple(classes.items()))  # fmt: skip
+                        tuple(classes.items()), compute)  # fmt: skip
 
 
 _TRAITS: dict[int, tuple[Op, tuple[str, bool, bool, bool]]] = {}
@@ -362,13 +425,14 @@ def _traits(op: Op) -> tuple[str, bool, bool, bool]:
     return traits
 
 
-def _hidden(hide: tuple, ops: tuple[Op, ...], rows: tuple, t: tuple[float, ...]) -> list[float]:
-    """Seconds of each communication op that overlap the kernels `hide` names."""
+def _hidden(hide: tuple, ops: tuple[Op, ...], rows: tuple, t: tuple[float, ...],
+            compute: float) -> list[float]:  # fmt: skip
+    """Seconds of each communication op that overlap the kernels `hide` names (`compute`: the
+    seconds of every compute kernel of the run, what ALL hides under)."""
     hidden = [0.0] * len(ops)
     if not hide:
         return hidden
     index = {op.name: i for i, op in enumerate(ops)}
-    compute = sum(t[i] for i, r in enumerate(rows) if r[0] not in _COMM)
     left: dict[tuple[str, ...], float] = {}  # ops hidden under the same kernels share them
     for name, under in hide:
         i = index.get(name)

@@ -47,6 +47,10 @@ class Part:
     layer0: int | None = None
     descending: bool = False
     hide: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (comm op, the ops it hides under)
+    # (offset, core ops, core hide): ops[offset:offset + len(core ops)] is an interned run that
+    # other Parts share (a layer), which the step engine costs once and composes with the rest
+    # (FSDP's per-layer collectives around it); hide is the core's hide, then the rest's.
+    core: tuple[int, tuple[Op, ...], tuple[tuple[str, tuple[str, ...]], ...]] | None = None
 
     def layer(self, i: int) -> int | None:
         if self.layer0 is None:
@@ -101,6 +105,21 @@ def _part(ops: tuple[Op, ...] | list[Op], hide: Mapping[str, tuple[str, ...]] | 
     """A Part whose ops tuple is shared with every equal one (the step engine keys its cost
     caches on the tuple's identity)."""
     return Part(_intern(ops), hide=tuple((hide or {}).items()), **kw)
+
+
+def _around(
+    pre: tuple[Op, ...],
+    core: tuple[Op, ...],
+    core_hide: dict,
+    post: tuple[Op, ...],
+    outer_hide: dict,
+    **kw,
+) -> Part:  # noqa: ANN003
+    """A Part of `core` (an interned layer) with `pre` and `post` around it (not interned: the
+    step engine costs the core once for every plan and composes the rest)."""
+    hide = tuple({**core_hide, **outer_hide}.items())
+    core_items = tuple(core_hide.items())
+    return Part((*pre, *core, *post), hide=hide, core=(len(pre), core, core_items), **kw)
 
 
 def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
@@ -200,7 +219,7 @@ def _stage_parts(cfg: ModelConfig, d: Dims, eager: bool, mode: str, recompute: s
     train = mode == "train"
     runs = [(first, n, _layer_templates(cfg, d, eager, train, recompute, kind))
             for first, n, kind in kind_runs(cfg, st.first, st.layers)]  # fmt: skip
-    fsdp = _fsdp_layer_ops(d, st, *fsdp) if fsdp is not None else None
+    fsdp = _fsdp_layer_ops(d, st.layers, *fsdp) if fsdp is not None else None
     fwd = _forward_parts(cfg, d, eager, mode, st, runs, fsdp)
     bwd = _backward_parts(cfg, d, eager, st, runs, fsdp) if train else []
     return tuple(fwd), tuple(bwd)
@@ -218,26 +237,25 @@ def _forward_parts(cfg, d, eager, mode, st, runs, fsdp) -> list[Part]:  # noqa: 
     end = st.first + st.layers
     for first, n, (layer, _, hide, _) in runs:
 
-        def body(last: bool, layer=layer, hide=hide) -> tuple[tuple[Op, ...], dict]:  # noqa: ANN001
+        def body(last: bool, layer=layer, hide=hide, **kw) -> Part:  # noqa: ANN001, ANN003
             if not fsdp:
-                return layer, hide
+                return _part(layer, hide, **kw)
             if last:  # the last layer has no next layer to prefetch
-                return (*layer, *fsdp.fwd[-1:]), hide
-            return (*layer, *fsdp.fwd), {**hide, **fsdp.fwd_hide}
+                return _around((), layer, hide, fsdp.fwd[-1:], {}, **kw)
+            return _around((), layer, hide, fsdp.fwd, fsdp.fwd_hide, **kw)
 
         ends_stage = first + n == end
         if first == 0 and not eager and not cfg.parallel_residual:
             # vLLM's first layer has no residual yet: a plain norm, not the fused add + norm.
-            ops, h = body(n == 1 and ends_stage)
-            plain = [replace(ops[0], residual=False), *ops[1:]]  # type: ignore[call-arg]
-            parts.append(_part(plain, h, layer0=0))
+            plain = _intern([replace(layer[0], residual=False), *layer[1:]])  # type: ignore[call-arg]
+            parts.append(body(n == 1 and ends_stage, plain, layer0=0))
             n, first = n - 1, 1
         if n and fsdp and ends_stage:  # n: the first layer may have been the run's only one
             if n > 1:
-                parts.append(_part(*body(False), repeat=n - 1, layer0=first))
-            parts.append(_part(*body(True), layer0=first + n - 1))
+                parts.append(body(False, repeat=n - 1, layer0=first))
+            parts.append(body(True, layer0=first + n - 1))
         elif n:
-            parts.append(_part(*body(False), repeat=n, layer0=first))
+            parts.append(body(False, repeat=n, layer0=first))
     if st.has_head:
         parts.append(_part(post_ops))
     return parts
@@ -250,12 +268,11 @@ def _backward_parts(cfg, d, eager, st, runs, fsdp) -> list[Part]:  # noqa: ANN00
     if st.has_head:
         parts.append(_part(head_bwd))
     for first, n, (_, layer_bwd, _, hide) in reversed(runs):
-        body, body_hide = layer_bwd, hide
+        kw = {"repeat": n, "layer0": first + n - 1, "descending": True}
         if fsdp:
-            body = (*fsdp.bwd_pre, *body, *fsdp.bwd_post)
-            body_hide = {**hide, **fsdp.bwd_hide}
-        parts.append(_part(body, body_hide, repeat=n, layer0=first + n - 1,
-                           descending=True))  # fmt: skip
+            parts.append(_around(fsdp.bwd_pre, layer_bwd, hide, fsdp.bwd_post, fsdp.bwd_hide, **kw))
+        else:
+            parts.append(_part(layer_bwd, hide, **kw))
     tail = tail_bwd if st.has_embed else ()
     if fsdp:
         tail = (*tail, *fsdp.last)
@@ -275,21 +292,22 @@ class _Fsdp:
     (hidden under the backward of the layer before); the root's gradients are reduce-scattered
     last. Dense weights are sharded over the dp·cp ranks, experts over the expert-dp ranks."""
 
-    first: list[Op]
-    fwd: list[Op]
+    first: tuple[Op, ...]
+    fwd: tuple[Op, ...]
     fwd_hide: dict[str, tuple[str, ...]]
-    bwd_pre: list[Op]
-    bwd_post: list[Op]
+    bwd_pre: tuple[Op, ...]
+    bwd_post: tuple[Op, ...]
     bwd_hide: dict[str, tuple[str, ...]]
-    last: list[Op]
+    last: tuple[Op, ...]
 
 
-def _fsdp_layer_ops(d: Dims, st: Stage, params: Params, dp: int, dp_nodes: int, edp: int,
+@functools.lru_cache(maxsize=1024)
+def _fsdp_layer_ops(d: Dims, layers: int, params: Params, dp: int, dp_nodes: int, edp: int,
                     edp_nodes: int) -> _Fsdp:  # fmt: skip
     pb = BYTES[d.act]
     dense = max(1, int(params.layer_dense * pb))
     expert = int(params.layer_expert * pb)
-    root = int((params.dense - st.layers * params.layer_dense) * pb)
+    root = int((params.dense - layers * params.layer_dense) * pb)
 
     def coll(name: str, kind: str, nbytes: int, ranks: int, nodes: int) -> list[Op]:
         if nbytes <= 0 or ranks <= 1:
@@ -313,14 +331,14 @@ def _fsdp_layer_ops(d: Dims, st: Stage, params: Params, dp: int, dp_nodes: int, 
         scatter("fsdp/reducescatter"),
     )
     return _Fsdp(
-        first=[*coll("fsdp/allgather_root", "allgather", root, dp, dp_nodes),
-               *gather("fsdp/allgather")],
-        fwd=[*nxt, Copy("fsdp/copy_out", layer_bytes, d.act)],
+        first=(*coll("fsdp/allgather_root", "allgather", root, dp, dp_nodes),
+               *gather("fsdp/allgather")),
+        fwd=(*nxt, Copy("fsdp/copy_out", layer_bytes, d.act)),
         fwd_hide={op.name: (ALL,) for op in nxt},
-        bwd_pre=[*bwd_ag, Copy("fsdp/copy_out.bwd", layer_bytes, d.act)],
-        bwd_post=[Copy("fsdp/grad_copy_in", layer_bytes, d.act), *rs],
+        bwd_pre=(*bwd_ag, Copy("fsdp/copy_out.bwd", layer_bytes, d.act)),
+        bwd_post=(Copy("fsdp/grad_copy_in", layer_bytes, d.act), *rs),
         bwd_hide={op.name: (ALL,) for op in bwd_ag + rs},
-        last=coll("fsdp/reducescatter_root", "reducescatter", root, dp, dp_nodes),
+        last=tuple(coll("fsdp/reducescatter_root", "reducescatter", root, dp, dp_nodes)),
     )  # fmt: skip
 
 

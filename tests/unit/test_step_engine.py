@@ -343,6 +343,35 @@ def test_fsdp_gathers_layer_by_layer_and_shards_memory():
     assert opt[1] == pytest.approx(opt[0] / 8, rel=0.05)  # each rank steps its shard
 
 
+@pytest.mark.parametrize("impl", ["eager", "fused"])
+def test_fsdp_layers_composed_around_the_shared_layer_cost_as_op_by_op(impl):
+    """A ZeRO-3 layer Part is costed as the plain layer's template (shared with every other
+    plan) with FSDP's collectives composed around it: the same numbers as costing it op by
+    op, with the all-gather and reduce-scatter hiding under the whole layer."""
+    from gpuperf.hardware.loader import load_system
+    from gpuperf.workloads.groups import groups_for
+    from gpuperf.workloads.step_work import build
+
+    system = load_system("dgx-h100")
+    sc = Scenario(mode="train", impl=impl, seq=2048, dp=8, tp=2, zero=3, micro_batch=1,
+                  global_batch=16)  # fmt: skip
+    cfg = load_model("llama3-8b")
+    work = build(cfg, sc, groups_for(sc, system.gpus_per_node))
+    parts = [p for st in work.stages for p in st.fwd + st.bwd if p.core is not None]
+    assert len(parts) >= 3  # forward (prefetching, last) and backward layers
+    coster = C.Coster(system.gpu, system, sc)
+    for part in parts:
+        composed = coster.cost(part).tpl
+        whole = coster.template(part.ops, part.hide, True, False)
+        assert composed.rows == whole.rows and composed.host_s == whole.host_s
+        assert composed.hidden_s == pytest.approx(whole.hidden_s, rel=1e-12, abs=1e-18)
+        outer = part.hide[len(part.core[2]) :]  # the last forward layer prefetches nothing
+        assert any(h > 0 for h in composed.hidden_s) == bool(outer)  # hidden under the layer
+        for a, b in zip(composed.once, whole.once, strict=True):
+            assert a == pytest.approx(b, rel=1e-12)
+        assert dict(composed.classes) == pytest.approx(dict(whole.classes), rel=1e-12)
+
+
 def test_zero3_plan_of_gpt3_counts_the_gathered_layers():
     p = api.predict("gpt3-175b", system="dgx-a100", nodes=128, mode="train", seq=2048,
                     dp=1024, zero=3, global_batch=1024)  # fmt: skip
