@@ -120,9 +120,9 @@ def main() -> None:
 
 def fit_public(engine: str, every: int = 3) -> dict[str, float]:
     """vllm / trtllm: step_overhead and per_seq from the TPOT of the fit half of the public
-    aiconfigurator rows of that engine (benchmarks/serve_public.py; every k-th row for speed).
-    TTFT is left out: it depends on how the benchmark client released its requests, which the
-    sample does not record."""
+    aiconfigurator rows of that engine (benchmarks/serve_public.py, each row under its client;
+    every k-th row for speed). TTFT is left out: for most rows it depends on a benchmark client
+    the sample does not record."""
     import serve_public as sp
 
     from gpuperf.step.serve_engines import load_engine

@@ -1,7 +1,15 @@
 """gpuperf serve against the public aiconfigurator sample (benchmarks/data/
 aiconfigurator_silicon_dense.csv): measured TTFT and TPOT of vLLM, SGLang and TRT-LLM
 deployments (aggregated, dense models, H100/H200/B200), each row a closed loop of `batch_size`
-users sending fixed-length requests (three waves of requests per row).
+users. The sample keeps the benchmark client's mean TTFT and mean TPOT per row
+(aiconfigurator's tooling reads bench["metrics"]["mean_ttft"]).
+
+The client is known for the rows of InferenceMAX's sweep (ISL/OSL 1024/1024, 1024/8192,
+8192/1024): vLLM's benchmark_serving.py as InferenceMAX's bench_serving fork runs it, 10 x
+concurrency requests at `--max-concurrency` with `--request-rate inf`, lengths drawn uniformly
+from [0.8 L, L] (`--random-range-ratio 0.8`; the fork's sample_random_requests draws
+randint(int(L * ratio), L + 1)), `--ignore-eos`; mean TTFT and mean TPOT. For the other rows the
+client is not recorded: three waves of fixed-length requests, medians.
 
 Rows split in two by a hash of their id: the fit half sets the engine profiles' host time per
 step (benchmarks/fit_serve.py), the held-out half is reported. SGLang rows run on the vLLM-like
@@ -29,8 +37,13 @@ MODELS = {
 }
 GPUS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200"}
 ENGINES = {"vllm": "vllm", "sglang": "vllm", "trtllm": "trtllm"}
-WAVES = 3
+WAVES = 3  # rows whose client is not recorded: three waves of fixed-length requests
 TARGET = 15.0  # median |error| %, TTFT and TPOT
+# InferenceMAX's client (its README and bench_serving fork): ISL/OSL pairs, requests per user,
+# length range ratio.
+INFERENCEMAX_SHAPES = {(1024, 1024), (1024, 8192), (8192, 1024)}
+INFERENCEMAX_PROMPTS_PER_USER = 10
+INFERENCEMAX_RANGE = 0.8
 
 
 def rows() -> list[dict[str, str]]:
@@ -42,19 +55,31 @@ def half(row: dict[str, str]) -> str:
     return "fit" if zlib.crc32(row["id"].encode()) % 2 == 0 else "held"
 
 
+def inferencemax(row: dict[str, str]) -> bool:
+    """Whether the row is of InferenceMAX's sweep (its client is known)."""
+    return (int(row["isl"]), int(row["osl"])) in INFERENCEMAX_SHAPES
+
+
 def predict(row: dict[str, str], **engine_options: float) -> tuple[float, float]:
-    """gpuperf's median TTFT and TPOT (ms) of the row's deployment."""
+    """gpuperf's TTFT and TPOT (ms) of the row's deployment under the row's client (module
+    docstring): means for InferenceMAX's rows, medians for the others."""
     from gpuperf import api
 
     users = int(row["batch_size"])
+    isl, osl = int(row["isl"]), int(row["osl"])
     fp8 = row["gemm_quant_mode"] in ("fp8", "fp8_block")
+    known = inferencemax(row)
+    if known:  # lengths uniform over [ratio * L, L]
+        lengths = [f"uniform:{int(n * INFERENCEMAX_RANGE)}:{n}" for n in (isl, osl)]
+        requests, stat = INFERENCEMAX_PROMPTS_PER_USER * users, "mean"
+    else:
+        lengths, requests, stat = [isl, osl], WAVES * users, "p50"
     rep = api.serve(
         MODELS[row["model_path"]], gpu=GPUS[row["system"]], engine=ENGINES[row["backend"]],
-        tp=int(row["tp_size"]), isl=int(row["isl"]), osl=int(row["osl"]),
-        concurrency=users, requests=WAVES * users, dtype="fp8" if fp8 else "bf16",
-        **engine_options,
+        tp=int(row["tp_size"]), isl=lengths[0], osl=lengths[1], concurrency=users,
+        requests=requests, dtype="fp8" if fp8 else "bf16", **engine_options,
     )  # fmt: skip
-    return rep.summary["ttft_p50_ms"], rep.summary["tpot_p50_ms"]
+    return rep.summary[f"ttft_{stat}_ms"], rep.summary[f"tpot_{stat}_ms"]
 
 
 def err(pred: float, real: float) -> float:
@@ -82,14 +107,16 @@ def main() -> None:
         real_ttft, real_tpot = float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"])
         a_ttft = err(a["ttft_ms"], real_ttft) if a.get("ttft_ms") else None
         a_tpot = err(a["tpot_ms"], real_tpot) if a.get("tpot_ms") else None
-        key = f"{r['backend']:6s} {r['system']}"
-        groups.setdefault(key, []).append((err(ttft, real_ttft), err(tpot, real_tpot), a_ttft,
-                                           a_tpot))  # fmt: skip
+        client = "InferenceMAX" if inferencemax(r) else "unknown"
+        row_errors = (err(ttft, real_ttft), err(tpot, real_tpot), a_ttft, a_tpot)
+        for key in (f"{r['backend']:6s} {r['system']}", f"client {client}"):
+            groups.setdefault(key, []).append(row_errors)
     print(f"{args.half} rows: median |error| % (signed median), gpuperf vs aiconfigurator "
           f"(target <= {TARGET:.0f}%)")  # fmt: skip
     every = []
     for key in sorted(groups):
-        every += groups[key]
+        if not key.startswith("client"):
+            every += groups[key]
         _line(key, groups[key])
     _line("all", every)
 

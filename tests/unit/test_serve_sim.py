@@ -122,14 +122,15 @@ def test_the_step_timer_is_the_step_engine():
     from gpuperf.workloads.scenario import Scenario
 
     cfg, gpu = load_model("llama3-8b"), load_gpu("h100")
-    timer = StepTimer(cfg, gpu, None, VLLM, Scenario(mode="prefill"))
-    host = gpu.params.host_dispatch_s * (VLLM.step_overhead + VLLM.per_seq)
+    engine = replace(VLLM, step_overhead=40.0, per_seq=0.5)  # host terms the fits may zero
+    timer = StepTimer(cfg, gpu, None, engine, Scenario(mode="prefill"))
+    host = gpu.params.host_dispatch_s * (engine.step_overhead + engine.per_seq)
     prefill = api.predict(cfg, gpu=gpu, mode="prefill", seq=512).total_ms * 1e-3
     assert timer.step_s(((512, 0),), 0, 0, 1) == pytest.approx(prefill + host, rel=1e-9)
     decode = api.predict(cfg, gpu=gpu, mode="decode", batch=64, ctx=639,
                          cuda_graphs=True).total_ms * 1e-3  # fmt: skip
     step = timer.step_s((), 64, 64 * 640, 64)
-    assert step == pytest.approx(decode + host + 63 * gpu.params.host_dispatch_s * VLLM.per_seq,
+    assert step == pytest.approx(decode + host + 63 * gpu.params.host_dispatch_s * engine.per_seq,
                                  rel=1e-6)  # fmt: skip
 
 

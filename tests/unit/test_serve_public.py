@@ -1,0 +1,78 @@
+"""benchmarks/serve_public.py: each row of the public serving sample simulated under its
+benchmark client (InferenceMAX's where the row is of its sweep, fixed waves otherwise)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import serve_public as sp  # noqa: E402
+
+from gpuperf import api  # noqa: E402
+
+
+def _row(isl: int, osl: int, users: int = 8) -> dict[str, str]:
+    return {"id": "x", "backend": "vllm", "model_path": "meta-llama/Llama-3.1-70B",
+            "system": "h200_sxm", "gemm_quant_mode": "fp8", "isl": str(isl), "osl": str(osl),
+            "batch_size": str(users), "tp_size": "8"}  # fmt: skip
+
+
+def test_every_sample_row_names_a_model_gpu_and_engine_the_script_knows():
+    rows = sp.rows()
+    assert len(rows) == 910
+    assert {r["model_path"] for r in rows} <= set(sp.MODELS)
+    assert {r["system"] for r in rows} <= set(sp.GPUS)
+    assert {r["backend"] for r in rows} <= set(sp.ENGINES)
+    known = [r for r in rows if sp.inferencemax(r)]
+    assert 0 < len(known) < len(rows)
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024), (1024, 8192), (8192, 1024)])
+def test_inferencemax_rows_run_its_client_and_report_means(monkeypatch, shape):
+    seen = {}
+
+    class Report:
+        summary = {"ttft_mean_ms": 1.0, "tpot_mean_ms": 2.0, "ttft_p50_ms": 3.0,
+                   "tpot_p50_ms": 4.0}  # fmt: skip
+
+    def fake_serve(model, **kw):  # noqa: ANN001, ANN003, ANN202
+        seen.update(kw)
+        return Report()
+
+    monkeypatch.setattr(api, "serve", fake_serve)
+    assert sp.predict(_row(*shape, users=16)) == (1.0, 2.0)
+    isl, osl = shape
+    assert seen["isl"] == f"uniform:{int(0.8 * isl)}:{isl}"
+    assert seen["osl"] == f"uniform:{int(0.8 * osl)}:{osl}"
+    assert seen["requests"] == 160 and seen["concurrency"] == 16
+
+
+def test_rows_of_an_unrecorded_client_run_fixed_waves_and_report_medians(monkeypatch):
+    seen = {}
+
+    class Report:
+        summary = {"ttft_mean_ms": 1.0, "tpot_mean_ms": 2.0, "ttft_p50_ms": 3.0,
+                   "tpot_p50_ms": 4.0}  # fmt: skip
+
+    def fake_serve(model, **kw):  # noqa: ANN001, ANN003, ANN202
+        seen.update(kw)
+        return Report()
+
+    monkeypatch.setattr(api, "serve", fake_serve)
+    assert sp.predict(_row(1024, 128, users=16)) == (3.0, 4.0)
+    assert (seen["isl"], seen["osl"], seen["requests"]) == (1024, 128, sp.WAVES * 16)
+
+
+def test_a_closed_loop_of_drawn_lengths_drifts_apart_after_the_first_wave():
+    """Why the client matters: with lengths drawn from [0.8 L, L] the users' requests spread
+    out after the first wave, so the mean TTFT over ten waves is far below the burst's."""
+    kw = dict(gpu="h200", engine="vllm", tp=8, concurrency=32, dtype="fp8")
+    burst = api.serve("llama3-70b", isl=1024, osl=1024, requests=32, **kw)
+    drawn = api.serve("llama3-70b", isl="uniform:819:1024", osl="uniform:819:1024",
+                      requests=320, **kw)  # fmt: skip
+    assert drawn.summary["ttft_mean_ms"] < 0.5 * burst.summary["ttft_mean_ms"]
