@@ -32,19 +32,26 @@ def test_every_sample_row_names_a_model_gpu_and_engine_the_script_knows():
     assert 0 < len(known) < len(rows)
 
 
-@pytest.mark.parametrize("shape", [(1024, 1024), (1024, 8192), (8192, 1024)])
-def test_inferencemax_rows_run_its_client_and_report_means(monkeypatch, shape):
-    seen = {}
+@pytest.fixture
+def seen(monkeypatch) -> dict:  # noqa: ANN001
+    """api.serve replaced: what predict asked of it; its summary's means are 1 and 2 ms, its
+    medians 3 and 4 ms."""
+    asked: dict = {}
 
     class Report:
         summary = {"ttft_mean_ms": 1.0, "tpot_mean_ms": 2.0, "ttft_p50_ms": 3.0,
                    "tpot_p50_ms": 4.0}  # fmt: skip
 
     def fake_serve(model, **kw):  # noqa: ANN001, ANN003, ANN202
-        seen.update(kw)
+        asked.update(kw)
         return Report()
 
     monkeypatch.setattr(api, "serve", fake_serve)
+    return asked
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024), (1024, 8192), (8192, 1024)])
+def test_inferencemax_rows_run_its_client_and_report_means(seen, shape):
     assert sp.predict(_row(*shape, users=16)) == (1.0, 2.0)
     isl, osl = shape
     assert seen["isl"] == f"uniform:{int(0.8 * isl)}:{isl}"
@@ -52,18 +59,7 @@ def test_inferencemax_rows_run_its_client_and_report_means(monkeypatch, shape):
     assert seen["requests"] == 160 and seen["concurrency"] == 16
 
 
-def test_rows_of_an_unrecorded_client_run_fixed_waves_and_report_medians(monkeypatch):
-    seen = {}
-
-    class Report:
-        summary = {"ttft_mean_ms": 1.0, "tpot_mean_ms": 2.0, "ttft_p50_ms": 3.0,
-                   "tpot_p50_ms": 4.0}  # fmt: skip
-
-    def fake_serve(model, **kw):  # noqa: ANN001, ANN003, ANN202
-        seen.update(kw)
-        return Report()
-
-    monkeypatch.setattr(api, "serve", fake_serve)
+def test_rows_of_an_unrecorded_client_run_fixed_waves_and_report_medians(seen):
     assert sp.predict(_row(1024, 128, users=16)) == (3.0, 4.0)
     assert (seen["isl"], seen["osl"], seen["requests"]) == (1024, 128, sp.WAVES * 16)
 
