@@ -3,6 +3,7 @@ hf profile: random-weight Llamas of two sizes, several request counts, lengths a
 CUDA graphs off and (forced) on. One results file with every run's per-request timestamps.
 
     python3 benchmarks/device/serve_hf.py OUT.json [--only NAME ...]
+    python3 benchmarks/device/serve_hf.py --closed   # the names of the closed-loop runs
 """
 
 from __future__ import annotations
@@ -43,7 +44,27 @@ def uniform(n: int, seed: int = 2) -> list[list[float]]:
     return [[0.0, rng.randint(128, 1024), rng.randint(32, 256)] for _ in range(n)]
 
 
-def runs() -> list[tuple[str, str, list, dict]]:
+def drawn(n: int, isl: int, osl: int, ratio: float = 0.8, seed: int = 3) -> list[list[float]]:
+    """n requests with lengths uniform over [ratio * L, L] (a benchmark client's
+    --random-range-ratio), for a closed loop (arrival times unused)."""
+    rng = random.Random(seed)
+    return [[0.0, rng.randint(int(isl * ratio), isl), rng.randint(int(osl * ratio), osl)]
+            for _ in range(n)]  # fmt: skip
+
+
+def closed_loops() -> list[tuple[str, str, list, dict, int]]:
+    """Closed loops of users (a benchmark client at --max-concurrency): lengths drawn, so the
+    users drift apart after the first wave, and one of fixed lengths, which stays in step."""
+    return [
+        ("llama3.2-1b_c16_drawn_512x128", "llama3.2-1b", drawn(96, 512, 128), {}, 16),
+        ("llama3.2-1b_c16_fixed_512x128", "llama3.2-1b", fixed(96, 512, 128), {}, 16),
+        ("llama3.2-1b_c64_drawn_512x128", "llama3.2-1b", drawn(256, 512, 128), {}, 64),
+        ("llama3-8b_c16_drawn_512x128", "llama3-8b", drawn(96, 512, 128), {}, 16),
+        ("llama3-8b_c32_drawn_2048x64", "llama3-8b", drawn(128, 2048, 64), {}, 32),
+    ]
+
+
+def runs() -> list[tuple[str, str, list, dict, int]]:
     out = []
     for model, rate in (("llama3.2-1b", 24.0), ("llama3-8b", 8.0)):
         out += [
@@ -55,21 +76,24 @@ def runs() -> list[tuple[str, str, list, dict]]:
             (f"{model}_poisson{rate:g}_n120_512x128", model, poisson(120, rate, 512, 128), {}),
             (f"{model}_n64_512x128_graphs", model, fixed(64, 512, 128), {"use_cuda_graph": True}),
         ]
-    return out
+    return [(*r, 0) for r in out] + closed_loops()
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--closed"]:  # the names of the closed-loop runs
+        print(" ".join(r[0] for r in closed_loops()))
+        return
     path = Path(sys.argv[1])
     only = set(sys.argv[3:]) if len(sys.argv) > 2 and sys.argv[2] == "--only" else None
     from gpuperf.measure.calibration import measure_attn_plan
 
     # The host's cuDNN plan of a new SDPA shape (the hf engine's step_plans are in its units).
     results = {"kind": "serve_hf", "runs": [], "attn_plan_ms": measure_attn_plan() * 1e3}
-    for name, model, reqs, cb in runs():
+    for name, model, reqs, cb, users in runs():
         if only and name not in only:
             continue
         spec = {"config": config(model), "requests": reqs, "cb": {**CB, **cb}, "dtype": "bf16",
-                "seed": 0, "label": name, "preset": model}  # fmt: skip
+                "seed": 0, "label": name, "preset": model, "concurrency": users}  # fmt: skip
         start = time.perf_counter()
         try:
             out = run(spec)

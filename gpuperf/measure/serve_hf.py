@@ -1,7 +1,9 @@
 """Serve a workload through Hugging Face transformers' continuous batching and time every token.
 
 A random-weight model is built from an HF config dict and run through `generate_batch` (requests
-all at once) or the ContinuousBatchingManager (requests submitted at their arrival times), with
+all at once) or the ContinuousBatchingManager (requests submitted at their arrival times, or as
+a closed loop of `concurrency` users: the first `concurrency` at once, then the next in order
+each time one finishes, as a benchmark client's `--max-concurrency` releases them), with
 `record_timestamps=True`: per request its submission time, first-token time and every token's
 time (time.perf_counter on the host, after each step's synchronize). The cache size, token budget
 and request cap are passed explicitly, so the simulation can be run with the same ones.
@@ -9,7 +11,8 @@ and request cap are passed explicitly, so the simulation can be run with the sam
     python -m gpuperf.measure.serve_hf SPEC.json OUT.json
 
 SPEC: {"config": {...HF config...}, "requests": [[arrival_s, input_tokens, output_tokens], ...],
-"cb": {ContinuousBatchingConfig fields}, "dtype": "bf16", "seed": 0, "label": "..."}.
+"cb": {ContinuousBatchingConfig fields}, "dtype": "bf16", "seed": 0, "label": "...",
+"concurrency": 0 (open loop) or the users of a closed loop (arrival times then unused)}.
 """
 
 from __future__ import annotations
@@ -74,14 +77,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         progress_bar=False)  # fmt: skip
     torch.cuda.synchronize()
     open_loop = any(r[0] > 0 for r in reqs)
-    if not open_loop and len({int(r[2]) for r in reqs}) == 1:
+    users = int(spec.get("concurrency", 0))
+    if not users and not open_loop and len({int(r[2]) for r in reqs}) == 1:
         t0 = time.perf_counter()
         out = model.generate_batch(inputs=prompts, generation_config=gc,
                                    continuous_batching_config=cbc, record_timestamps=True,
                                    progress_bar=False)  # fmt: skip
         results = [out[f"req_{i}"] for i in range(len(prompts))]
     else:
-        results, t0 = _managed(model, gc, cbc, reqs, prompts)
+        results, t0 = _managed(model, gc, cbc, reqs, prompts, users)
     rows = []
     for i, (r, res) in enumerate(zip(reqs, results, strict=True)):
         ts = list(res.timestamps or [])
@@ -94,34 +98,53 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         })  # fmt: skip
     attn = getattr(model.config, "_attn_implementation", None)
     return {"env": {**environment("cuda"), "transformers": transformers.__version__},
-            "kind": "serve", "label": spec.get("label", ""), "cb": cb,
+            "kind": "serve", "label": spec.get("label", ""), "cb": cb, "concurrency": users,
             "attn_implementation": attn, "config": spec["config"], "requests": rows}  # fmt: skip
 
 
-def _managed(model: Any, gc: Any, cbc: Any, reqs: list, prompts: list) -> tuple[list, float]:
-    """Submit each request at its arrival time through the manager; (results, the start), the
-    clock started once the manager is warm (its cache built, graphs captured)."""
+def _managed(model: Any, gc: Any, cbc: Any, reqs: list, prompts: list,
+             users: int = 0) -> tuple[list, float]:  # fmt: skip
+    """Submit the requests through the manager, each at its arrival time or (users > 0) as a
+    closed loop; (results, the start), the clock started once the manager is warm (its cache
+    built, graphs captured). Requests are submitted from this thread only."""
+    import queue
+
     mgr = model.init_continuous_batching(generation_config=gc, continuous_batching_config=cbc)
     mgr.warmup()
     mgr.start()
     t0 = time.perf_counter()
     results: dict[str, Any] = {}
+    ended: queue.Queue = queue.Queue()  # ids of finished requests; None: the reader gave up
 
     def collect() -> None:
         while len(results) < len(reqs):
             r = mgr.get_result(timeout=120)
             if r is None:
+                ended.put(None)
                 return
             if r.is_finished():
                 results[r.request_id] = r
+                ended.put(r.request_id)
+
+    def submit(i: int) -> None:
+        mgr.add_request(prompts[i], request_id=f"r{i}", max_new_tokens=int(reqs[i][2]),
+                        record_timestamps=True)  # fmt: skip
 
     reader = threading.Thread(target=collect, daemon=True)
     reader.start()
-    for i, (r, p) in enumerate(zip(reqs, prompts, strict=True)):
-        wait = t0 + r[0] - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
-        mgr.add_request(p, request_id=f"r{i}", max_new_tokens=int(r[2]), record_timestamps=True)
+    if users:
+        for i in range(min(users, len(reqs))):
+            submit(i)
+        for i in range(min(users, len(reqs)), len(reqs)):
+            if ended.get() is None:
+                break
+            submit(i)
+    else:
+        for i, r in enumerate(reqs):
+            wait = t0 + r[0] - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            submit(i)
     reader.join()
     mgr.stop(block=True)
     missing = [i for i in range(len(reqs)) if f"r{i}" not in results]
@@ -146,6 +169,7 @@ def metrics(reqs: list[dict[str, Any]]) -> dict[str, float]:
     for name, vals in (("ttft", ttft), ("tpot", tpot)):
         for q in (50, 90):
             out[f"{name}_p{q}_ms"] = 1e3 * percentile(vals, q)
+        out[f"{name}_mean_ms"] = 1e3 * sum(vals) / len(vals)
     return out
 
 
@@ -167,7 +191,7 @@ def replay(measured: dict[str, Any], model: Any, gpu: Any, **params: Any) -> Any
     reqs = measured["requests"]
     asked = (Request(r["scheduled_arrival_s"], r["input_tokens"], r["asked_output_tokens"])
              for r in reqs)  # fmt: skip
-    work = Workload(tuple(asked), 0, measured.get("label", ""))
+    work = Workload(tuple(asked), measured.get("concurrency", 0), measured.get("label", ""))
     opts = engine_options(measured["cb"], len(reqs))
     return api.serve(model, gpu=gpu, engine="hf", workload=work, **opts, **params)
 
