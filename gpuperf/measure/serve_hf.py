@@ -117,14 +117,16 @@ def _managed(model: Any, gc: Any, cbc: Any, reqs: list, prompts: list,
     ended: queue.Queue = queue.Queue()  # ids of finished requests; None: the reader gave up
 
     def collect() -> None:
-        while len(results) < len(reqs):
-            r = mgr.get_result(timeout=120)
-            if r is None:
-                ended.put(None)
-                return
-            if r.is_finished():
-                results[r.request_id] = r
-                ended.put(r.request_id)
+        try:
+            while len(results) < len(reqs):
+                r = mgr.get_result(timeout=120)
+                if r is None:
+                    return
+                if r.is_finished():
+                    results[r.request_id] = r
+                    ended.put(r.request_id)
+        finally:  # however the reader ends, a closed loop waiting on it stops waiting
+            ended.put(None)
 
     def submit(i: int) -> None:
         mgr.add_request(prompts[i], request_id=f"r{i}", max_new_tokens=int(reqs[i][2]),

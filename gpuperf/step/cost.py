@@ -318,9 +318,11 @@ class Coster:
         off, core, core_hide = part.core  # type: ignore[misc]
         ops, n = part.ops, len(core)
         outer_hide = part.hide[len(core_hide) :]
-        if part.hide[: len(core_hide)] != core_hide or any(u != (ALL,) for _, u in outer_hide):
-            return self.template(ops, part.hide, layered, False)
         pre, post = ops[:off], ops[off + n :]
+        outer = {op.name for op in pre + post}
+        if (part.hide[: len(core_hide)] != core_hide
+                or any(u != (ALL,) or name not in outer for name, u in outer_hide)):  # fmt: skip
+            return self.template(ops, part.hide, layered, False)
         key = (id(core), core_hide, pre, post, outer_hide, layered)  # a few ops to hash
         hit = self._templates.get(key)
         if hit is None or hit[0] is not core:

@@ -8,6 +8,8 @@ import queue
 import threading
 import time
 
+import pytest
+
 from gpuperf.measure.serve_hf import _managed, replay
 
 
@@ -92,3 +94,18 @@ def test_replay_of_a_closed_loop_simulates_the_closed_loop():
     burst = replay({"requests": rows, "cb": cb}, "llama3.2-1b", "h200")
     assert closed.summary["mean_batch"] <= 4 < burst.summary["mean_batch"]
     assert closed.summary["wall_s"] > burst.summary["wall_s"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_reader_that_fails_does_not_hang_the_closed_loop():
+    from gpuperf.errors import GpuperfError
+
+    model = _Model()
+
+    def broken(timeout: float = 0) -> None:
+        raise RuntimeError("manager died")
+
+    model.mgr.get_result = broken
+    reqs = [[0.0, 8, 1]] * 4
+    with pytest.raises(GpuperfError, match="returned no result"):
+        _managed(model, None, None, reqs, [[1]] * 4, users=2)
