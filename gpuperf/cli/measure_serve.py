@@ -21,6 +21,8 @@ EXAMPLE = ("Example: gpuperf measure serve llama3.2-1b --isl 512 --osl 128 --req
 @click.option("--osl", default="128", show_default=True, help="Output tokens (or a distribution).")
 @click.option("--requests", type=SIZE, default="64", show_default=True, help="Requests.")
 @click.option("--rate", type=float, default=None, help="Poisson arrivals/s (default: at once).")
+@click.option("--concurrency", type=SIZE, default=None,
+              help="A closed loop of this many users (the next request as one ends).")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--layers", type=SIZE, default=None, help="Keep this many layers (a smaller model).")
 @click.option("--block-size", type=SIZE, default="256", show_default=True, help="KV block.")
@@ -32,8 +34,9 @@ EXAMPLE = ("Example: gpuperf measure serve llama3.2-1b --isl 512 --osl 128 --req
 @click.option("-o", "--save", default=None, help="Write the measured run (JSON) here.")
 @click.option("--per-request", is_flag=True, help="Every request, measured beside predicted.")
 @output_options
-def serve(model: str, isl: str, osl: str, requests: int, rate: float | None, seed: int,
-          layers: int | None, block_size: int, num_blocks: int, max_batch_tokens: int,
+def serve(model: str, isl: str, osl: str, requests: int, rate: float | None,
+          concurrency: int | None, seed: int, layers: int | None, block_size: int,
+          num_blocks: int, max_batch_tokens: int,
           cuda_graphs: bool, gpu: str | None, save: str | None, per_request: bool,
           fmt: str) -> None:  # fmt: skip
     """Serve random-weight MODEL (a preset or config.json) through transformers' continuous
@@ -56,13 +59,15 @@ def serve(model: str, isl: str, osl: str, requests: int, rate: float | None, see
     if save is not None:
         check_writable(save)
     work = make_workload(parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl"),
-                         requests=requests, rate=rate, seed=seed)  # fmt: skip
+                         requests=requests, rate=rate, concurrency=concurrency,
+                         seed=seed)  # fmt: skip
     cb: dict[str, Any] = {"block_size": block_size, "num_blocks": num_blocks,
                           "max_batch_tokens": max_batch_tokens}  # fmt: skip
     if cuda_graphs:
         cb["use_cuda_graph"] = True
     spec = {"config": config, "requests": [[r.arrival, r.prompt, r.output] for r in work.requests],
-            "cb": cb, "dtype": "bf16", "seed": seed, "label": work.label}  # fmt: skip
+            "cb": cb, "dtype": "bf16", "seed": seed, "label": work.label,
+            "concurrency": work.concurrency}  # fmt: skip
     warnings: list[str] = []
     spec_gpu = gpu_for_prediction(gpu, "cuda", warnings)
     # the simulation's inputs are checked before the GPU run, so a bad one loses no measurement

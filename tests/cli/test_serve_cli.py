@@ -226,6 +226,31 @@ def test_measure_serve_prints_measured_beside_predicted(capsys, monkeypatch):
     assert "per request (ms)" in out and "wall_s" in out
 
 
+def test_measure_serve_runs_a_closed_loop_when_given_concurrency(capsys, monkeypatch):
+    """--concurrency reaches the GPU run (the run itself needs a GPU: a committed H200 closed
+    loop stands in for it) and the simulation beside it is the same closed loop."""
+    import json
+    from pathlib import Path
+
+    from gpuperf.measure import serve_hf
+
+    path = Path(__file__).parents[2] / "benchmarks/results/h200-sxm-141gb/serve_hf_closed.json"
+    measured = json.loads(path.read_text())["runs"][0]
+    asked = {}
+
+    def fake_run(spec):  # noqa: ANN001, ANN202
+        asked.update(spec)
+        return measured
+
+    monkeypatch.setattr(serve_hf, "run", fake_run)
+    out = json.loads(ok(capsys, "measure", "serve", "llama3.2-1b", "--concurrency", "16",
+                        "--requests", "96", "--gpu", "h200", "--format", "json"))  # fmt: skip
+    assert asked["concurrency"] == 16 and len(asked["requests"]) == 96
+    agg = {r["metric"]: r for r in out["aggregate"]}
+    assert agg["wall_s"]["measured"] == pytest.approx(34.8, abs=0.1)
+    assert 0 < agg["wall_s"]["predicted"] < 2 * agg["wall_s"]["measured"]
+
+
 @pytest.mark.parametrize(
     "kw, match",
     [
