@@ -13,8 +13,8 @@ from gpuperf.cli.common import SIZE
 
 # CLI option name -> api.predict argument, for the options below.
 PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "nodes", "global_batch", "micro_batch", "zero",
-             "dp_overlap", "recompute", "sequence_parallel", "tp_impl", "tp_overlap", "schedule",
-             "virtual_stages", "nvls", "moe_imbalance")  # fmt: skip
+             "dp_overlap", "recompute", "sequence_parallel", "tp_impl", "tp_overlap",
+             "tp_allreduce", "schedule", "virtual_stages", "nvls", "moe_imbalance")  # fmt: skip
 
 plan_cli_options: list[Callable[..., Any]] = [
     click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs."),
@@ -47,6 +47,10 @@ plan_cli_options: list[Callable[..., Any]] = [
                  "DTensor (Hugging Face tp_plan), with its host dispatch."),
     click.option("--tp-overlap/--no-tp-overlap", default=False, show_default=True,
                  help="Megatron: overlap TP collectives with the GEMMs."),
+    click.option("--tp-allreduce", type=click.Choice(["nccl", "custom"]), default="nccl",
+                 show_default=True,
+                 help="TP all-reduce: nccl (torch.distributed, Megatron-LM) or custom (vLLM's / "
+                 "TensorRT-LLM's one-kernel all-reduce over NVLink, up to 8 MiB)."),
     click.option("--schedule", type=click.Choice(["1f1b", "interleaved"]), default="1f1b",
                  show_default=True),
     click.option("--virtual-stages", type=SIZE, default="1", show_default=True,

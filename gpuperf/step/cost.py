@@ -158,9 +158,15 @@ def in_graph(gpu: GpuSpec) -> GpuSpec:
     return replace(gpu, params=params)
 
 
-def _op_time(op: Op, gpu: GpuSpec, system: SystemSpec | None, nvls: bool = False) -> Any:
+def _op_time(op: Op, gpu: GpuSpec, system: SystemSpec | None, nvls: bool = False,
+             custom_ar: bool = False) -> Any:  # fmt: skip
     """perfmodel's time of one kernel or collective (a seam tests replace); nvls: NCCL may pick
-    NVLink SHARP for the collectives (NCCL_NVLS_ENABLE=1)."""
+    NVLink SHARP for the collectives (NCCL_NVLS_ENABLE=1); custom_ar: the all-reduce runs on a
+    serving engine's own kernel where it applies (perfmodel.comm_custom)."""
+    if custom_ar:
+        from gpuperf.perfmodel.comm_custom import custom_allreduce_time
+
+        return custom_allreduce_time(op, gpu, system)  # type: ignore[arg-type]
     if nvls and op.kind == "collective":
         from gpuperf.perfmodel.comm import collective_time
 
@@ -249,6 +255,7 @@ class Coster:
         self.comm_gpu = in_graph(gpu) if sc is not None and sc.cuda_graphs else gpu
         self.rules = HostRules.of(sc, gpu, system, moe)
         self.nvls = bool(sc is not None and sc.nvls)
+        self.custom_ar = bool(sc is not None and sc.tp_allreduce == "custom")
         self.overlap_cost = overlap_cost(gpu)
         self._rows: dict[tuple, tuple[Any, ...]] = {}
         self._op_rows: dict[int, tuple[Op, tuple[Any, ...]]] = {}  # by the op object: no hashing
@@ -262,11 +269,16 @@ class Coster:
             return hit[1]
         from gpuperf.perfmodel.roofline import shape_key
 
-        key = shape_key(op)
+        # A tensor-parallel all-reduce on the engine's own kernel is keyed apart from NCCL's.
+        custom = (self.custom_ar and op.kind == "collective" and op.coll == "allreduce"  # type: ignore[attr-defined]
+                  and comm_class(op.name, op.kind) == "tp_comm")  # fmt: skip
+        key = (shape_key(op), "custom") if custom else shape_key(op)
         r = self._rows.get(key)
         if r is None:
             comm = op.kind in _COMM
-            if comm and self.nvls:
+            if custom:
+                t = _op_time(op, self.comm_gpu, self.system, custom_ar=True)
+            elif comm and self.nvls:
                 t = _op_time(op, self.comm_gpu, self.system, nvls=True)
             else:
                 t = _op_time(op, self.comm_gpu if comm else self.compute_gpu, self.system)

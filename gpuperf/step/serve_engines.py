@@ -65,6 +65,10 @@ class EngineProfile:
     # tensor, repeats the KV heads, and runs one SDPA over all queries against all of it with a
     # block-diagonal mask (work grows with queries x all cached tokens)
     attention: str = "varlen"
+    # nccl: tensor-parallel all-reduces through torch.distributed (Hugging Face); custom: the
+    # engine's own one-kernel all-reduce over NVLink (vLLM, TensorRT-LLM;
+    # gpuperf.perfmodel.comm_custom)
+    tp_allreduce: str = "nccl"
     sources: dict[str, str] = field(default_factory=dict)
 
     def graph_batch(self, n: int) -> int | None:
@@ -80,7 +84,8 @@ class EngineProfile:
 _INTS = ("token_budget", "max_seqs", "block_size")
 _FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "eager_step", "admit_margin")
 _BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full")
-_KEYS = ("name", "base", "description", "impl", "attention", "graph_sizes", "sources", *_INTS,
+_KEYS = ("name", "base", "description", "impl", "attention", "tp_allreduce", "graph_sizes",
+         "sources", *_INTS,
          *_FLOATS, *_BOOLS)  # fmt: skip
 
 
@@ -178,6 +183,11 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
             raise InputError(f"{where}: attention must be varlen or gather_sdpa, got "
                              f"{shown(t['attention'])}")  # fmt: skip
         out["attention"] = t["attention"]
+    if "tp_allreduce" in t:
+        if t["tp_allreduce"] not in ("nccl", "custom"):
+            raise InputError(f"{where}: tp_allreduce must be nccl or custom, got "
+                             f"{shown(t['tp_allreduce'])}")  # fmt: skip
+        out["tp_allreduce"] = t["tp_allreduce"]
     if "graph_sizes" in t:
         sizes = t["graph_sizes"]
         ok = isinstance(sizes, list | tuple) and all(

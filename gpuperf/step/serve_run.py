@@ -82,7 +82,8 @@ class Server:
         self.cfg, self.gpu, self.tp = cfg, gpu, tp
         self.engine = prof = engine_profile(engine, options)
         base = Scenario(mode="prefill", impl=prof.impl, dtype=dtype, kv_dtype=kv_dtype,  # type: ignore[arg-type]
-                        weight_dtype=weight_dtype, tp=tp)  # type: ignore[arg-type]  # fmt: skip
+                        weight_dtype=weight_dtype, tp=tp,  # type: ignore[arg-type]
+                        tp_allreduce=prof.tp_allreduce if tp > 1 else "nccl")  # type: ignore[arg-type]  # fmt: skip
         self.timer = StepTimer(cfg, gpu, system, prof, base)
         cap, self.memory = kv_capacity_tokens(cfg, gpu, prof, base)
         self.kv_tokens = cap if kv_tokens is None else kv_tokens

@@ -20,6 +20,7 @@ from gpuperf.errors import InputError, shown
 Mode = Literal["prefill", "decode", "generate", "train"]
 Impl = Literal["fused", "eager"]
 TpImpl = Literal["megatron", "dtensor"]
+TpAllreduce = Literal["nccl", "custom"]
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved"]
 AttnImpl = Literal["flash", "math"]
@@ -28,20 +29,22 @@ MlaForm = Literal["auto", "naive", "absorbed"]
 KvLengths = Literal["new", "seen"]
 MODES: tuple[Mode, ...] = ("prefill", "decode", "generate", "train")
 TP_IMPLS: tuple[TpImpl, ...] = ("megatron", "dtensor")
+TP_ALLREDUCES: tuple[TpAllreduce, ...] = ("nccl", "custom")
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
 SCHEDULES: tuple[Schedule, ...] = ("1f1b", "interleaved")
 ATTN_IMPLS: tuple[AttnImpl, ...] = ("flash", "math")
 DEGREES = ("tp", "pp", "dp", "cp", "ep")
 # The parallel options (api.predict's keyword arguments, the CLI's --tp ... --nvls).
 PARALLEL_FIELDS = (*DEGREES, "micro_batch", "global_batch", "zero", "dp_overlap", "recompute",
-                   "sequence_parallel", "tp_impl", "tp_overlap", "schedule", "virtual_stages",
-                   "nvls", "moe_imbalance")  # fmt: skip
+                   "sequence_parallel", "tp_impl", "tp_overlap", "tp_allreduce", "schedule",
+                   "virtual_stages", "nvls", "moe_imbalance")  # fmt: skip
 _POSITIVE = ("batch", "seq", "ctx", "new_tokens", *DEGREES, "virtual_stages")
 _BOOLS = ("cuda_graphs", "tp_overlap", "nvls")
 _CHOICES = {
     "mode": MODES,
     "impl": ("fused", "eager"),
     "tp_impl": TP_IMPLS,
+    "tp_allreduce": TP_ALLREDUCES,
     "recompute": RECOMPUTE,
     "schedule": SCHEDULES,
     "attn": ATTN_IMPLS,
@@ -110,6 +113,10 @@ class Scenario:
     sequence_parallel: bool | None = None  # None: on for fused megatron TP in training
     tp_impl: TpImpl = "megatron"
     tp_overlap: bool = False
+    # nccl: tensor-parallel all-reduces through NCCL (torch.distributed, Megatron-LM); custom: a
+    # serving engine's own one-kernel all-reduce over NVLink (vLLM, TensorRT-LLM, SGLang) for
+    # all-reduces of up to 8 MiB in one node (gpuperf.perfmodel.comm_custom).
+    tp_allreduce: TpAllreduce = "nccl"
     schedule: Schedule = "1f1b"
     virtual_stages: int = 1
     nvls: bool = False
@@ -210,6 +217,8 @@ class Scenario:
                 "tp_overlap overlaps sequence parallelism's all-gather and reduce-scatter with the "
                 "matmuls (Megatron-LM's tp_comm_overlap): it needs sequence_parallel"
             )
+        if self.tp_allreduce == "custom" and self.tp == 1:
+            raise InputError("tp_allreduce=custom is a tensor-parallel all-reduce: it needs tp > 1")
         if self.schedule == "interleaved" and self.pp == 1:
             raise InputError("the interleaved schedule needs pp > 1")
         if self.virtual_stages > 1 and self.schedule != "interleaved":
@@ -271,4 +280,6 @@ class Scenario:
             parts.append(f"v{self.virtual_stages}")
         if self.tp > 1 and self.tp_impl != "megatron":
             parts.append(self.tp_impl)
+        if self.tp_allreduce != "nccl":
+            parts.append(f"{self.tp_allreduce}-ar")
         return " ".join(parts)
