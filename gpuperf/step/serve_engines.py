@@ -69,6 +69,13 @@ class EngineProfile:
     # engine's own one-kernel all-reduce over NVLink (vLLM, TensorRT-LLM;
     # gpuperf.perfmodel.comm_custom)
     tp_allreduce: str = "nccl"
+    # Kernels of gpuperf's fused layer that the engine runs inside a neighbouring kernel (op
+    # names, e.g. "attn/rope" into the KV-cache update), for every model it serves
+    fused_kernels: tuple[str, ...] = ()
+    # Model types (config.json model_type) whose tensor-parallel layers fuse each all-reduce
+    # with the residual add and RMSNorm after it and the fp8 quantization of the next GEMM's
+    # input (TensorRT-LLM's AllReduceFusionOp.RESIDUAL_RMS_NORM(_QUANT_FP8) in its Llama)
+    allreduce_norm: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)
 
     def graph_batch(self, n: int) -> int | None:
@@ -85,7 +92,7 @@ _INTS = ("token_budget", "max_seqs", "block_size")
 _FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "eager_step", "admit_margin")
 _BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full")
 _KEYS = ("name", "base", "description", "impl", "attention", "tp_allreduce", "graph_sizes",
-         "sources", *_INTS,
+         "fused_kernels", "allreduce_norm", "sources", *_INTS,
          *_FLOATS, *_BOOLS)  # fmt: skip
 
 
@@ -196,6 +203,12 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
         if not ok:
             raise InputError(f"{where}: graph_sizes must be a list of positive integers")
         out["graph_sizes"] = tuple(sorted(set(sizes)))
+    for key in ("fused_kernels", "allreduce_norm"):
+        if key in t:
+            names = t[key]
+            if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+                raise InputError(f"{where}: {key} must be a list of names, got {shown(names)}")
+            out[key] = tuple(names)
     for key in ("name", "description"):
         if key in t:
             if not isinstance(t[key], str):

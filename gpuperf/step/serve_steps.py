@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuperf.step.dispatch import Timed
 
@@ -107,18 +107,42 @@ class StepTimer:
             c = coster.cost(part)
             keep = 1.0 - coster.overlap_cost
             eff = [t - h * keep for t, h in zip(c.tpl.time_s, c.tpl.hidden_s, strict=True)]
+            host = list(c.tpl.host_s)
+            # Inside a neighbouring kernel: its bytes streamed at the sustained rate, no launch,
+            # floor or ramp of its own.
+            stream = self.gpu.hbm_bw * self.gpu.params.mem_eff
+            for i in self._fused(part):
+                eff[i], host[i] = c.tpl.rows[i][4] / stream, 0.0
             runs, variable, lo = [], [], 0
             for i, op in enumerate(part.ops):
                 what = "attn" if op.kind == "attention" else (
                     "head" if op.kind == "gemm" and op.name == "lm_head" else "")  # fmt: skip
                 if what:
-                    runs.append(Timed.of(eff[lo:i], c.tpl.host_s[lo:i]))
-                    variable.append((op, c.tpl.host_s[i] + 0.0, what))
+                    runs.append(Timed.of(eff[lo:i], host[lo:i]))
+                    variable.append((op, host[i] + 0.0, what))
                     lo = i + 1
-            runs.append(Timed.of(eff[lo:], c.tpl.host_s[lo:]))
+            runs.append(Timed.of(eff[lo:], host[lo:]))
             segs.append(_Seg(tuple(runs), tuple(variable), part.repeat))
         out = (tuple(segs), (coster, gap))
         self._layouts[key] = out
+        return out
+
+    def _fused(self, part: Any) -> list[int]:
+        """Indices of `part`'s kernels that the engine runs inside another one: its
+        fused_kernels, and under tensor parallelism, for the model types of allreduce_norm,
+        each RMSNorm after an all-reduce (the previous layer's, for a layer's first norm) with
+        the fp8 quantization right after it."""
+        e, ops = self.engine, part.ops
+        out = [i for i, op in enumerate(ops) if op.name in e.fused_kernels]
+        if self.base.tp > 1 and self.cfg.model_type in e.allreduce_norm and part.layer0 != 0:
+            n = len(ops)
+            for i, op in enumerate(ops):
+                before = ops[i - 1] if i or part.repeat > 1 or part.layer0 else None
+                if (op.kind == "norm" and before is not None and before.kind == "collective"
+                        and before.coll == "allreduce"):  # type: ignore[attr-defined]  # fmt: skip
+                    out.append(i)
+                    if i + 1 < n and ops[i + 1].name.endswith("_quant"):
+                        out.append(i + 1)
         return out
 
     def _kernel_s(self, coster, op: Op) -> float:  # noqa: ANN001
