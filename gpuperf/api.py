@@ -111,9 +111,10 @@ def predict(
     "new" (each eager decode step meets a kv length the process has not met: cuDNN plans it) or
     "seen" (a warmed-up process: no plans).
     parallel: the Scenario's tp, pp, dp, cp, ep, micro_batch,
-    global_batch, zero, recompute, sequence_parallel, tp_impl, tp_overlap, schedule,
-    virtual_stages, nvls (see gpuperf.workloads.scenario). gpu=None means h100, or the GPU of
-    `system`; nodes counts nodes of `system`. One GPU is the plan whose degrees are all 1.
+    global_batch, zero, recompute, sequence_parallel, tp_impl, tp_overlap, tp_allreduce,
+    schedule, virtual_stages, nvls (see gpuperf.workloads.scenario). gpu=None means h100, or
+    the GPU of `system`; nodes counts nodes of `system`. One GPU is the plan whose degrees are
+    all 1.
 
     Example:
         >>> p = predict("llama2-7b", gpu="h100", mode="decode", batch=1, ctx=4096)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from gpuperf.errors import InputError
 from gpuperf.perfmodel.optime import OpTime
 
 if TYPE_CHECKING:
@@ -44,35 +45,48 @@ CUSTOM_AR_MAX_BYTES = 8 << 20  # vLLM's custom all-reduce buffer; larger: NCCL
 CUSTOM_AR_MAX_RANKS = 8
 
 
-def custom_applies(op: Collective, gpu: GpuSpec, gpus_per_node: int) -> bool:
-    """Whether an engine's custom kernel runs this collective (else NCCL does): an all-reduce
-    of NVLink-connected GPUs of one node."""
+def custom_applies(op: Collective, gpu: GpuSpec, system: SystemSpec | None) -> bool:
+    """Whether an engine's custom kernel runs this collective (else NCCL does): an all-reduce of
+    NVLink-connected GPUs of one node, all-to-all connected beyond two (vLLM turns it off for
+    more than two GPUs that are not: the system's nvswitch; without a system gpuperf assumes
+    it, as its NCCL model does)."""
+    per_node = system.gpus_per_node if system is not None else CUSTOM_AR_MAX_RANKS
+    all_to_all = system.nvswitch if system is not None else True
     return (
         op.coll == "allreduce"
         and gpu.nvlink_bw > 0
-        and 2 <= op.ranks <= min(CUSTOM_AR_MAX_RANKS, gpus_per_node)
+        and 2 <= op.ranks <= min(CUSTOM_AR_MAX_RANKS, per_node)
+        and (op.ranks == 2 or all_to_all)
         and op.nodes <= 1
         and op.nbytes <= CUSTOM_AR_MAX_BYTES
     )
 
 
-def custom_allreduce_time(op: Collective, gpu: GpuSpec, system: SystemSpec | None) -> OpTime:
+def _constant(gpu: GpuSpec, key: str, default: float, positive: bool) -> float:
+    value = float(gpu.params.extra.get(key, default))
+    if not (value > 0 if positive else value >= 0) or not math.isfinite(value):
+        need = "above 0" if positive else "0 or more"
+        raise InputError(f"{gpu.name}: [model.extra] {key} must be {need}, got {value:g}")
+    return value
+
+
+def custom_allreduce_time(op: Collective, gpu: GpuSpec, system: SystemSpec | None,
+                          nvls: bool = False) -> OpTime:  # fmt: skip
     """Seconds of a tensor-parallel all-reduce through an engine's custom kernel (module
-    docstring); NCCL's time where the engine would fall back to NCCL."""
+    docstring); NCCL's time (with NVLink SHARP where `nvls` allows it) where that is shorter or
+    where the engine would fall back to NCCL."""
     from gpuperf.perfmodel.comm import collective_time
 
-    per_node = system.gpus_per_node if system is not None else CUSTOM_AR_MAX_RANKS
-    if not custom_applies(op, gpu, per_node):
-        return collective_time(op, gpu, system)
+    nccl = collective_time(op, gpu, system, nvls=nvls)
+    if not custom_applies(op, gpu, system):
+        return nccl
     p, n = op.ranks, op.nbytes
-    extra = gpu.params.extra
-    a0 = float(extra.get("custom_ar_a0_s", CUSTOM_AR_A0_S))
-    a1 = float(extra.get("custom_ar_a1_s", CUSTOM_AR_A1_S))
-    busbw = float(extra.get("custom_ar_busbw", CUSTOM_AR_BUSBW))
+    a0 = _constant(gpu, "custom_ar_a0_s", CUSTOM_AR_A0_S, positive=False)
+    a1 = _constant(gpu, "custom_ar_a1_s", CUSTOM_AR_A1_S, positive=False)
+    busbw = _constant(gpu, "custom_ar_busbw", CUSTOM_AR_BUSBW, positive=True)
     lat = a0 + a1 * math.log2(p)
     bw = 2 * (p - 1) / p * n / busbw
     t = lat + bw
-    nccl = collective_time(op, gpu, system)
     if nccl.time <= t:  # the engines dispatch by size to whichever is faster
         return nccl
     detail = {"algo": "custom", "lat_us": lat * 1e6, "bw_term_us": bw * 1e6, "ranks": p,

@@ -166,7 +166,7 @@ def _op_time(op: Op, gpu: GpuSpec, system: SystemSpec | None, nvls: bool = False
     if custom_ar:
         from gpuperf.perfmodel.comm_custom import custom_allreduce_time
 
-        return custom_allreduce_time(op, gpu, system)  # type: ignore[arg-type]
+        return custom_allreduce_time(op, gpu, system, nvls=nvls)  # type: ignore[arg-type]
     if nvls and op.kind == "collective":
         from gpuperf.perfmodel.comm import collective_time
 
@@ -277,7 +277,7 @@ class Coster:
         if r is None:
             comm = op.kind in _COMM
             if custom:
-                t = _op_time(op, self.comm_gpu, self.system, custom_ar=True)
+                t = _op_time(op, self.comm_gpu, self.system, nvls=self.nvls, custom_ar=True)
             elif comm and self.nvls:
                 t = _op_time(op, self.comm_gpu, self.system, nvls=True)
             else:

@@ -70,7 +70,8 @@ class EngineProfile:
     # gpuperf.perfmodel.comm_custom)
     tp_allreduce: str = "nccl"
     # Kernels of gpuperf's fused layer that the engine runs inside a neighbouring kernel (op
-    # names, e.g. "attn/rope" into the KV-cache update), for every model it serves
+    # names as `gpuperf predict` lists them, e.g. "attn/rope" into the KV-cache update), for
+    # every model it serves; only norms, elementwise kernels and copies fuse
     fused_kernels: tuple[str, ...] = ()
     # Model types (config.json model_type) whose tensor-parallel layers fuse each all-reduce
     # with the residual add and RMSNorm after it and the fp8 quantization of the next GEMM's

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     from gpuperf.workloads.scenario import Scenario
 
 
+# Kernels that can run inside a neighbour (their work is memory traffic the other kernel streams).
+_FUSABLE = ("norm", "elementwise", "copy")
+
+
 def _grid(limit: int) -> list[int]:
     """Token counts the forward is costed at: every 16 to 256, every 64 to 2048, every 256 to
     16384, then every 1024."""
@@ -130,20 +134,27 @@ class StepTimer:
     def _fused(self, part: Any) -> list[int]:
         """Indices of `part`'s kernels that the engine runs inside another one: its
         fused_kernels, and under tensor parallelism, for the model types of allreduce_norm,
-        each RMSNorm after an all-reduce (the previous layer's, for a layer's first norm) with
-        the fp8 quantization right after it."""
+        each RMSNorm right after an all-reduce (a layer's first norm: after the previous
+        layer's, not after the embedding) with the fp8 quantization right after it. Only
+        memory-bound kernels fuse (norms, elementwise, copies): a GEMM, attention or
+        collective named in fused_kernels keeps its own time."""
         e, ops = self.engine, part.ops
         out = [i for i, op in enumerate(ops) if op.name in e.fused_kernels]
-        if self.base.tp > 1 and self.cfg.model_type in e.allreduce_norm and part.layer0 != 0:
+        if self.base.tp > 1 and self.cfg.model_type in e.allreduce_norm:
             n = len(ops)
             for i, op in enumerate(ops):
-                before = ops[i - 1] if i or part.repeat > 1 or part.layer0 else None
-                if (op.kind == "norm" and before is not None and before.kind == "collective"
+                if i:
+                    before = ops[i - 1]
+                elif part.layer0:  # the previous layer's last kernel (repeat > 1: every one)
+                    before = ops[-1]
+                else:
+                    continue
+                if (op.kind == "norm" and before.kind == "collective"
                         and before.coll == "allreduce"):  # type: ignore[attr-defined]  # fmt: skip
                     out.append(i)
                     if i + 1 < n and ops[i + 1].name.endswith("_quant"):
                         out.append(i + 1)
-        return out
+        return [i for i in out if ops[i].kind in _FUSABLE]
 
     def _kernel_s(self, coster, op: Op) -> float:  # noqa: ANN001
         key = (id(coster), op)

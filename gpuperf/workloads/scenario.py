@@ -219,6 +219,9 @@ class Scenario:
             )
         if self.tp_allreduce == "custom" and self.tp == 1:
             raise InputError("tp_allreduce=custom is a tensor-parallel all-reduce: it needs tp > 1")
+        if self.tp_allreduce == "custom" and self.tp_impl == "dtensor":
+            raise InputError("DTensor's all-reduces are torch.distributed's (NCCL): "
+                             "tp_allreduce=custom needs tp_impl=megatron")  # fmt: skip
         if self.schedule == "interleaved" and self.pp == 1:
             raise InputError("the interleaved schedule needs pp > 1")
         if self.virtual_stages > 1 and self.schedule != "interleaved":

@@ -44,7 +44,8 @@ def build_ops(cfg: ModelConfig, sc: Scenario) -> list[Op]:
         raise InputError("generate is prefill + decode steps; build the two scenarios separately")
     if sc.parallel or sc.microbatches > 1:
         sc = replace(sc, tp=1, pp=1, dp=1, cp=1, ep=1, zero=0, micro_batch=sc.batch,
-                     global_batch=None, sequence_parallel=False, tp_overlap=False)  # fmt: skip
+                     global_batch=None, sequence_parallel=False, tp_overlap=False,
+                     tp_allreduce="nccl")  # fmt: skip
     return single_gpu_ops(build(cfg, sc))
 
 

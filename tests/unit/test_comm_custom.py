@@ -181,3 +181,63 @@ def test_a_fused_kernel_keeps_its_bytes_in_a_prefill():
 def test_a_profile_names_fused_kernels_as_a_list():
     with pytest.raises(InputError, match="fused_kernels must be a list of names"):
         load_engine("trtllm", fused_kernels="attn/rope")
+
+
+def test_with_nvlink_sharp_allowed_it_is_never_slower_than_nccl_with_it():
+    opts = dict(system="dgx-h100", tp=8, mode="prefill", seq=8192, nvls=True)
+    nvls = api.predict("llama3-70b", **opts).total_ms
+    assert api.predict("llama3-70b", tp_allreduce="custom", **opts).total_ms <= nvls
+
+
+@pytest.mark.parametrize(("key", "value"), [("custom_ar_busbw", 0.0), ("custom_ar_a0_s", -1.0)])
+def test_a_profile_with_impossible_constants_is_refused_in_one_line(key, value):
+    from dataclasses import replace
+
+    gpu = load_gpu("h200")
+    bad = replace(gpu, params=replace(gpu.params, extra={**gpu.params.extra, key: value}))
+    with pytest.raises(InputError, match=key):
+        custom_allreduce_time(_ar(65536, 8), bad, None)
+
+
+def test_beyond_two_gpus_it_needs_all_to_all_nvlink():
+    """vLLM turns its kernel off for more than two GPUs that NVLink does not join all to all
+    (a system without NVSwitch); two bridged GPUs keep it."""
+    from dataclasses import replace
+
+    gpu, dgx = load_gpu("h100"), load_system("dgx-h100")
+    bridged = replace(dgx, nvswitch=False)
+    four, two = _ar(65536, 4), _ar(65536, 2)
+    assert (
+        custom_allreduce_time(four, gpu, bridged).time == collective_time(four, gpu, bridged).time
+    )
+    assert custom_allreduce_time(two, gpu, bridged).time < collective_time(two, gpu, bridged).time
+    assert custom_allreduce_time(four, gpu, dgx).time < collective_time(four, gpu, dgx).time
+
+
+def test_dtensor_tensor_parallelism_refuses_it():
+    with pytest.raises(InputError, match="tp_impl=megatron"):
+        Scenario(tp=2, tp_impl="dtensor", tp_allreduce="custom")
+
+
+def test_one_gpus_op_list_of_a_custom_plan_builds():
+    from gpuperf.workloads.transformer import build_ops
+
+    ops = build_ops(load_model("llama3-8b"), Scenario(mode="decode", tp=2, tp_allreduce="custom"))
+    assert not any(op.kind == "collective" for op in ops)
+
+
+def test_only_memory_bound_kernels_fuse_and_the_first_layer_fuses_after_its_attention():
+    cfg, gpu = load_model("llama3-8b"), load_gpu("h200")
+    gemms = ["attn/qkv", "mlp/down", "attn/core", "attn/out.allreduce"]
+    named = Server(cfg, gpu, None, load_engine("trtllm", fused_kernels=gemms), tp=2)
+    plain = Server(cfg, gpu, None, load_engine("trtllm", fused_kernels=()), tp=2)
+    assert named.timer.step_s((), 8, 8192, 8) == plain.timer.step_s((), 8, 8192, 8)
+    from gpuperf.workloads.step_work import build
+
+    timer = Server(cfg, gpu, None, "trtllm", tp=2).timer
+    parts = build(cfg, timer.base, timer.where.groups).stages[0].fwd
+    first, later = (next(p for p in parts if p.layer0 == k) for k in (0, 1))
+    fused = [first.ops[i].name for i in timer._fused(first)]  # noqa: SLF001
+    assert "mlp/norm" in fused and "attn/norm" not in fused  # after the embedding: its own
+    fused = [later.ops[i].name for i in timer._fused(later)]  # noqa: SLF001
+    assert {"attn/norm", "mlp/norm"} <= set(fused)
