@@ -247,8 +247,7 @@ def _forward_parts(cfg, d, eager, mode, st, runs, fsdp) -> list[Part]:  # noqa: 
         ends_stage = first + n == end
         if first == 0 and not eager and not cfg.parallel_residual:
             # vLLM's first layer has no residual yet: a plain norm, not the fused add + norm.
-            plain = _intern([replace(layer[0], residual=False), *layer[1:]])  # type: ignore[call-arg]
-            parts.append(body(n == 1 and ends_stage, plain, layer0=0))
+            parts.append(body(n == 1 and ends_stage, _first_layer(layer), layer0=0))
             n, first = n - 1, 1
         if n and fsdp and ends_stage:  # n: the first layer may have been the run's only one
             if n > 1:
@@ -259,6 +258,20 @@ def _forward_parts(cfg, d, eager, mode, st, runs, fsdp) -> list[Part]:  # noqa: 
     if st.has_head:
         parts.append(_part(post_ops))
     return parts
+
+
+_FIRST: dict[int, tuple[tuple[Op, ...], tuple[Op, ...]]] = {}  # id(layer) -> (layer, first)
+
+
+def _first_layer(layer: tuple[Op, ...]) -> tuple[Op, ...]:
+    """`layer` (interned) with a plain first norm (no residual to add yet), once per layer."""
+    hit = _FIRST.get(id(layer))
+    if hit is None or hit[0] is not layer:
+        if len(_FIRST) > 4096:
+            _FIRST.clear()
+        plain = _intern([replace(layer[0], residual=False), *layer[1:]])  # type: ignore[call-arg]
+        hit = _FIRST[id(layer)] = (layer, plain)
+    return hit[1]
 
 
 def _backward_parts(cfg, d, eager, st, runs, fsdp) -> list[Part]:  # noqa: ANN001
