@@ -119,6 +119,19 @@ def attention_masked_prefill_ops() -> list[Op]:
     return ops
 
 
+def attention_masked_gather_ops() -> list[Op]:
+    """Hugging Face continuous batching's paged|sdpa step: one SDPA of every query of the step
+    against every gathered key (KV heads repeated to the query heads) under a boolean mask, one
+    sequence of `heads` heads; head dims of Llama-3.2-1B (64) and Llama-3-8B (128)."""
+    ops: list[Op] = []
+    for head_dim in (64, 128):
+        for q in (16, 64, 256):
+            for kv_len in (2048, 8192, 32768, 65536):
+                op = so.attention(batch=1, heads=32, seq=q, kv_len=kv_len, head_dim=head_dim)
+                ops.append(replace(op, name=op.name + f"d{head_dim}/mask", mask=True))
+    return ops
+
+
 def attention_backend_ops() -> list[tuple[Op, str]]:
     op = so.attention(batch=2, heads=32, kv_heads=8, seq=4096, causal=True)
     dec = so.attention(batch=16, heads=32, kv_heads=8, seq=1, kv_len=8192, causal=True)
@@ -221,6 +234,7 @@ GROUPS = {
     "attention_backends": attention_backend_ops,
     "attention_masked": attention_masked_ops,
     "attention_masked_prefill": attention_masked_prefill_ops,
+    "attention_masked_gather": attention_masked_gather_ops,
     "strided": strided_ops,
     "memory": memory_ops,
     "relu": relu_ops,

@@ -41,6 +41,19 @@ PARTIAL_BYTES = 4  # split-KV partial outputs and backward dQ accumulators are f
 # 3.39 ms masked (causal or full alike) against 1.61 ms unmasked and full (fit_formats.py fits
 # it per profile from attention_masked_prefill.json; other GPUs take this).
 ATTN_MASK_EFF = 0.48
+# A masked call of several queries (Hugging Face's paged|sdpa step: every query of the step
+# against every gathered key; a masked prefill) runs cuDNN's masked forward kernel: one CTA per
+# (batch, head, query tile), no split-KV, each CTA streaming its head's K/V block by block at
+# a rate one SM sustains, not the HBM's: on an H100 and an H200 alike (the same to 2%, though
+# the H200 has 43% more HBM bandwidth), 1 x 32 heads x 16-256 queries x 2k-64k keys took 46 us
+# to 1.6 ms. Per call ATTN_MASK_CALL_S (start-up beyond the kernel floor), per KV block
+# (BLOCK_N keys) ATTN_MASK_BLOCK_S plus its K and V bytes at ATTN_MASK_SM_BW: fitted (with the
+# H100's 2.9 us floor) on the calibration split of the H100's attention_masked_gather.json (7
+# of 24 shapes; held out: the other 17, and the H200's 24). A profile's [model.extra]
+# attn_mask_call_s, attn_mask_block_s and attn_mask_sm_bw override them.
+ATTN_MASK_CALL_S = 19.0e-6
+ATTN_MASK_BLOCK_S = 0.662e-6
+ATTN_MASK_SM_BW = 30.5e9
 
 
 @lru_cache(maxsize=4096)
@@ -104,7 +117,10 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
     hw = _hw(op, gpu)
     d = op.head_dim
     group = max(1, op.heads // max(1, op.kv_heads))
-    packed = op.q_len < BLOCK_M and not op.backward
+    # A masked call of several queries is cuDNN's masked kernel: a tile per head, no packing
+    # of the query heads that share a KV head, no split-KV (ATTN_MASK_CALL_S).
+    streamed = op.mask and op.q_len > 1 and not op.backward
+    packed = op.q_len < BLOCK_M and not op.backward and not streamed
     if packed:  # all query heads of one KV head share a tile; all of them see (nearly) all keys
         rows, units, causal = op.q_len * group, op.batch * op.kv_heads, False
     else:
@@ -130,7 +146,7 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
 
     best: tuple[float, float, float, int, int] | None = None
     for s in KV_SPLITS:
-        if s > 1 and (op.backward or units * n_qt >= hw.sms):
+        if s > 1 and (op.backward or streamed or units * n_qt >= hw.sms):
             break  # split-KV only while the tiles alone leave SMs idle
         ctas = units * n_qt * s
         waves = -(-ctas // hw.sms)
@@ -144,6 +160,14 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
             best = (t, t_math, t_mem, s, waves)
     assert best is not None
     _, t_math, t_mem, split, waves = best
+    if streamed:  # each CTA streams its head's K/V at one SM's rate (ATTN_MASK_CALL_S)
+        extra = gpu.params.extra
+        block_bytes = BLOCK_N * (d + op.vdim) * BYTES[op.kv_dtype or op.dtype]
+        t_blk = float(extra.get("attn_mask_block_s", ATTN_MASK_BLOCK_S)) + block_bytes / float(
+            extra.get("attn_mask_sm_bw", ATTN_MASK_SM_BW)
+        )
+        blocks = max(longest, waves * total / n_qt)
+        t_mem = max(t_mem, float(extra.get("attn_mask_call_s", ATTN_MASK_CALL_S)) + blocks * t_blk)
     detail = {
         "block_m": br,
         "query_tiles": n_qt,
