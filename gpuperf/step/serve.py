@@ -166,6 +166,7 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             f"tokens and a budget of {budget} (raise --token-budget or allow --chunked-prefill)"
         )
     max_seqs = min(engine.max_seqs, budget)
+    planned: set[tuple[int, int]] | None = set() if engine.plan_new_shapes else None
     arrival = [math.nan] * n
     first = [math.nan] * n
     finish = [math.nan] * n
@@ -354,7 +355,13 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         # ---- run it
         sum_ctx = sum_base + n_dec * tick if decodes else 0
         completes = sum(1 for i, c in ran if done[i] + c == todo[i])
-        dt = timer.step_s(tuple(chunks), decodes, sum_ctx, decodes + completes)
+        if planned is None:
+            dt = timer.step_s(tuple(chunks), decodes, sum_ctx, decodes + completes)
+        else:  # the gathered SDPA's (queries, keys): cuDNN plans each shape once
+            shape = (decodes + sum(c for c, _ in chunks), sum_ctx + sum(c + p for c, p in chunks))
+            dt = timer.step_s(tuple(chunks), decodes, sum_ctx, decodes + completes,
+                              new_shape=shape not in planned)  # fmt: skip
+            planned.add(shape)
         now += dt
         step += 1
         if decodes:

@@ -60,6 +60,10 @@ class EngineProfile:
     # benchmarks/results/h100-sxm5-80gb/serve_hf_cudnn_probe.json; hf.toml says why it stays
     # in dispatches).
     eager_step: float = 0.0
+    # Each eager step whose gathered SDPA shape (its queries, its keys) the process has not met
+    # pays one cuDNN plan (the GPU profile's host_attn_plan_s); a met shape reuses its plan
+    # (Hugging Face's paged|sdpa; benchmarks/results/h200-sxm-141gb/sdpa_plan_key_probe.json)
+    plan_new_shapes: bool = False
     # varlen: one FlashAttention-style kernel over each sequence's own cache (vLLM, TRT-LLM);
     # gather_sdpa: Hugging Face's paged|sdpa, which gathers every sequence's cache into one
     # tensor, repeats the KV heads, and runs one SDPA over all queries against all of it with a
@@ -91,7 +95,7 @@ class EngineProfile:
 
 _INTS = ("token_budget", "max_seqs", "block_size")
 _FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "eager_step", "admit_margin")
-_BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full")
+_BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full", "plan_new_shapes")
 _KEYS = ("name", "base", "description", "impl", "attention", "tp_allreduce", "graph_sizes",
          "fused_kernels", "allreduce_norm", "sources", *_INTS,
          *_FLOATS, *_BOOLS)  # fmt: skip

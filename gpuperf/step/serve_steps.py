@@ -219,7 +219,7 @@ class StepTimer:
         )
 
     def step_s(self, chunks: tuple[tuple[int, int], ...], n_dec: int, sum_ctx: int,
-               rows: int) -> float:  # fmt: skip
+               rows: int, new_shape: bool = False) -> float:  # fmt: skip
         """Seconds of a step with prefill `chunks` ((tokens, tokens already cached) each),
         `n_dec` decodes whose contexts sum to `sum_ctx`, and `rows` sequences sampling a token."""
         e = self.engine
@@ -230,12 +230,13 @@ class StepTimer:
         if not e.cuda_graphs:
             dispatches += e.eager_step
         host = self.gpu.params.host_dispatch_s * dispatches
+        graph = e.graph_batch(n_dec) if not chunks else None
+        if new_shape and e.plan_new_shapes and not e.cuda_graphs:  # cuDNN plans its SDPA
+            host += self.gpu.params.host_attn_plan_s
         ctx = _round_ctx(-(-sum_ctx // n_dec)) if n_dec else 0
         chunks = tuple((c, _round_ctx(p) if p else 0) for c, p in chunks)
-        if not chunks:
-            graph = e.graph_batch(n_dec)
-            if graph:
-                return host + self._forward(graph, graph, graph, (), n_dec, ctx).end
+        if graph:
+            return host + self._forward(graph, graph, graph, (), n_dec, ctx).end
         i = bisect.bisect_left(self.grid, tokens)
         if i >= len(self.grid) or self.grid[i] == tokens:  # on the grid, or past it: exactly
             return host + self._forward(tokens, 0, rows, chunks, n_dec, ctx).end
