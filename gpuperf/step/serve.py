@@ -187,6 +187,8 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             arrival[i] = r.arrival
         upcoming = deque(range(n))
     waiting: deque[int] = deque()
+    late: list[int] = []  # closed loop: sent during this step (they miss the next one)
+    deferred: list[int] = []  # sent during the last step: they join the coming one's successor
     prefilling: list[int] = []  # admission order
     order: dict[int, None] = {}  # every running request, admission order (preemption victims)
     # Decodes in aggregate, on a clock that ticks once per step that runs them (every decoder
@@ -269,13 +271,21 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         if pending:  # a closed loop: the user sends its next request
             j = pending.popleft()
             arrival[j] = now
-            upcoming.append(j)
+            late.append(j)
 
     while finished < n:
         if step >= MAX_STEPS:
             raise InputError(f"the simulation passed {MAX_STEPS:,} steps; fewer requests")
         while upcoming and arrival[upcoming[0]] <= now:
             waiting.append(upcoming.popleft())
+        # A closed-loop user learns that its request ended when the step that ended it returns;
+        # by the time its next request reaches the engine, the engine has formed the next step
+        # without it: it joins the one after (an idle engine takes it at once).
+        waiting.extend(deferred)
+        deferred, late = late, []
+        if not order and not waiting and deferred:
+            waiting.extend(deferred)
+            deferred = []
         if not order and not waiting:
             now = arrival[upcoming[0]]
             continue

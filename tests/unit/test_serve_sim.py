@@ -99,6 +99,21 @@ def test_a_closed_loop_keeps_its_users_busy_and_no_more():
         assert res.arrival[i] in res.finish[:i]
 
 
+def test_a_closed_loops_next_request_misses_the_step_already_formed():
+    """The user sends its next request when the step that ended the last one returns; the
+    engine has formed the next step by then, so the request joins the one after (measured: an
+    HF closed loop's TTFT is two steps, serve_hf_closed.json). An idle engine takes it at once."""
+    reqs = [(0.0, 8, 3), (0.0, 8, 6), (0.0, 8, 3)]  # user 0 ends after 3 steps, user 1 goes on
+    res, timer = run(reqs, concurrency=2)
+    assert res.arrival[2] == res.finish[0]
+    make_up = [(chunks, n_dec) for chunks, n_dec, _, _ in timer.steps]
+    assert make_up[:5] == [(((8, 0), (8, 0)), 0), ((), 2), ((), 2), ((), 1), (((8, 0),), 1)]
+    step4, step5 = (1e-3 + 1e-5 * 1), (1e-3 + 1e-5 * 9)
+    assert res.first[2] - res.arrival[2] == pytest.approx(step4 + step5)
+    alone, _ = run([(0.0, 8, 3), (0.0, 8, 3)], concurrency=1)
+    assert alone.first[1] - alone.arrival[1] == pytest.approx(1e-3 + 1e-5 * 8)
+
+
 def test_requests_longer_than_the_cache_are_refused():
     with pytest.raises(InputError, match="does not fit the KV cache"):
         run([(0.0, 100, 100)], kv_tokens=128)
