@@ -166,7 +166,10 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             f"tokens and a budget of {budget} (raise --token-budget or allow --chunked-prefill)"
         )
     max_seqs = min(engine.max_seqs, budget)
-    planned: set[tuple[int, int]] | None = set() if engine.plan_new_shapes else None
+    # cuDNN's plans of the gathered SDPA's shapes (eager steps only: a graph replays its own)
+    planned: set[tuple[int, int]] | None = (
+        set() if engine.plan_new_shapes and not engine.cuda_graphs else None
+    )
     arrival = [math.nan] * n
     first = [math.nan] * n
     finish = [math.nan] * n

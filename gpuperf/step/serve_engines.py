@@ -195,6 +195,9 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
             raise InputError(f"{where}: attention must be varlen or gather_sdpa, got "
                              f"{shown(t['attention'])}")  # fmt: skip
         out["attention"] = t["attention"]
+    if t.get("plan_new_shapes") and t.get("attention", "varlen") != "gather_sdpa":
+        raise InputError(f"{where}: plan_new_shapes describes the gathered SDPA of "
+                         "attention = \"gather_sdpa\" (Hugging Face's paged|sdpa)")  # fmt: skip
     if "tp_allreduce" in t:
         if t["tp_allreduce"] not in ("nccl", "custom"):
             raise InputError(f"{where}: tp_allreduce must be nccl or custom, got "

@@ -42,8 +42,9 @@ def test_the_gathered_step_sdpa_is_predicted_within_ten_percent(gpu, folder):
 
 
 def test_it_runs_at_one_sms_rate_not_the_hbms():
-    """The H200 has 43% more HBM bandwidth than the H100; the masked step SDPA takes the same
-    time on both (measured within 2%), while an unmasked decode over the same keys does not."""
+    """The H200 has 43% more HBM bandwidth than the H100; the masked step SDPA took the same
+    time on both (measured within 2%), so the model must not scale it with HBM (a guard that
+    the masked path is the per-SM one), while an unmasked decode over the same keys does."""
     op = Attention("a", 1, 32, 32, 64, 32768, 128, False, "bf16", mask=True)
     h100, h200 = load_gpu("h100"), load_gpu("h200")
     ratio = attention_time(op, h200).time / attention_time(op, h100).time

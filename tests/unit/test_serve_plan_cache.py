@@ -4,6 +4,9 @@ shapes again, a burst never does."""
 
 from __future__ import annotations
 
+import pytest
+
+from gpuperf.errors import InputError
 from gpuperf.hardware.loader import load_gpu
 from gpuperf.step.serve_engines import load_engine
 from gpuperf.step.serve_load import make_workload, parse_lengths
@@ -20,6 +23,8 @@ def _wall(engine, **load) -> float:  # noqa: ANN001, ANN003
 def test_hf_plans_new_shapes_only():
     assert load_engine("hf").plan_new_shapes
     assert not load_engine("vllm").plan_new_shapes
+    with pytest.raises(InputError, match="gather_sdpa"):
+        load_engine("vllm", plan_new_shapes=True)
 
 
 def _plans(**load) -> float:  # noqa: ANN003
