@@ -114,24 +114,15 @@ class Engine:
 
         self.cfg, self.gpu, self.system = cfg, gpu, system
         self._costers: dict[tuple[HostRules, bool, str], Coster] = {}
-        self._by_fields: dict[tuple, Coster] = {}
 
     def coster(self, sc: Scenario) -> Coster:
         from gpuperf.step.cost import HostRules
 
-        # Every field HostRules.of reads (ranks per host: mode, gpus, dp), then the Coster of
-        # those rules: plans of a search share a handful.
-        fields = (sc.cuda_graphs, sc.impl, sc.mode, sc.kv_lengths, sc.tp, sc.tp_impl, sc.gpus,
-                  sc.dp, sc.nvls, sc.tp_allreduce)  # fmt: skip
-        c = self._by_fields.get(fields)
-        if c is not None:
-            return c
         moe = moe_host(self.cfg)
         key = (HostRules.of(sc, self.gpu, self.system, moe), sc.nvls, sc.tp_allreduce)
         c = self._costers.get(key)
         if c is None:
             c = self._costers[key] = Coster(self.gpu, self.system, sc, moe)
-        self._by_fields[fields] = c
         return c
 
     def cost(self, sc: Scenario, where: Placement) -> StepCost:

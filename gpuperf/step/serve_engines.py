@@ -199,8 +199,10 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
         raise InputError(f"{where}: plan_new_shapes describes the gathered SDPA of "
                          "attention = \"gather_sdpa\" (Hugging Face's paged|sdpa)")  # fmt: skip
     if "tp_allreduce" in t:
-        if t["tp_allreduce"] not in ("nccl", "custom"):
-            raise InputError(f"{where}: tp_allreduce must be nccl or custom, got "
+        from gpuperf.workloads.scenario import TP_ALLREDUCES
+
+        if t["tp_allreduce"] not in TP_ALLREDUCES:
+            raise InputError(f"{where}: tp_allreduce must be {' or '.join(TP_ALLREDUCES)}, got "
                              f"{shown(t['tp_allreduce'])}")  # fmt: skip
         out["tp_allreduce"] = t["tp_allreduce"]
     if "graph_sizes" in t:

@@ -107,14 +107,14 @@ class StepTimer:
         work = build(self.cfg, sc, self.where.groups)
         segs = []
         gap = coster.rules.graph_gap
+        # A kernel inside a neighbouring one: its bytes streamed at the sustained rate, no
+        # launch, floor or ramp of its own.
+        stream = self.gpu.hbm_bw * self.gpu.params.mem_eff
         for part in work.stages[0].fwd:
             c = coster.cost(part)
             keep = 1.0 - coster.overlap_cost
             eff = [t - h * keep for t, h in zip(c.tpl.time_s, c.tpl.hidden_s, strict=True)]
             host = list(c.tpl.host_s)
-            # Inside a neighbouring kernel: its bytes streamed at the sustained rate, no launch,
-            # floor or ramp of its own.
-            stream = self.gpu.hbm_bw * self.gpu.params.mem_eff
             for i in self._fused(part):
                 eff[i], host[i] = c.tpl.rows[i][4] / stream, 0.0
             runs, variable, lo = [], [], 0
@@ -221,7 +221,9 @@ class StepTimer:
     def step_s(self, chunks: tuple[tuple[int, int], ...], n_dec: int, sum_ctx: int,
                rows: int, new_shape: bool = False) -> float:  # fmt: skip
         """Seconds of a step with prefill `chunks` ((tokens, tokens already cached) each),
-        `n_dec` decodes whose contexts sum to `sum_ctx`, and `rows` sequences sampling a token."""
+        `n_dec` decodes whose contexts sum to `sum_ctx`, and `rows` sequences sampling a token;
+        new_shape: its gathered SDPA has a shape the run has not met, so cuDNN plans it (the
+        simulator says so only for an engine with plan_new_shapes outside CUDA graphs)."""
         e = self.engine
         tokens = n_dec + sum(c for c, _ in chunks)
         seqs = n_dec + len(chunks)
@@ -230,13 +232,14 @@ class StepTimer:
         if not e.cuda_graphs:
             dispatches += e.eager_step
         host = self.gpu.params.host_dispatch_s * dispatches
-        graph = e.graph_batch(n_dec) if not chunks else None
-        if new_shape and e.plan_new_shapes and not e.cuda_graphs:  # cuDNN plans its SDPA
+        if new_shape:
             host += self.gpu.params.host_attn_plan_s
         ctx = _round_ctx(-(-sum_ctx // n_dec)) if n_dec else 0
         chunks = tuple((c, _round_ctx(p) if p else 0) for c, p in chunks)
-        if graph:
-            return host + self._forward(graph, graph, graph, (), n_dec, ctx).end
+        if not chunks:
+            graph = e.graph_batch(n_dec)
+            if graph:
+                return host + self._forward(graph, graph, graph, (), n_dec, ctx).end
         i = bisect.bisect_left(self.grid, tokens)
         if i >= len(self.grid) or self.grid[i] == tokens:  # on the grid, or past it: exactly
             return host + self._forward(tokens, 0, rows, chunks, n_dec, ctx).end
