@@ -4,12 +4,17 @@ deployments (aggregated, dense models, H100/H200/B200), each row a closed loop o
 users. The sample keeps the benchmark client's mean TTFT and mean TPOT per row
 (aiconfigurator's tooling reads bench["metrics"]["mean_ttft"]).
 
-The client is known for the rows of InferenceMAX's sweep (ISL/OSL 1024/1024, 1024/8192,
-8192/1024): vLLM's benchmark_serving.py as InferenceMAX's bench_serving fork runs it, 10 x
-concurrency requests at `--max-concurrency` with `--request-rate inf`, lengths drawn uniformly
-from [0.8 L, L] (`--random-range-ratio 0.8`; the fork's sample_random_requests draws
-randint(int(L * ratio), L + 1)), `--ignore-eos`; mean TTFT and mean TPOT. For the other rows the
-client is not recorded: three waves of fixed-length requests, medians.
+The client and the server's settings are known for the rows of InferenceMAX's sweep (the rows
+without a backend version: Llama-3.1-70B at ISL/OSL 1024/1024, 1024/8192, 8192/1024), from its
+benchmark scripts (SemiAnalysis InferenceMAX, benchmarks/70b_fp8_h200_slurm.sh and
+70b_fp8_h200_trt_slurm.sh): vLLM's benchmark_serving.py as InferenceMAX's bench_serving fork runs
+it, 10 x concurrency requests at `--max-concurrency` with `--request-rate inf`, lengths drawn
+uniformly from [0.8 L, L] (`--random-range-ratio 0.8`; the fork's sample_random_requests draws
+randint(int(L * ratio), L + 1)), `--ignore-eos`; mean TTFT and mean TPOT. Both engines keep the KV
+cache in fp8; vLLM batches 8192 tokens a step; TensorRT-LLM 16384, and at 1024/1024 on fewer
+than 8 GPUs holds prefills back while decodes run (batch_wait_timeout_iters 20,
+batch_wait_max_tokens_ratio 0.9). For the other rows neither is recorded: three waves of
+fixed-length requests, medians, each engine's defaults.
 
 Rows split in two by a hash of their id: the fit half sets the engine profiles' host time per
 step (benchmarks/fit_serve.py), the held-out half is reported. SGLang rows run on the vLLM-like
@@ -39,11 +44,12 @@ GPUS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200"}
 ENGINES = {"vllm": "vllm", "sglang": "vllm", "trtllm": "trtllm"}
 WAVES = 3  # rows whose client is not recorded: three waves of fixed-length requests
 TARGET = 15.0  # median |error| %, TTFT and TPOT
-# InferenceMAX's client (its README and bench_serving fork): ISL/OSL pairs, requests per user,
-# length range ratio.
-INFERENCEMAX_SHAPES = {(1024, 1024), (1024, 8192), (8192, 1024)}
+# InferenceMAX's client (its README and bench_serving fork): requests per user, length range ratio;
+# its servers' settings (module docstring).
 INFERENCEMAX_PROMPTS_PER_USER = 10
 INFERENCEMAX_RANGE = 0.8
+INFERENCEMAX_TRTLLM_BUDGET = 16384  # trtllm-serve --max_num_tokens
+INFERENCEMAX_TRTLLM_WAIT = {"batch_wait_iters": 20, "batch_wait_tokens": 0.9}  # 1k/1k, tp < 8
 
 
 def rows() -> list[dict[str, str]]:
@@ -56,8 +62,21 @@ def half(row: dict[str, str]) -> str:
 
 
 def inferencemax(row: dict[str, str]) -> bool:
-    """Whether the row is of InferenceMAX's sweep (its client is known)."""
-    return (int(row["isl"]), int(row["osl"])) in INFERENCEMAX_SHAPES
+    """Whether the row is of InferenceMAX's sweep (its client and settings are known): the
+    sample gives no backend version for those rows alone."""
+    return not row["backend_version"]
+
+
+def deployment(row: dict[str, str]) -> dict[str, object]:
+    """The server's settings of the row where they are known (module docstring)."""
+    if not inferencemax(row):
+        return {}
+    out: dict[str, object] = {"kv_dtype": "fp8"}
+    if row["backend"] == "trtllm":
+        out["token_budget"] = INFERENCEMAX_TRTLLM_BUDGET
+        if row["isl"] == row["osl"] == "1024" and int(row["tp_size"]) < 8:
+            out.update(INFERENCEMAX_TRTLLM_WAIT)
+    return out
 
 
 def predict(row: dict[str, str], **engine_options: float) -> tuple[float, float]:
@@ -77,7 +96,8 @@ def predict(row: dict[str, str], **engine_options: float) -> tuple[float, float]
     rep = api.serve(
         MODELS[row["model_path"]], gpu=GPUS[row["system"]], engine=ENGINES[row["backend"]],
         tp=int(row["tp_size"]), isl=lengths[0], osl=lengths[1], concurrency=users,
-        requests=requests, dtype="fp8" if fp8 else "bf16", **engine_options,
+        requests=requests, dtype="fp8" if fp8 else "bf16",
+        **{**deployment(row), **engine_options},
     )  # fmt: skip
     return rep.summary[f"ttft_{stat}_ms"], rep.summary[f"tpot_{stat}_ms"]
 

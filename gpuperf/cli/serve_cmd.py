@@ -54,6 +54,12 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
 @click.option("--block-size", type=SIZE, default=None, help="KV block, tokens (engine's default).")
 @click.option("--mem-fraction", type=float, default=None,
               help="Share of GPU memory the engine may use (engine's default).")  # fmt: skip
+@click.option("--batch-wait-iters", type=click.IntRange(min=0), default=None,
+              help="Hold prefills back while decodes run for up to this many steps "
+              "(TensorRT-LLM's batch_wait_timeout_iters; engine's default).")  # fmt: skip
+@click.option("--batch-wait-tokens", type=click.FloatRange(0, 1), default=None,
+              help="...or until the step's tokens reach this share of the token budget "
+              "(TensorRT-LLM's batch_wait_max_tokens_ratio; engine's default).")  # fmt: skip
 @click.option("--slo", default=None,
               help="Latency targets, e.g. ttft=500ms,tpot=50ms (p90; ttft_p99=...): find the "
               "highest request rate that meets them.")  # fmt: skip
@@ -69,8 +75,8 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str,
           trace: str | None, seed: int, dtype: str, kv_dtype: str | None,
           cuda_graphs: bool | None, chunked_prefill: bool | None, token_budget: int | None,
           max_seqs: int | None, block_size: int | None, mem_fraction: float | None,
-          slo: str | None, gpus: int | None, output: str | None, per_request: bool,
-          fmt: str) -> None:  # fmt: skip
+          batch_wait_iters: int | None, batch_wait_tokens: float | None, slo: str | None,
+          gpus: int | None, output: str | None, per_request: bool, fmt: str) -> None:  # fmt: skip
     """Simulate MODEL served by a continuous-batching engine on one replica of --tp GPUs:
     TTFT, TPOT and end-to-end latency percentiles, tokens/s (per GPU, per user), batch size
     and KV-cache occupancy. Each step's time comes from the same engine as `gpuperf predict`.
@@ -84,7 +90,8 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str,
 
     opts = {"token_budget": token_budget, "max_seqs": max_seqs, "block_size": block_size,
             "mem_fraction": mem_fraction, "chunked_prefill": chunked_prefill,
-            "cuda_graphs": cuda_graphs}  # fmt: skip
+            "cuda_graphs": cuda_graphs, "batch_wait_iters": batch_wait_iters,
+            "batch_wait_tokens": batch_wait_tokens}  # fmt: skip
     opts = {k: v for k, v in opts.items() if v is not None}
     if slo is None and gpus is not None:
         raise click.UsageError("--gpus goes with --slo")

@@ -210,6 +210,10 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
     reserve = engine.reserve_full
     reserved = 0  # blocks promised to running requests' whole lengths (reserve_full)
     held = [0] * n  # blocks held by a prefilling request (decoders: from their context)
+    # batch waiting (TRT-LLM): steps in a row that held the prefills back
+    wait_iters = engine.batch_wait_iters if engine.batch_wait_tokens > 0 else 0
+    wait_tokens = engine.batch_wait_tokens * budget
+    waited = 0
     now = 0.0
     step = 0
     preempted = 0
@@ -250,6 +254,35 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         done[victim] = 0
         waiting.appendleft(victim)
         preempted += 1
+
+    def held_back(decodes: int, left: int) -> bool:
+        """Batch waiting: whether this step runs its decodes alone, the prefills it would
+        schedule (every running prompt, then waiting ones while the budget and the sequence
+        limit allow) held back until their whole prompts and the decodes reach wait_tokens or
+        wait_iters steps have waited (TRT-LLM's PyExecutor._waiting_requests)."""
+        nonlocal waited
+        tokens, seqs = decodes, len(order)
+        scheduled = False
+        for i in prefilling:
+            if left <= 0:
+                break
+            tokens += prompt[i]
+            left -= todo[i] - done[i]
+            scheduled = True
+        for i in waiting:
+            if left <= 0 or seqs >= max_seqs:
+                break
+            tokens += prompt[i]
+            left -= todo[i] or prompt[i]
+            seqs += 1
+            scheduled = True
+        if not scheduled:
+            return False
+        if waited < wait_iters and tokens < wait_tokens:
+            waited += 1
+            return True
+        waited = 0
+        return False
 
     def join_decode(i: int) -> None:
         """Request i has just sampled a token; it decodes from the next tick."""
@@ -316,8 +349,9 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             left -= n_dec
         chunks: list[tuple[int, int]] = []
         ran: list[tuple[int, int]] = []  # (request, tokens) of the prefills in this step
+        hold = bool(wait_iters and decodes) and held_back(decodes, left)
         for i in list(prefilling):
-            if left <= 0:
+            if left <= 0 or hold:
                 break
             if i not in order:
                 continue
@@ -335,7 +369,8 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         decodes = n_dec if decodes else 0  # decoders preempted above do not run
         margin = engine.admit_margin * blocks_total
         # a step that preempted admits nothing new (vLLM V1: the victims would come straight back)
-        while waiting and left > 0 and len(order) < max_seqs and preempted == preempted_before:
+        while (waiting and left > 0 and len(order) < max_seqs and preempted == preempted_before
+               and not hold):  # fmt: skip
             if margin and free < margin and (chunks or decodes):
                 break  # the safety margin: the cache is kept for the running requests
             i = waiting[0]

@@ -81,6 +81,12 @@ class EngineProfile:
     # with the residual add and RMSNorm after it and the fp8 quantization of the next GEMM's
     # input (TensorRT-LLM's AllReduceFusionOp.RESIDUAL_RMS_NORM(_QUANT_FP8) in its Llama)
     allreduce_norm: tuple[str, ...] = ()
+    # Batch waiting (TensorRT-LLM's batch_wait_timeout_iters / batch_wait_max_tokens_ratio):
+    # while decodes run, new and continuing prefills are held back until the step's tokens
+    # (whole prompts of the prefills + decodes) reach batch_wait_tokens x token_budget or
+    # batch_wait_iters steps have passed; both must be above 0 to hold anything
+    batch_wait_iters: int = 0
+    batch_wait_tokens: float = 0.0
     sources: dict[str, str] = field(default_factory=dict)
 
     def graph_batch(self, n: int) -> int | None:
@@ -94,10 +100,12 @@ class EngineProfile:
 
 
 _INTS = ("token_budget", "max_seqs", "block_size")
-_FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "eager_step", "admit_margin")
+_COUNTS = ("batch_wait_iters",)  # whole numbers, 0 allowed
+_FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "eager_step", "admit_margin",
+           "batch_wait_tokens")  # fmt: skip
 _BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full", "plan_new_shapes")
 _KEYS = ("name", "base", "description", "impl", "attention", "tp_allreduce", "graph_sizes",
-         "fused_kernels", "allreduce_norm", "sources", *_INTS,
+         "fused_kernels", "allreduce_norm", "sources", *_INTS, *_COUNTS,
          *_FLOATS, *_BOOLS)  # fmt: skip
 
 
@@ -171,6 +179,12 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
             if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= 1 << 24:
                 raise InputError(f"{where}: {key} must be a positive integer, got {shown(v)}")
             out[key] = v
+    for key in _COUNTS:
+        if key in t:
+            v = t[key]
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 1 << 20:
+                raise InputError(f"{where}: {key} must be a whole number >= 0, got {shown(v)}")
+            out[key] = v
     for key in _FLOATS:
         if key in t:
             v = t[key]
@@ -179,6 +193,9 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
             out[key] = float(v)
     if "admit_margin" in out and not out["admit_margin"] < 1:
         raise InputError(f"{where}: admit_margin must be below 1, got {out['admit_margin']}")
+    if "batch_wait_tokens" in out and not out["batch_wait_tokens"] <= 1:
+        raise InputError(f"{where}: batch_wait_tokens is a share of the token budget, at most "
+                         f"1, got {out['batch_wait_tokens']}")  # fmt: skip
     if "mem_fraction" in out and not 0 < out["mem_fraction"] <= 1:
         raise InputError(f"{where}: mem_fraction must be in (0, 1], got {out['mem_fraction']}")
     for key in _BOOLS:

@@ -16,10 +16,14 @@ import serve_public as sp  # noqa: E402
 from gpuperf import api  # noqa: E402
 
 
-def _row(isl: int, osl: int, users: int = 8) -> dict[str, str]:
-    return {"id": "x", "backend": "vllm", "model_path": "meta-llama/Llama-3.1-70B",
-            "system": "h200_sxm", "gemm_quant_mode": "fp8", "isl": str(isl), "osl": str(osl),
-            "batch_size": str(users), "tp_size": "8"}  # fmt: skip
+def _row(
+    isl: int, osl: int, users: int = 8, backend: str = "vllm", tp: int = 8, version: str = ""
+) -> dict[str, str]:
+    """A sample row; no backend version: one of InferenceMAX's."""
+    return {"id": "x", "backend": backend, "backend_version": version,
+            "model_path": "meta-llama/Llama-3.1-70B", "system": "h200_sxm",
+            "gemm_quant_mode": "fp8", "isl": str(isl), "osl": str(osl),
+            "batch_size": str(users), "tp_size": str(tp)}  # fmt: skip
 
 
 def test_every_sample_row_names_a_model_gpu_and_engine_the_script_knows():
@@ -30,6 +34,11 @@ def test_every_sample_row_names_a_model_gpu_and_engine_the_script_knows():
     assert {r["backend"] for r in rows} <= set(sp.ENGINES)
     known = [r for r in rows if sp.inferencemax(r)]
     assert 0 < len(known) < len(rows)
+    # InferenceMAX's sweep: Llama-3.1-70B at its three shapes (other engines' runs of the same
+    # shapes carry a version and another client)
+    assert {r["model_path"] for r in known} == {"meta-llama/Llama-3.1-70B"}
+    assert {(r["isl"], r["osl"]) for r in known} == {("1024", "1024"), ("1024", "8192"),
+                                                     ("8192", "1024")}  # fmt: skip
 
 
 @pytest.fixture
@@ -60,8 +69,21 @@ def test_inferencemax_rows_run_its_client_and_report_means(seen, shape):
 
 
 def test_rows_of_an_unrecorded_client_run_fixed_waves_and_report_medians(seen):
-    assert sp.predict(_row(1024, 128, users=16)) == (3.0, 4.0)
-    assert (seen["isl"], seen["osl"], seen["requests"]) == (1024, 128, sp.WAVES * 16)
+    assert sp.predict(_row(1024, 1024, users=16, version="0.12.0")) == (3.0, 4.0)
+    assert (seen["isl"], seen["osl"], seen["requests"]) == (1024, 1024, sp.WAVES * 16)
+    assert "kv_dtype" not in seen and "token_budget" not in seen  # the engine's defaults
+
+
+@pytest.mark.parametrize(("backend", "shape", "tp", "waits"), [
+    ("trtllm", (1024, 1024), 4, True), ("trtllm", (1024, 1024), 8, False),
+    ("trtllm", (1024, 8192), 1, False), ("vllm", (1024, 1024), 1, False)])  # fmt: skip
+def test_inferencemax_rows_run_its_servers_settings(seen, backend, shape, tp, waits):
+    sp.predict(_row(*shape, backend=backend, tp=tp))
+    assert seen["kv_dtype"] == "fp8"
+    assert seen.get("token_budget") == (16384 if backend == "trtllm" else None)
+    assert ("batch_wait_iters" in seen) is waits
+    if waits:
+        assert (seen["batch_wait_iters"], seen["batch_wait_tokens"]) == (20, 0.9)
 
 
 def test_a_closed_loop_of_drawn_lengths_drifts_apart_after_the_first_wave():

@@ -217,3 +217,44 @@ def test_a_step_that_preempts_admits_nothing_new():
     res, _ = run(reqs, replace(VLLM, block_size=16, token_budget=512), kv_tokens=16 * 1500)
     assert res.preemptions == 750
     assert not any(math.isnan(f) for f in res.finish)
+
+
+def test_batch_waiting_holds_prefills_back_while_decodes_run():
+    """TRT-LLM's batch waiting: a prompt that arrives while decodes run waits until the step's
+    tokens (whole prompts + decodes) reach the share of the budget, or for so many steps."""
+    eng = replace(VLLM, token_budget=100, batch_wait_iters=3, batch_wait_tokens=0.5)
+    # request 0 decodes from step 2 on; request 1 (20 tokens) arrives during it
+    res, timer = run([(0.0, 10, 10), (0.0005, 20, 2)], eng)
+    make_up = [(chunks, n_dec) for chunks, n_dec, _, _ in timer.steps]
+    # step 1: request 0's prompt alone (no decodes: nothing waits); steps 2-4: request 0's
+    # decodes, request 1 held back (20 + 1 tokens < 50); step 5: the wait has lasted 3 steps
+    assert make_up[:5] == [(((10, 0),), 0), ((), 1), ((), 1), ((), 1), (((20, 0),), 1)]
+    plain, _ = run([(0.0, 10, 10), (0.0005, 20, 2)], replace(eng, batch_wait_iters=0))
+    assert res.first[1] - plain.first[1] == pytest.approx(3 * (1e-3 + 1e-5), rel=1e-6)
+
+
+def test_batch_waiting_ends_when_enough_tokens_wait():
+    eng = replace(VLLM, token_budget=100, batch_wait_iters=50, batch_wait_tokens=0.5)
+    reqs = [(0.0, 10, 30), (0.0005, 20, 2), (0.0025, 30, 2)]
+    res, timer = run(reqs, eng)
+    # requests 1 and 2 wait together until 20 + 30 + 1 >= 50 tokens, then prefill in one step
+    first_prefill = next(s for s in timer.steps[1:] if s[0])
+    assert first_prefill[0] == ((20, 0), (30, 0))
+    assert res.first[1] == res.first[2]
+
+
+def test_batch_waiting_needs_both_limits():
+    """TRT-LLM stops waiting at once when either limit is 0."""
+    reqs = [(0.0, 10, 10), (0.0005, 20, 2)]
+    base, _ = run(reqs)
+    for iters, tokens in ((0, 0.5), (3, 0.0)):
+        res, _ = run(reqs, replace(VLLM, batch_wait_iters=iters, batch_wait_tokens=tokens))
+        assert res.first == base.first
+
+
+def test_engine_profiles_check_batch_waiting():
+    with pytest.raises(InputError, match="batch_wait_tokens is a share"):
+        load_engine("trtllm", batch_wait_tokens=1.5)
+    with pytest.raises(InputError, match="batch_wait_iters must be a whole number"):
+        load_engine("trtllm", batch_wait_iters=-1)
+    assert load_engine("trtllm", batch_wait_iters=20).batch_wait_iters == 20
