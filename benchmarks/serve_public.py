@@ -17,7 +17,7 @@ batch_wait_max_tokens_ratio 0.9). For the other rows neither is recorded: three 
 fixed-length requests, medians, each engine's defaults.
 
 Rows split in two by a hash of their id: the fit half sets the engine profiles' host time per
-step (benchmarks/fit_serve.py), the held-out half is reported. SGLang rows run on the vLLM-like
+step (benchmarks/fit_serve.py), the held-out half is reported. SGLang rows run on the SGLang-like
 profile. aiconfigurator's own estimate of the same rows (benchmarks/data/
 aiconfigurator_estimates.json, from benchmarks/aiconfigurator_estimates.py) is printed beside.
 
@@ -41,7 +41,7 @@ MODELS = {
     "Qwen/Qwen3-32B": "qwen3-32b",
 }
 GPUS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200"}
-ENGINES = {"vllm": "vllm", "sglang": "vllm", "trtllm": "trtllm"}
+ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 WAVES = 3  # rows whose client is not recorded: three waves of fixed-length requests
 TARGET = 15.0  # median |error| %, TTFT and TPOT
 # InferenceMAX's client (its README and bench_serving fork): requests per user, length range ratio;

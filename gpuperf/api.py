@@ -267,7 +267,7 @@ def serve(
 ) -> Any:
     """Simulate serving `model` on one replica of `tp` GPUs under continuous batching.
 
-    engine: "hf", "vllm", "trtllm" or an engine .toml; engine_options override its fields
+    engine: "hf", "vllm", "sglang", "trtllm" or an engine .toml; engine_options override its fields
     (token_budget, max_seqs, block_size, mem_fraction, chunked_prefill, cuda_graphs,
     step_overhead, per_seq). isl/osl: token counts or distributions ("uniform:256:1024",
     "normal:512:64", "lognormal:512:256"). Arrivals: `requests` all at once, Poisson at `rate`

@@ -30,7 +30,7 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
 @click.option("--system", default=None, help="System profile (dgx-h100) or a .toml.")
 @click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs.")
 @click.option("--engine", default="vllm", show_default=True,
-              help="hf, vllm, trtllm, or an engine .toml (see step/engines).")  # fmt: skip
+              help="hf, vllm, sglang, trtllm, or an engine .toml (see step/engines).")  # fmt: skip
 @click.option("--isl", default="512", show_default=True, help=ISL_HELP)
 @click.option(
     "--osl", default="128", show_default=True, help="Output tokens per request (as --isl)."

@@ -210,6 +210,7 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
     reserve = engine.reserve_full
     reserved = 0  # blocks promised to running requests' whole lengths (reserve_full)
     held = [0] * n  # blocks held by a prefilling request (decoders: from their context)
+    apart = not engine.mixed_prefill  # prefill chunks and decodes never share a step
     # batch waiting (TRT-LLM): steps in a row that held the prefills back
     wait_iters = engine.batch_wait_iters if engine.batch_wait_tokens > 0 else 0
     wait_tokens = engine.batch_wait_tokens * budget
@@ -254,6 +255,17 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         done[victim] = 0
         waiting.appendleft(victim)
         preempted += 1
+
+    def take_decode_blocks() -> int:
+        """Take the blocks this tick's decodes need, preempting while the cache lacks them;
+        the decoders that run."""
+        nonlocal free
+        need = phase[(-tick) % bs]
+        while need > free and order:
+            preempt(False)
+            need = phase[(-tick) % bs] if n_dec else 0
+        free -= need
+        return n_dec
 
     def held_back(decodes: int, left: int) -> bool:
         """Batch waiting: whether this step runs its decodes alone, the prefills it would
@@ -332,21 +344,21 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         if head >= 0 and todo[head] == 0:
             todo[head] = prompt[head]
         # Without chunked prefill a prompt that can be admitted runs whole, before the decodes
-        # (vLLM V0).
-        prefill_only = (whole and head >= 0 and not prefilling and len(order) < max_seqs
-                        and todo[head] <= budget and blocks_for(todo[head]) <= free
-                        and (not reserve or reserved + blocks_for(prompt[head] + output[head])
-                             <= blocks_total))  # fmt: skip
+        # (vLLM V0); an engine that keeps prefills and decodes apart (SGLang) runs a step of
+        # prefill chunks whenever a prompt is under way or the next one can be admitted.
+        admittable = (head >= 0 and len(order) < max_seqs
+                      and blocks_for(min(todo[head], budget)) <= free
+                      and (not reserve or reserved + blocks_for(prompt[head] + output[head])
+                           <= blocks_total))  # fmt: skip
+        if whole:
+            prefill_only = admittable and not prefilling and todo[head] <= budget
+        else:
+            prefill_only = apart and (bool(prefilling) or admittable)
         preempted_before = preempted
         decodes = 0
         if not prefill_only and n_dec:
-            need = phase[(-tick) % bs]
-            while need > free and order:
-                preempt(False)
-                need = phase[(-tick) % bs] if n_dec else 0
-            free -= need
-            decodes = n_dec
-            left -= n_dec
+            decodes = take_decode_blocks()
+            left -= decodes
         chunks: list[tuple[int, int]] = []
         ran: list[tuple[int, int]] = []  # (request, tokens) of the prefills in this step
         hold = bool(wait_iters and decodes) and held_back(decodes, left)
@@ -395,6 +407,8 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             chunks.append((c, 0))
             ran.append((i, c))
             left -= c
+        if apart and prefill_only and not chunks and n_dec:  # no chunk could run: decode
+            decodes = take_decode_blocks()
         if not chunks and not decodes:
             if not upcoming:  # nothing runs and nothing can be admitted
                 raise InputError("the KV cache cannot hold the next request; add GPUs (--tp)")

@@ -42,6 +42,10 @@ class EngineProfile:
     block_size: int = 16  # KV cache block, tokens
     mem_fraction: float = 0.9  # of the GPU's memory the engine may use (weights + cache + work)
     chunked_prefill: bool = True  # a prompt may be split over steps and mixed with decodes
+    # Prefill chunks share a step with the decodes (vLLM, TRT-LLM); false: a step runs prefill
+    # chunks alone whenever a prompt is under way or the next can be admitted, else the decodes
+    # (SGLang without --enable-mixed-chunk)
+    mixed_prefill: bool = True
     # Admit a request only when the cache can hold its whole prompt and answer beside every
     # running request's (TRT-LLM's GUARANTEED_NO_EVICT): never preempts; false: admit while
     # the prompt fits and preempt when decodes run out of blocks (vLLM).
@@ -103,7 +107,7 @@ _INTS = ("token_budget", "max_seqs", "block_size")
 _COUNTS = ("batch_wait_iters",)  # whole numbers, 0 allowed
 _FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "eager_step", "admit_margin",
            "batch_wait_tokens")  # fmt: skip
-_BOOLS = ("chunked_prefill", "cuda_graphs", "reserve_full", "plan_new_shapes")
+_BOOLS = ("chunked_prefill", "mixed_prefill", "cuda_graphs", "reserve_full", "plan_new_shapes")
 _KEYS = ("name", "base", "description", "impl", "attention", "tp_allreduce", "graph_sizes",
          "fused_kernels", "allreduce_norm", "sources", *_INTS, *_COUNTS,
          *_FLOATS, *_BOOLS)  # fmt: skip
@@ -114,7 +118,7 @@ def engine_names() -> list[str]:
 
 
 def load_engine(name_or_path: str | os.PathLike[str], **overrides: Any) -> EngineProfile:
-    """A built-in profile by name (hf, vllm, trtllm) or a user's .toml; `overrides` replace
+    """A built-in profile by name (hf, vllm, sglang, trtllm) or a user's .toml; `overrides` replace
     fields (None: keep the profile's)."""
     if isinstance(name_or_path, EngineProfile):
         prof = name_or_path

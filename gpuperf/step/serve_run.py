@@ -131,7 +131,7 @@ def engine_profile(engine: Any, options: dict[str, Any]) -> EngineProfile:
         hint = f"; did you mean {close[0]}?" if close else ""
         raise InputError(f"unknown argument {unknown[0]!r}{hint}")
     if not isinstance(engine, str | os.PathLike | EngineProfile):
-        raise InputError(f"engine must be a name (hf, vllm, trtllm) or a .toml path, got "
+        raise InputError(f"engine must be a name (hf, vllm, sglang, trtllm) or a .toml path, got "
                          f"{shown(engine)}")  # fmt: skip
     return load_engine(engine, **options)
 

@@ -258,3 +258,24 @@ def test_engine_profiles_check_batch_waiting():
     with pytest.raises(InputError, match="batch_wait_iters must be a whole number"):
         load_engine("trtllm", batch_wait_iters=-1)
     assert load_engine("trtllm", batch_wait_iters=20).batch_wait_iters == 20
+
+
+def test_an_engine_that_keeps_prefills_apart_runs_them_first_and_alone():
+    """SGLang: a prompt that can be admitted runs in a step of prefills alone, before the
+    decodes; its chunks go on alone until it is done; the decodes run in the steps between."""
+    eng = replace(VLLM, token_budget=16, mixed_prefill=False)
+    res, timer = run([(0.0, 8, 4), (0.0015, 40, 2)], eng)
+    make_up = [(chunks, n_dec) for chunks, n_dec, _, _ in timer.steps]
+    # step 1: request 0's prompt; step 2: its decode (request 1 not yet there); then request
+    # 1's 40 tokens in chunks of 16, 16, 8 with request 0's decodes waiting; then decodes
+    assert make_up[:6] == [(((8, 0),), 0), ((), 1), (((16, 0),), 0), (((16, 16),), 0),
+                           (((8, 32),), 0), ((), 2)]  # fmt: skip
+    assert all(not (ch and n) for ch, n, _, _ in timer.steps)
+    mixed, _ = run([(0.0, 8, 4), (0.0015, 40, 2)], replace(eng, mixed_prefill=True))
+    assert res.finish[0] > mixed.finish[0]  # request 0's decodes wait out the prefill
+
+
+def test_the_sglang_profile_keeps_prefills_apart():
+    eng = load_engine("sglang")
+    assert not eng.mixed_prefill and eng.chunked_prefill and eng.graph_batch(160) == 160
+    assert eng.graph_batch(161) is None
