@@ -364,8 +364,8 @@ def test_read_trace_refuses_a_missing_file(tmp_path):
 # load_engine: built-ins
 
 
-def test_engine_names_are_the_three_built_ins():
-    assert engine_names() == ["hf", "trtllm", "vllm"]
+def test_engine_names_are_the_four_built_ins():
+    assert engine_names() == ["hf", "sglang", "trtllm", "vllm"]
 
 
 def test_hf_profile():
