@@ -68,10 +68,17 @@ def test_inferencemax_rows_run_its_client_and_report_means(seen, shape):
     assert seen["requests"] == 160 and seen["concurrency"] == 16
 
 
-def test_rows_of_an_unrecorded_client_run_fixed_waves_and_report_medians(seen):
-    assert sp.predict(_row(1024, 1024, users=16, version="0.12.0")) == (3.0, 4.0)
-    assert (seen["isl"], seen["osl"], seen["requests"]) == (1024, 1024, sp.WAVES * 16)
+def test_rows_of_an_unrecorded_client_run_aiconfigurators_client(seen):
+    """Ten fixed-length requests per user, means; TRT-LLM keeps its defaults."""
+    row = _row(1024, 1024, users=16, backend="trtllm", version="1.0.0rc3")
+    assert sp.predict(row) == (1.0, 2.0)
+    assert (seen["isl"], seen["osl"], seen["requests"]) == (1024, 1024, 10 * 16)
     assert "kv_dtype" not in seen and "token_budget" not in seen  # the engine's defaults
+
+
+def test_unrecorded_vllm_rows_run_aiconfigurators_generated_settings(seen):
+    sp.predict(_row(2048, 128, users=32, backend="vllm", version="0.12.0"))
+    assert seen["max_seqs"] == 32 and seen["token_budget"] == 32 + 2048 + 1500
 
 
 @pytest.mark.parametrize(("backend", "shape", "tp", "waits"), [
