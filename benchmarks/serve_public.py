@@ -17,12 +17,16 @@ batch_wait_max_tokens_ratio 0.9). For the other rows neither is recorded (the sa
 provenance names a private gap-analysis project); they are simulated under the client that
 `aiconfigurator eval` ran (its genai_perf_runner.py, removed in 2026-03: aiperf or genai-perf at
 `--concurrency` c, `--request-count` 10 c after `--warmup-request-count` 2 c, fixed lengths) as
-a closed loop of c users sending 10 c fixed-length requests from a burst, mean TTFT and TPOT; the
-vLLM rows under the settings aiconfigurator's generator wrote for vLLM (max_num_seqs = its batch
-size, here the concurrency; max_num_batched_tokens = max_num_seqs + ISL + 1500), which the fit
-half favoured (TTFT 41% -> 16% there); the same generator's TensorRT-LLM settings (chunked
-prefill off, max_num_tokens = batch + ISL + 1500) made the fit half's TRT-LLM rows 109% too
-slow, so those rows, and SGLang's, keep the engines' defaults.
+a closed loop of c users sending 10 c fixed-length requests from a burst, mean TTFT and TPOT;
+vLLM and SGLang under the settings aiconfigurator's generator writes (its batch size, here the
+concurrency, as max_num_seqs / max-running-requests; vLLM max_num_batched_tokens = it + ISL +
+1500; SGLang --enable-mixed-chunk, which its template for SGLang 0.5.1.post1 never passes: it
+reads the key enable-mix-chunk, its rules write enable-mixed-chunk). Both were checked on the
+fit half (vLLM TTFT 41% -> 16%, SGLang 0.5.6 190% -> 49%; SGLang's max-prefill-tokens = ISL +
+1500 as its chunk made the fit half worse, 20.1% -> 21.1% over all rows, and is left out); the
+same generator's TensorRT-LLM settings (chunked prefill off, max_num_tokens =
+batch + ISL + 1500) made the fit half's TRT-LLM rows 109% too slow, so those keep the engine's
+defaults.
 
 Rows split in two by a hash of their id: the fit half sets the engine profiles' host time per
 step (benchmarks/fit_serve.py), the held-out half is reported. SGLang rows run on the SGLang-like
@@ -53,7 +57,10 @@ ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 # rows whose client is not recorded: aiconfigurator eval's (module docstring)
 WAVES = 10  # requests per user, fixed lengths
 WAVES_STAT = "mean"
-AIC_VLLM_EXTRA = 1500  # its generator: max_num_batched_tokens = max_num_seqs + isl + 1500
+# aiconfigurator's generator: vLLM max_num_batched_tokens = max_num_seqs + ISL + 1500; its
+# SGLang 0.5.1.post1 template never passes the mixed chunk
+AIC_EXTRA_TOKENS = 1500
+AIC_SGLANG_UNMIXED = {"0.5.1.post1"}
 TARGET = 15.0  # median |error| %, TTFT and TPOT
 # InferenceMAX's client (its README and bench_serving fork): requests per user, length range ratio;
 # its servers' settings (module docstring).
@@ -80,11 +87,14 @@ def inferencemax(row: dict[str, str]) -> bool:
 
 def deployment(row: dict[str, str]) -> dict[str, object]:
     """The server's settings of the row where they are known or taken (module docstring)."""
-    if not inferencemax(row):
-        if row["backend"] != "vllm":
-            return {}
-        users = int(row["batch_size"])  # aiconfigurator's generator: max_num_seqs = its bs
-        return {"max_seqs": users, "token_budget": users + int(row["isl"]) + AIC_VLLM_EXTRA}
+    if not inferencemax(row):  # aiconfigurator's generator, its batch size = the concurrency
+        users = int(row["batch_size"])
+        if row["backend"] == "vllm":
+            return {"max_seqs": users, "token_budget": users + int(row["isl"]) + AIC_EXTRA_TOKENS}
+        if row["backend"] == "sglang":
+            mixed = row["backend_version"] not in AIC_SGLANG_UNMIXED
+            return {"max_seqs": users, "mixed_prefill": mixed}
+        return {}
     out: dict[str, object] = {"kv_dtype": "fp8"}
     if row["backend"] == "trtllm":
         out["token_budget"] = INFERENCEMAX_TRTLLM_BUDGET

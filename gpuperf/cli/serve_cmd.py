@@ -49,6 +49,9 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
               help="Decode steps as CUDA graphs (default: the engine's).")  # fmt: skip
 @click.option("--chunked-prefill/--no-chunked-prefill", default=None,
               help="Split prompts over steps (default: the engine's).")  # fmt: skip
+@click.option("--mixed-prefill/--no-mixed-prefill", default=None,
+              help="Prefill chunks share steps with decodes (default: the engine's; SGLang "
+              "keeps them apart).")  # fmt: skip
 @click.option("--token-budget", type=SIZE, default=None, help="Tokens per step (engine's default).")
 @click.option("--max-seqs", type=SIZE, default=None, help="Sequences per step (engine's default).")
 @click.option("--block-size", type=SIZE, default=None, help="KV block, tokens (engine's default).")
@@ -73,7 +76,8 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
 def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str, isl: str,
           osl: str, requests: int | None, rate: float | None, concurrency: int | None,
           trace: str | None, seed: int, dtype: str, kv_dtype: str | None,
-          cuda_graphs: bool | None, chunked_prefill: bool | None, token_budget: int | None,
+          cuda_graphs: bool | None, chunked_prefill: bool | None, mixed_prefill: bool | None,
+          token_budget: int | None,
           max_seqs: int | None, block_size: int | None, mem_fraction: float | None,
           batch_wait_iters: int | None, batch_wait_tokens: float | None, slo: str | None,
           gpus: int | None, output: str | None, per_request: bool, fmt: str) -> None:  # fmt: skip
@@ -90,6 +94,7 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str,
 
     opts = {"token_budget": token_budget, "max_seqs": max_seqs, "block_size": block_size,
             "mem_fraction": mem_fraction, "chunked_prefill": chunked_prefill,
+            "mixed_prefill": mixed_prefill,
             "cuda_graphs": cuda_graphs, "batch_wait_iters": batch_wait_iters,
             "batch_wait_tokens": batch_wait_tokens}  # fmt: skip
     opts = {k: v for k, v in opts.items() if v is not None}

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 ENGINE_OPTIONS = ("token_budget", "max_seqs", "block_size", "mem_fraction", "chunked_prefill",
                   "cuda_graphs", "step_overhead", "per_seq", "per_kv_token",
-                  "eager_step", "attention", "admit_margin", "reserve_full", "batch_wait_iters",
-                  "batch_wait_tokens")  # fmt: skip
+                  "eager_step", "attention", "admit_margin", "reserve_full", "mixed_prefill",
+                  "batch_wait_iters", "batch_wait_tokens")  # fmt: skip
 
 
 @dataclass

@@ -101,3 +101,10 @@ def test_a_closed_loop_of_drawn_lengths_drifts_apart_after_the_first_wave():
     drawn = api.serve("llama3-70b", isl="uniform:819:1024", osl="uniform:819:1024",
                       requests=320, **kw)  # fmt: skip
     assert drawn.summary["ttft_mean_ms"] < 0.5 * burst.summary["ttft_mean_ms"]
+
+
+@pytest.mark.parametrize(("version", "mixed"), [("0.5.1.post1", False), ("0.5.6.post2", True)])
+def test_unrecorded_sglang_rows_run_the_generators_settings(seen, version, mixed):
+    sp.predict(_row(1000, 100, users=64, backend="sglang", version=version))
+    assert seen["max_seqs"] == 64 and "token_budget" not in seen
+    assert seen["mixed_prefill"] is mixed
