@@ -267,11 +267,12 @@ def serve(
 ) -> Any:
     """Simulate serving `model` on one replica of `tp` GPUs under continuous batching.
 
-    engine: "hf", "vllm", "sglang", "trtllm" or an engine .toml; engine_options override its fields
-    (token_budget, max_seqs, block_size, mem_fraction, chunked_prefill, cuda_graphs,
-    step_overhead, per_seq). isl/osl: token counts or distributions ("uniform:256:1024",
-    "normal:512:64", "lognormal:512:256"). Arrivals: `requests` all at once, Poisson at `rate`
-    requests/s, a closed loop of `concurrency` users, or a JSONL `trace`. Returns a
+    engine: "hf", "vllm", "sglang", "trtllm" or an engine .toml; engine_options override its
+    fields (token_budget, max_seqs, block_size, mem_fraction, chunked_prefill, mixed_prefill,
+    cuda_graphs, batch_wait_iters, batch_wait_tokens, step_overhead, per_seq). isl/osl: token
+    counts or distributions ("uniform:256:1024", "normal:512:64", "lognormal:512:256").
+    Arrivals: `requests` all at once, Poisson at `rate` requests/s, a closed loop of
+    `concurrency` users, or a JSONL `trace`. Returns a
     gpuperf.step.serve_run.ServeReport (.summary: TTFT/TPOT/E2E percentiles in ms, tokens/s...).
 
     Example:
