@@ -57,12 +57,13 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
 @click.option("--block-size", type=SIZE, default=None, help="KV block, tokens (engine's default).")
 @click.option("--mem-fraction", type=float, default=None,
               help="Share of GPU memory the engine may use (engine's default).")  # fmt: skip
-@click.option("--batch-wait-iters", type=click.IntRange(min=0), default=None,
+@click.option("--batch-wait-iters", type=click.IntRange(0, 1 << 20), default=None,
               help="Hold prefills back while decodes run for up to this many steps "
               "(TensorRT-LLM's batch_wait_timeout_iters; engine's default).")  # fmt: skip
 @click.option("--batch-wait-tokens", type=click.FloatRange(0, 1), default=None,
               help="...or until the step's tokens reach this share of the token budget "
-              "(TensorRT-LLM's batch_wait_max_tokens_ratio; engine's default).")  # fmt: skip
+              "(TensorRT-LLM's batch_wait_max_tokens_ratio; engine's default). Both above 0 "
+              "to hold anything.")  # fmt: skip
 @click.option("--slo", default=None,
               help="Latency targets, e.g. ttft=500ms,tpot=50ms (p90; ttft_p99=...): find the "
               "highest request rate that meets them.")  # fmt: skip

@@ -211,6 +211,8 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
     reserved = 0  # blocks promised to running requests' whole lengths (reserve_full)
     held = [0] * n  # blocks held by a prefilling request (decoders: from their context)
     apart = not engine.mixed_prefill  # prefill chunks and decodes never share a step
+    whole = not engine.chunked_prefill  # a prompt enters whole, in a step of prefills alone
+    margin = engine.admit_margin * blocks_total
     # batch waiting (TRT-LLM): steps in a row that held the prefills back
     wait_iters = engine.batch_wait_iters if engine.batch_wait_tokens > 0 else 0
     wait_tokens = engine.batch_wait_tokens * budget
@@ -242,7 +244,7 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         victim = next(reversed(order))
         del order[victim]
         if reserve:
-            reserved -= blocks_for(prompt[victim] + output[victim])
+            reserved -= reserved_blocks(victim)
         if victim in dec_base:
             if block_taken and (dec_base[victim] - 1 + tick) % bs == 0:
                 free += 1
@@ -267,13 +269,39 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         free -= need
         return n_dec
 
-    def held_back(decodes: int, left: int) -> bool:
+    def reserved_blocks(i: int) -> int:
+        """The blocks a reserving engine keeps for request i's whole life: its prompt and every
+        answer token but the last."""
+        return blocks_for(prompt[i] + output[i] - 1)
+
+    def admission(i: int, left: int, free_now: int, reserved_now: int,
+                  busy: bool) -> tuple[int, int, int] | None:  # fmt: skip
+        """Whether waiting request i can join a step with `left` tokens of budget, `free_now`
+        free blocks and `reserved_now` reserved (busy: the step already runs something): its
+        chunk, the blocks the chunk takes and the blocks it reserves; None if it cannot."""
+        rest = todo[i] or prompt[i]
+        c = min(rest, left)
+        if whole and c < rest:
+            return None
+        if margin and busy and free_now < margin:
+            return None  # the safety margin: the cache is kept for the running requests
+        extra = blocks_for(c)
+        # an engine that keeps prefills apart admits a prompt only when all of it fits
+        # (SGLang's PrefillAdder), so its later chunks never preempt it
+        if extra > free_now or (apart and blocks_for(rest) > free_now):
+            return None
+        keep = reserved_blocks(i) if reserve else 0
+        if reserve and reserved_now + keep > blocks_total:
+            return None
+        return c, extra, keep
+
+    def held_back(decodes: int, left: int, may_admit: bool) -> bool:
         """Batch waiting: whether this step runs its decodes alone, the prefills it would
-        schedule (every running prompt, then waiting ones while the budget and the sequence
-        limit allow) held back until their whole prompts and the decodes reach wait_tokens or
-        wait_iters steps have waited (TRT-LLM's PyExecutor._waiting_requests)."""
+        schedule (every running prompt, then the waiting ones it would admit) held back until
+        their whole prompts and the decodes reach wait_tokens or wait_iters steps have waited
+        (TRT-LLM's PyExecutor._waiting_requests, on what its scheduler admitted)."""
         nonlocal waited
-        tokens, seqs = decodes, len(order)
+        tokens, seqs, free_now, reserved_now = decodes, len(order), free, reserved
         scheduled = False
         for i in prefilling:
             if left <= 0:
@@ -281,12 +309,16 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             tokens += prompt[i]
             left -= todo[i] - done[i]
             scheduled = True
-        for i in waiting:
+        for i in waiting if may_admit else ():
             if left <= 0 or seqs >= max_seqs:
                 break
+            got = admission(i, left, free_now, reserved_now, True)
+            if got is None:
+                break
+            c, extra, keep = got
             tokens += prompt[i]
-            left -= todo[i] or prompt[i]
-            seqs += 1
+            left, free_now, seqs = left - c, free_now - extra, seqs + 1
+            reserved_now += keep
             scheduled = True
         if not scheduled:
             return False
@@ -312,7 +344,7 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
     def end_request(i: int) -> None:
         nonlocal finished, reserved
         if reserve:
-            reserved -= blocks_for(prompt[i] + output[i])
+            reserved -= reserved_blocks(i)
         finish[i] = now
         finished += 1
         del order[i]
@@ -339,19 +371,14 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             continue
         # ---- schedule this step
         left = budget
-        whole = not engine.chunked_prefill
         head = waiting[0] if waiting else -1
-        if head >= 0 and todo[head] == 0:
-            todo[head] = prompt[head]
         # Without chunked prefill a prompt that can be admitted runs whole, before the decodes
         # (vLLM V0); an engine that keeps prefills and decodes apart (SGLang) runs a step of
         # prefill chunks whenever a prompt is under way or the next one can be admitted.
         admittable = (head >= 0 and len(order) < max_seqs
-                      and blocks_for(min(todo[head], budget)) <= free
-                      and (not reserve or reserved + blocks_for(prompt[head] + output[head])
-                           <= blocks_total))  # fmt: skip
+                      and admission(head, budget, free, reserved, False) is not None)  # fmt: skip
         if whole:
-            prefill_only = admittable and not prefilling and todo[head] <= budget
+            prefill_only = admittable and not prefilling
         else:
             prefill_only = apart and (bool(prefilling) or admittable)
         preempted_before = preempted
@@ -361,7 +388,9 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             left -= decodes
         chunks: list[tuple[int, int]] = []
         ran: list[tuple[int, int]] = []  # (request, tokens) of the prefills in this step
-        hold = bool(wait_iters and decodes) and held_back(decodes, left)
+        hold = bool(wait_iters and decodes) and held_back(
+            decodes, left, preempted == preempted_before
+        )
         for i in list(prefilling):
             if left <= 0 or hold:
                 break
@@ -379,26 +408,18 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             ran.append((i, c))
             left -= c
         decodes = n_dec if decodes else 0  # decoders preempted above do not run
-        margin = engine.admit_margin * blocks_total
-        # a step that preempted admits nothing new (vLLM V1: the victims would come straight back)
+        # a step that preempted admits nothing new (vLLM V1: the victims would come straight
+        # back); an engine that keeps prefills apart admits none into a step of decodes
         while (waiting and left > 0 and len(order) < max_seqs and preempted == preempted_before
-               and not hold):  # fmt: skip
-            if margin and free < margin and (chunks or decodes):
-                break  # the safety margin: the cache is kept for the running requests
+               and not hold and not (apart and decodes)):  # fmt: skip
             i = waiting[0]
+            got = admission(i, left, free, reserved, bool(chunks or decodes))
+            if got is None:
+                break
+            c, extra, keep = got
             if todo[i] == 0:
                 todo[i] = prompt[i]
-            c = min(todo[i], left)
-            if whole and c < todo[i]:
-                break
-            extra = blocks_for(c)
-            if extra > free:
-                break
-            if reserve:
-                whole_len = blocks_for(prompt[i] + output[i])
-                if reserved + whole_len > blocks_total:
-                    break
-                reserved += whole_len
+            reserved += keep
             waiting.popleft()
             free -= extra
             held[i] = extra

@@ -43,8 +43,9 @@ class EngineProfile:
     mem_fraction: float = 0.9  # of the GPU's memory the engine may use (weights + cache + work)
     chunked_prefill: bool = True  # a prompt may be split over steps and mixed with decodes
     # Prefill chunks share a step with the decodes (vLLM, TRT-LLM); false: a step runs prefill
-    # chunks alone whenever a prompt is under way or the next can be admitted, else the decodes
-    # (SGLang without --enable-mixed-chunk)
+    # chunks alone whenever a prompt is under way or the next can be admitted (all of it fitting
+    # the cache), else the decodes (SGLang without --enable-mixed-chunk). Without chunked
+    # prefill prompts run alone either way.
     mixed_prefill: bool = True
     # Admit a request only when the cache can hold its whole prompt and answer beside every
     # running request's (TRT-LLM's GUARANTEED_NO_EVICT): never preempts; false: admit while
@@ -187,7 +188,8 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
         if key in t:
             v = t[key]
             if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 1 << 20:
-                raise InputError(f"{where}: {key} must be a whole number >= 0, got {shown(v)}")
+                raise InputError(f"{where}: {key} must be a whole number from 0 to {1 << 20}, "
+                                 f"got {shown(v)}")  # fmt: skip
             out[key] = v
     for key in _FLOATS:
         if key in t:
@@ -216,6 +218,12 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
             raise InputError(f"{where}: attention must be varlen or gather_sdpa, got "
                              f"{shown(t['attention'])}")  # fmt: skip
         out["attention"] = t["attention"]
+    if (t.get("batch_wait_iters") and t.get("batch_wait_tokens")
+            and t.get("chunked_prefill", True) is False):  # fmt: skip
+        raise InputError(f"{where}: batch waiting holds back prefills that share a step with "
+                         "decodes; without chunked prefill a prompt runs alone before them "
+                         "(vLLM V0), so it would hold nothing: allow chunked_prefill or drop "
+                         "batch_wait_iters")  # fmt: skip
     if t.get("plan_new_shapes") and t.get("attention", "varlen") != "gather_sdpa":
         raise InputError(f"{where}: plan_new_shapes describes the gathered SDPA of "
                          "attention = \"gather_sdpa\" (Hugging Face's paged|sdpa)")  # fmt: skip

@@ -279,3 +279,55 @@ def test_the_sglang_profile_keeps_prefills_apart():
     eng = load_engine("sglang")
     assert not eng.mixed_prefill and eng.chunked_prefill and eng.graph_batch(160) == 160
     assert eng.graph_batch(161) is None
+
+
+def test_prefills_kept_apart_never_share_a_step_even_when_a_smaller_chunk_would_fit():
+    """Review: with 4-token blocks the next prompt's first chunk did not fit a prefill-only
+    step, so the step ran the decodes, and then a smaller chunk joined them."""
+    eng = replace(VLLM, token_budget=33, block_size=4, mixed_prefill=False)
+    res, timer = run([(0, 1, 5), (0, 1, 5), (0.0015, 33, 2)], eng, kv_tokens=40)
+    assert all(not (chunks and n) for chunks, n, _, _ in timer.steps)
+    assert not any(math.isnan(f) for f in res.finish)
+
+
+def test_prefills_kept_apart_admit_a_prompt_only_when_all_of_it_fits():
+    """SGLang's PrefillAdder: a prompt whose later chunks would not fit is not started (it
+    would preempt itself every other step)."""
+    eng = replace(load_engine("sglang"), token_budget=16, cuda_graphs=False)
+    apart, _ = run([(0, 30, 30), (0.0025, 40, 2)], eng, kv_tokens=64)
+    mixed, _ = run([(0, 30, 30), (0.0025, 40, 2)], replace(eng, mixed_prefill=True),
+                   kv_tokens=64)  # fmt: skip
+    assert apart.preemptions <= mixed.preemptions
+    assert apart.steps <= mixed.steps + 5
+
+
+@pytest.mark.parametrize("first_answer", [3, 4, 5, 6])
+def test_batch_waiting_counts_only_what_the_scheduler_would_admit(first_answer):
+    """A prompt that cannot be admitted yet (the reserving cache is full) is not held back and
+    uses up no waiting steps: once it fits it waits the full batch_wait_iters."""
+    eng = replace(VLLM, reserve_full=True, block_size=1, token_budget=100, batch_wait_iters=4,
+                  batch_wait_tokens=1.0)  # fmt: skip
+    res, timer = run([(0, 10, 40), (0, 10, first_answer), (0.0005, 20, 2)], eng, kv_tokens=75)
+    # request 2 fits once request 1 ends; from then on 4 decode-only steps pass before it runs
+    end1 = res.finish[1]
+    t, steps_before = 0.0, 0
+    for chunks, n, _, _ in timer.steps:
+        t += 1e-3 + 1e-5 * (n + sum(c for c, _ in chunks))
+        if t > end1 + 1e-12:
+            if chunks:
+                break
+            steps_before += 1
+    assert steps_before == 4
+
+
+def test_a_reserving_engine_takes_a_request_that_exactly_fills_the_cache():
+    """Review: the cache holds a request's prompt and every answer token but the last; the
+    reservation counted one token more and refused a request that fits exactly."""
+    res, _ = run([(0.0, 100, 29)], replace(VLLM, reserve_full=True, block_size=16),
+                 kv_tokens=128)  # fmt: skip
+    assert res.output == [29] and not math.isnan(res.finish[0])
+
+
+def test_batch_waiting_without_chunked_prefill_is_refused():
+    with pytest.raises(InputError, match="without chunked prefill"):
+        load_engine("trtllm", chunked_prefill=False, batch_wait_iters=20, batch_wait_tokens=0.9)
