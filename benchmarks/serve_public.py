@@ -20,8 +20,9 @@ provenance names a private gap-analysis project); they are simulated under the c
 a closed loop of c users sending 10 c fixed-length requests from a burst, mean TTFT and TPOT;
 vLLM and SGLang under the settings aiconfigurator's generator writes (its batch size, here the
 concurrency, as max_num_seqs / max-running-requests; vLLM max_num_batched_tokens = it + ISL +
-1500; SGLang --enable-mixed-chunk, which its template for SGLang 0.5.1.post1 never passes: it
-reads the key enable-mix-chunk, its rules write enable-mixed-chunk). Both were checked on the
+1500; SGLang --enable-mixed-chunk (its sglang.rule: agg enable_mixed_chunk = true), which its
+template for SGLang 0.5.1.post1 never passes: that template reads the key enable-mix-chunk, the
+0.5.6.post2 one enable-mixed-chunk). Both were checked on the
 fit half (vLLM TTFT 41% -> 16%, SGLang 0.5.6 190% -> 49%; SGLang's max-prefill-tokens = ISL +
 1500 as its chunk made the fit half worse, 20.1% -> 21.1% over all rows, and is left out); the
 same generator's TensorRT-LLM settings (chunked prefill off, max_num_tokens =
