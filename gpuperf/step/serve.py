@@ -7,8 +7,10 @@ are admitted in arrival order while the budget, the sequence limit and the paged
 A request's blocks are taken as its tokens enter the cache; when a step's decodes need blocks the
 cache lacks, the most recently admitted request is preempted (its blocks freed, its prompt and
 what it generated prefilled again later: vLLM's recompute). Without chunked prefill a prompt
-enters whole, in a step of prefills alone. Each step's time comes from the step engine for that
-step's make-up (step.serve_steps).
+enters whole, in one step, beside the decodes (TensorRT-LLM without chunked context). An engine
+that keeps prefills apart (mixed_prefill = false) runs a step of prefills alone whenever a
+prompt is under way or the next can be admitted (SGLang; with whole prompts, vLLM V0). Each
+step's time comes from the step engine for that step's make-up (step.serve_steps).
 
 Metrics (vLLM's benchmark_serving and aiconfigurator define them so): TTFT = first token - arrival;
 TPOT = (E2E - TTFT) / (output tokens - 1), the mean inter-token latency of a request, the first
@@ -211,7 +213,7 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
     reserved = 0  # blocks promised to running requests' whole lengths (reserve_full)
     held = [0] * n  # blocks held by a prefilling request (decoders: from their context)
     apart = not engine.mixed_prefill  # prefill chunks and decodes never share a step
-    whole = not engine.chunked_prefill  # a prompt enters whole, in a step of prefills alone
+    whole = not engine.chunked_prefill  # a prompt enters whole, in one step
     margin = engine.admit_margin * blocks_total
     # batch waiting (TRT-LLM): steps in a row that held the prefills back
     wait_iters = engine.batch_wait_iters if engine.batch_wait_tokens > 0 else 0
@@ -377,10 +379,7 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         # prefill chunks whenever a prompt is under way or the next one can be admitted.
         admittable = (head >= 0 and len(order) < max_seqs
                       and admission(head, budget, free, reserved, False) is not None)  # fmt: skip
-        if whole:
-            prefill_only = admittable and not prefilling
-        else:
-            prefill_only = apart and (bool(prefilling) or admittable)
+        prefill_only = apart and (bool(prefilling) or admittable)
         preempted_before = preempted
         decodes = 0
         if not prefill_only and n_dec:

@@ -41,11 +41,11 @@ class EngineProfile:
     max_seqs: int = 256  # sequences per step (vLLM max_num_seqs)
     block_size: int = 16  # KV cache block, tokens
     mem_fraction: float = 0.9  # of the GPU's memory the engine may use (weights + cache + work)
-    chunked_prefill: bool = True  # a prompt may be split over steps and mixed with decodes
-    # Prefill chunks share a step with the decodes (vLLM, TRT-LLM); false: a step runs prefill
-    # chunks alone whenever a prompt is under way or the next can be admitted (all of it fitting
-    # the cache), else the decodes (SGLang without --enable-mixed-chunk). Without chunked
-    # prefill prompts run alone either way.
+    chunked_prefill: bool = True  # a prompt may be split over steps (false: it enters whole)
+    # Prefills share a step with the decodes (vLLM, TRT-LLM); false: a step runs prefill chunks
+    # alone whenever a prompt is under way or the next can be admitted (all of it fitting the
+    # cache), else the decodes (SGLang without --enable-mixed-chunk; with chunked_prefill =
+    # false, vLLM V0)
     mixed_prefill: bool = True
     # Admit a request only when the cache can hold its whole prompt and answer beside every
     # running request's (TRT-LLM's GUARANTEED_NO_EVICT): never preempts; false: admit while
@@ -219,11 +219,10 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
                              f"{shown(t['attention'])}")  # fmt: skip
         out["attention"] = t["attention"]
     if (t.get("batch_wait_iters") and t.get("batch_wait_tokens")
-            and t.get("chunked_prefill", True) is False):  # fmt: skip
+            and t.get("mixed_prefill", True) is False):  # fmt: skip
         raise InputError(f"{where}: batch waiting holds back prefills that share a step with "
-                         "decodes; without chunked prefill a prompt runs alone before them "
-                         "(vLLM V0), so it would hold nothing: allow chunked_prefill or drop "
-                         "batch_wait_iters")  # fmt: skip
+                         "decodes; with mixed_prefill = false they never do, so it would hold "
+                         "nothing: allow mixed_prefill or drop batch_wait_iters")  # fmt: skip
     if t.get("plan_new_shapes") and t.get("attention", "varlen") != "gather_sdpa":
         raise InputError(f"{where}: plan_new_shapes describes the gathered SDPA of "
                          "attention = \"gather_sdpa\" (Hugging Face's paged|sdpa)")  # fmt: skip

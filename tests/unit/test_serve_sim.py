@@ -328,6 +328,22 @@ def test_a_reserving_engine_takes_a_request_that_exactly_fills_the_cache():
     assert res.output == [29] and not math.isnan(res.finish[0])
 
 
-def test_batch_waiting_without_chunked_prefill_is_refused():
-    with pytest.raises(InputError, match="without chunked prefill"):
-        load_engine("trtllm", chunked_prefill=False, batch_wait_iters=20, batch_wait_tokens=0.9)
+def test_batch_waiting_with_prefills_kept_apart_is_refused():
+    with pytest.raises(InputError, match="mixed_prefill = false they never do"):
+        load_engine("trtllm", mixed_prefill=False, batch_wait_iters=20, batch_wait_tokens=0.9)
+
+
+def test_without_chunked_prefill_whole_prompts_join_the_decodes_unless_kept_apart():
+    """TensorRT-LLM without chunked context: a prompt enters whole, beside the running decodes;
+    kept apart as well (vLLM V0) it runs in a step of prefills alone."""
+    reqs = [(0.0, 8, 6), (0.0015, 20, 2)]
+    eng = replace(VLLM, token_budget=64, chunked_prefill=False)
+    _, mixed = run(reqs, eng)
+    _, v0 = run(reqs, replace(eng, mixed_prefill=False))
+    assert any(chunks == ((20, 0),) and n == 1 for chunks, n, _, _ in mixed.steps)
+    assert any(chunks == ((20, 0),) and n == 0 for chunks, n, _, _ in v0.steps)
+    assert all(not (chunks and n) for chunks, n, _, _ in v0.steps)
+    # batch waiting holds whole prompts back too
+    _, held = run(reqs, replace(eng, batch_wait_iters=2, batch_wait_tokens=1.0))
+    first = [i for i, (ch, _, _, _) in enumerate(held.steps) if ch == ((20, 0),)][0]
+    assert first == [i for i, (ch, _, _, _) in enumerate(mixed.steps) if ch == ((20, 0),)][0] + 2
