@@ -125,8 +125,9 @@ class Engine:
             c = self._costers[key] = Coster(self.gpu, self.system, sc, moe)
         return c
 
-    def cost(self, sc: Scenario, where: Placement) -> StepCost:
-        return step_cost(self.cfg, sc, where, self.coster(sc))
+    def cost(self, sc: Scenario, where: Placement, work: Any = None) -> StepCost:
+        """The step of `sc` placed as `where` says (`work`: its step_work.build, if built)."""
+        return step_cost(self.cfg, sc, where, self.coster(sc), work)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,12 +187,13 @@ def _pipeline(coster: Coster, work: Any) -> _Pipeline:
 
 
 def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
-              coster: Coster | None = None) -> StepCost:  # fmt: skip
-    """The numbers of one step of `sc` (not generate) placed as `where` says."""
+              coster: Coster | None = None, work: Any = None) -> StepCost:  # fmt: skip
+    """The numbers of one step of `sc` (not generate) placed as `where` says (`work`: its
+    step_work.build where the caller has it)."""
     from gpuperf.step.memory import busiest
 
     coster = coster or Coster(where.gpu, where.system, sc, moe_host(cfg))
-    work = build(cfg, sc, where.groups)
+    work = work if work is not None else build(cfg, sc, where.groups)
     m, v = work.microbatches, sc.virtual_stages
     pipe = _pipeline(coster, work)
     link = pipe.link

@@ -147,7 +147,10 @@ def _scenario(spec: dict) -> Scenario | None:
 def evaluate(engine: Engine, sc: Scenario, nodes: int | None) -> Ranked:
     """One plan through the step engine (InputError when the model or system refuses it)."""
     where = place(engine.cfg, sc, engine.gpu, engine.system, nodes)
-    cost = engine.cost(sc, where)
+    return _ranked(engine, sc, engine.cost(sc, where))
+
+
+def _ranked(engine: Engine, sc: Scenario, cost: StepCost) -> Ranked:
     per_token = model_flops_per_token(engine.cfg, sc)[0]
     tps, mfu, _ = rates(engine.gpu, sc, cost.total_s, sc.tokens, sc.tokens, per_token)
     fits = total_bytes(cost.memory) <= usable_bytes(engine.gpu)
@@ -179,8 +182,18 @@ def _load_engine() -> None:
 
 
 def _evaluate(engine: Engine, spec: dict, nodes: int | None) -> Ranked:
-    """A plan spec through the engine (InputError when the Scenario, model or system refuses)."""
-    return evaluate(engine, Scenario(**spec), nodes)
+    """A plan spec through the engine (InputError when the Scenario, model or system refuses).
+    A plan whose busiest stage does not fit the GPU is refused on its memory alone, before its
+    time is costed: the search keeps only plans that fit."""
+    from gpuperf.step.memory import busiest
+    from gpuperf.workloads.step_work import build
+
+    sc = Scenario(**spec)
+    where = place(engine.cfg, sc, engine.gpu, engine.system, nodes)
+    work = build(engine.cfg, sc, where.groups)
+    if total_bytes(busiest(engine.cfg, sc, work)) > usable_bytes(engine.gpu):
+        return Ranked(sc, None, 0.0, 0.0, 0.0, False)  # type: ignore[arg-type]
+    return _ranked(engine, sc, engine.cost(sc, where, work))
 
 
 def search(

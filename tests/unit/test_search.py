@@ -97,3 +97,27 @@ def test_shared_stage_work_gives_each_plan_its_own_numbers():
         alone = evaluate(Engine(cfg, DGX_H100.gpu, DGX_H100), sc, 2)
         assert (alone.step_time, alone.cost.memory, alone.cost.breakdown) == (
             r.step_time, r.cost.memory, r.cost.breakdown), sc.label()  # fmt: skip
+
+
+def test_plans_that_do_not_fit_are_refused_on_memory_before_their_time_is_costed(result):
+    """The search rejects a plan whose busiest stage overflows the GPU without costing its
+    time: it keeps exactly the plans a full costing keeps, with the same numbers."""
+    from gpuperf.step.run import Engine
+    from gpuperf.step.search import _evaluate, evaluate
+
+    engine = Engine(LLAMA70, DGX_H100.gpu, DGX_H100)
+    specs = [dict(tp=tp, pp=pp, dp=64 // (tp * pp), micro_batch=1, global_batch=1024,
+                  seq=4096, mode="train", zero=zero)
+             for tp, pp in ((1, 1), (2, 8), (8, 4)) for zero in (0, 2)]  # fmt: skip
+    full = {}
+    for spec in specs:
+        pruned = _evaluate(engine, spec, 8)
+        whole = evaluate(Engine(LLAMA70, DGX_H100.gpu, DGX_H100), pruned.scenario, 8)
+        assert pruned.fits == whole.fits
+        if pruned.fits:
+            assert pruned.step_time == whole.step_time
+        else:
+            assert pruned.cost is None  # its time never costed
+        full[spec["tp"], spec["pp"], spec["zero"]] = pruned.fits
+    assert not full[1, 1, 0] and full[2, 8, 2]  # 70B unsharded on one GPU cannot fit
+    assert result.ranked[0].fits
