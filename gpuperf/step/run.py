@@ -125,9 +125,11 @@ class Engine:
             c = self._costers[key] = Coster(self.gpu, self.system, sc, moe)
         return c
 
-    def cost(self, sc: Scenario, where: Placement, work: Any = None) -> StepCost:
-        """The step of `sc` placed as `where` says (`work`: its step_work.build, if built)."""
-        return step_cost(self.cfg, sc, where, self.coster(sc), work)
+    def cost(self, sc: Scenario, where: Placement, work: Any = None,
+             memory: dict[str, float] | None = None) -> StepCost:  # fmt: skip
+        """The step of `sc` placed as `where` says (`work`: its step_work.build and `memory`
+        its memory.busiest, where the caller has them)."""
+        return step_cost(self.cfg, sc, where, self.coster(sc), work, memory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,10 +188,10 @@ def _pipeline(coster: Coster, work: Any) -> _Pipeline:
     return out
 
 
-def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
-              coster: Coster | None = None, work: Any = None) -> StepCost:  # fmt: skip
+def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement, coster: Coster | None = None,
+              work: Any = None, memory: dict[str, float] | None = None) -> StepCost:  # fmt: skip
     """The numbers of one step of `sc` (not generate) placed as `where` says (`work`: its
-    step_work.build where the caller has it)."""
+    step_work.build, `memory`: its memory.busiest, where the caller has them)."""
     from gpuperf.step.memory import busiest
 
     coster = coster or Coster(where.gpu, where.system, sc, moe_host(cfg))
@@ -250,7 +252,7 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement,
     if bubble > 0:
         extra_rows.append({"name": "pipeline/bubble", "kind": "bubble", "bound": "idle",
                            "shape": f"pp{sc.pp} v{v} m{m}", "time_ms": bubble * 1e3})  # fmt: skip
-    memory = busiest(cfg, sc, work)
+    memory = memory if memory is not None else busiest(cfg, sc, work)
     return StepCost(total, breakdown, busy, host, run.kernels, flops, memory,
                     work.stages[pace].stage.index, sections, extra_rows)  # fmt: skip
 

@@ -191,9 +191,10 @@ def _evaluate(engine: Engine, spec: dict, nodes: int | None) -> Ranked:
     sc = Scenario(**spec)
     where = place(engine.cfg, sc, engine.gpu, engine.system, nodes)
     work = build(engine.cfg, sc, where.groups)
-    if total_bytes(busiest(engine.cfg, sc, work)) > usable_bytes(engine.gpu):
+    memory = busiest(engine.cfg, sc, work)
+    if total_bytes(memory) > usable_bytes(engine.gpu):
         return Ranked(sc, None, 0.0, 0.0, 0.0, False)  # type: ignore[arg-type]
-    return _ranked(engine, sc, engine.cost(sc, where, work))
+    return _ranked(engine, sc, engine.cost(sc, where, work, memory))
 
 
 def search(
