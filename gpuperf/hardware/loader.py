@@ -340,7 +340,20 @@ def _model(raw: dict, origin: str) -> ModelParams:
                 f"{origin}: model.extra.{key} must be a number (finite, at most 2^62), "
                 f"got {shown(value)}"
             )
+        _check_extra(key, float(value), origin)
     return ModelParams(**values, extra={k: float(v) for k, v in extra.items()})
+
+
+def _check_extra(key: str, value: float, origin: str) -> None:
+    """[model.extra] holds the time model's named constants, every one a non-negative time,
+    rate, cost or share: rates and efficiencies (names ending _bw, _eff) are above 0 (a kernel
+    divides by them), efficiencies and overlaps (_eff, _overlap) at most 1."""
+    positive = key.endswith(("_bw", "_eff"))
+    if value < 0 or (positive and value == 0):
+        need = "above 0" if positive else "0 or more"
+        raise InputError(f"{origin}: model.extra.{key} must be {need}, got {value:g}")
+    if key.endswith(("_eff", "_overlap")) and value > 1:
+        raise InputError(f"{origin}: model.extra.{key} is a fraction (at most 1), got {value:g}")
 
 
 def _spec_sources(raw: dict, origin: str, numbers: dict, peaks: tuple[str, ...] = ()) -> dict:

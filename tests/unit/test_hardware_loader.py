@@ -301,6 +301,12 @@ def test_malformed_toml_names_file_and_line(tmp_path):
         ("[model]\nsustained_clock_frac = 50\n", "is a fraction"),  # MFU 154% otherwise
         ("[model]\ngemm_tail_frac = 1.5\n", "is a fraction"),
         ("[model.extra]\nfoo = 'x'\n", "model.extra.foo must be a number"),
+        # a kernel divides by a rate or an efficiency: 0 would be a crash, not a prediction
+        ("[model.extra]\nattn_mask_sm_bw = 0\n", "attn_mask_sm_bw must be above 0"),
+        ("[model.extra]\ngrouped_gemm_eff = 0\n", "grouped_gemm_eff must be above 0"),
+        ("[model.extra]\ngrouped_gemm_eff = 1.5\n", "is a fraction (at most 1)"),
+        ("[model.extra]\nw4_overlap = 2\n", "is a fraction (at most 1)"),
+        ("[model.extra]\ncomm_floor_s = -1e-6\n", "comm_floor_s must be 0 or more"),
         ("[sources]\nflux = 'x'\n", "sources.flux names no field"),
         ("[sources]\nsms = 3\n", "sources.sms must be a string"),
         ("aliases = 'h100'\n", "aliases must be a list of strings"),
