@@ -18,16 +18,16 @@ provenance names a private gap-analysis project); they are simulated under the c
 `aiconfigurator eval` ran (its genai_perf_runner.py, removed in 2026-03: aiperf or genai-perf at
 `--concurrency` c, `--request-count` 10 c after `--warmup-request-count` 2 c, fixed lengths) as
 a closed loop of c users sending 10 c fixed-length requests from a burst, mean TTFT and TPOT;
-vLLM and SGLang under the settings aiconfigurator's generator writes (its batch size, here the
-concurrency, as max_num_seqs / max-running-requests; vLLM max_num_batched_tokens = it + ISL +
-1500; SGLang --enable-mixed-chunk (its sglang.rule: agg enable_mixed_chunk = true), which its
+each engine under the settings aiconfigurator's generator writes (its batch size, here the
+concurrency, as max_num_seqs / max-running-requests / max_batch_size; vLLM
+max_num_batched_tokens and TensorRT-LLM max_num_tokens = it + ISL + 1500, its rules for both;
+SGLang --enable-mixed-chunk (its sglang.rule: agg enable_mixed_chunk = true), which its
 template for SGLang 0.5.1.post1 never passes: that template reads the key enable-mix-chunk, the
-0.5.6.post2 one enable-mixed-chunk). Both were checked on the
-fit half (vLLM TTFT 41% -> 16%, SGLang 0.5.6 190% -> 49%; SGLang's max-prefill-tokens = ISL +
-1500 as its chunk made the fit half worse, 20.1% -> 21.1% over all rows, and is left out); the
-same generator's TensorRT-LLM settings (chunked prefill off, max_num_tokens =
-batch + ISL + 1500) made the fit half's TRT-LLM rows 109% too slow, so those keep the engine's
-defaults.
+0.5.6.post2 one enable-mixed-chunk). Each was checked on the fit half (TTFT: vLLM 41% -> 16%,
+SGLang 0.5.6 190% -> 49%, TensorRT-LLM 36% -> 26%). TensorRT-LLM keeps chunked context as its
+profile has it: the generator's 1.0.0rc3 template leaves enable_chunked_prefill off unless set,
+and off the fit half is 38% (whole prompts beside the decodes); SGLang's max-prefill-tokens =
+ISL + 1500 as its chunk made the fit half worse (20.1% -> 21.1% over all rows) and is left out.
 
 Rows split in two by a hash of their id: the fit half sets the engine profiles' host time per
 step (benchmarks/fit_serve.py), the held-out half is reported. SGLang rows run on the SGLang-like
@@ -58,8 +58,9 @@ ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 # rows whose client is not recorded: aiconfigurator eval's (module docstring)
 WAVES = 10  # requests per user, fixed lengths
 WAVES_STAT = "mean"
-# aiconfigurator's generator: vLLM max_num_batched_tokens = max_num_seqs + ISL + 1500; its
-# SGLang 0.5.1.post1 template never passes the mixed chunk
+# aiconfigurator's generator: vLLM max_num_batched_tokens = max_num_seqs + ISL + 1500 and
+# TensorRT-LLM max_num_tokens = max_batch_size + ISL + 1500; its SGLang 0.5.1.post1 template
+# never passes the mixed chunk
 AIC_EXTRA_TOKENS = 1500
 AIC_SGLANG_UNMIXED = {"0.5.1.post1"}
 TARGET = 15.0  # median |error| %, TTFT and TPOT
@@ -95,7 +96,8 @@ def deployment(row: dict[str, str]) -> dict[str, object]:
         if row["backend"] == "sglang":
             mixed = row["backend_version"] not in AIC_SGLANG_UNMIXED
             return {"max_seqs": users, "mixed_prefill": mixed}
-        return {}
+        # TensorRT-LLM: max_batch_size = its batch size, max_num_tokens = it + ISL + 1500
+        return {"max_seqs": users, "token_budget": users + int(row["isl"]) + AIC_EXTRA_TOKENS}
     out: dict[str, object] = {"kv_dtype": "fp8"}
     if row["backend"] == "trtllm":
         out["token_budget"] = INFERENCEMAX_TRTLLM_BUDGET

@@ -69,11 +69,13 @@ def test_inferencemax_rows_run_its_client_and_report_means(seen, shape):
 
 
 def test_rows_of_an_unrecorded_client_run_aiconfigurators_client(seen):
-    """Ten fixed-length requests per user, means; TRT-LLM keeps its defaults."""
+    """Ten fixed-length requests per user, means; TRT-LLM under the generator's batch size and
+    token budget, its chunked context kept."""
     row = _row(1024, 1024, users=16, backend="trtllm", version="1.0.0rc3")
     assert sp.predict(row) == (1.0, 2.0)
     assert (seen["isl"], seen["osl"], seen["requests"]) == (1024, 1024, 10 * 16)
-    assert "kv_dtype" not in seen and "token_budget" not in seen  # the engine's defaults
+    assert seen["max_seqs"] == 16 and seen["token_budget"] == 16 + 1024 + 1500
+    assert "kv_dtype" not in seen and "chunked_prefill" not in seen
 
 
 def test_unrecorded_vllm_rows_run_aiconfigurators_generated_settings(seen):
