@@ -344,11 +344,16 @@ def _model(raw: dict, origin: str) -> ModelParams:
     return ModelParams(**values, extra={k: float(v) for k, v in extra.items()})
 
 
+# [model.extra] rates whose 0 turns their term off instead of dividing by it
+_ZERO_MEANS_OFF = frozenset({"comm_channel_copy_bw"})  # comm.ring_copy_tail_us
+
+
 def _check_extra(key: str, value: float, origin: str) -> None:
     """[model.extra] holds the time model's named constants, every one a non-negative time,
     rate, cost or share: rates and efficiencies (names ending _bw, _eff) are above 0 (a kernel
-    divides by them), efficiencies and overlaps (_eff, _overlap) at most 1."""
-    positive = key.endswith(("_bw", "_eff"))
+    divides by them; but _ZERO_MEANS_OFF), efficiencies and overlaps (_eff, _overlap) at most
+    1."""
+    positive = key.endswith(("_bw", "_eff")) and key not in _ZERO_MEANS_OFF
     if value < 0 or (positive and value == 0):
         need = "above 0" if positive else "0 or more"
         raise InputError(f"{origin}: model.extra.{key} must be {need}, got {value:g}")

@@ -307,6 +307,7 @@ def test_malformed_toml_names_file_and_line(tmp_path):
         ("[model.extra]\ngrouped_gemm_eff = 1.5\n", "is a fraction (at most 1)"),
         ("[model.extra]\nw4_overlap = 2\n", "is a fraction (at most 1)"),
         ("[model.extra]\ncomm_floor_s = -1e-6\n", "comm_floor_s must be 0 or more"),
+        ("[model.extra]\ncomm_channel_copy_bw = -1\n", "comm_channel_copy_bw must be 0 or more"),
         ("[sources]\nflux = 'x'\n", "sources.flux names no field"),
         ("[sources]\nsms = 3\n", "sources.sms must be a string"),
         ("aliases = 'h100'\n", "aliases must be a list of strings"),
