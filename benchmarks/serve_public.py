@@ -20,7 +20,9 @@ provenance names a private gap-analysis project); they are simulated under the c
 a closed loop of c users sending 10 c fixed-length requests from a burst, mean TTFT and TPOT;
 each engine under the settings aiconfigurator's generator writes (its batch size, here the
 concurrency, as max_num_seqs / max-running-requests / max_batch_size; vLLM
-max_num_batched_tokens and TensorRT-LLM max_num_tokens = it + ISL + 1500, its rules for both;
+max_num_batched_tokens and TensorRT-LLM max_num_tokens = it + ISL + 1500, the latter rounded up
+to 32-token blocks, as its rule files have it (the benchmark rule set; its default set has
+carried +500 and a floor of 512 on the batch size at times);
 SGLang --enable-mixed-chunk (its sglang.rule: agg enable_mixed_chunk = true), which its
 template for SGLang 0.5.1.post1 never passes: that template reads the key enable-mix-chunk, the
 0.5.6.post2 one enable-mixed-chunk). Each was checked on the fit half (TTFT: vLLM 41% -> 16%,
@@ -62,6 +64,7 @@ WAVES_STAT = "mean"
 # TensorRT-LLM max_num_tokens = max_batch_size + ISL + 1500; its SGLang 0.5.1.post1 template
 # never passes the mixed chunk
 AIC_EXTRA_TOKENS = 1500
+AIC_TRTLLM_BLOCK = 32  # its trtllm.rule rounds max_num_tokens up to tokens_per_block
 AIC_SGLANG_UNMIXED = {"0.5.1.post1"}
 TARGET = 15.0  # median |error| %, TTFT and TPOT
 # InferenceMAX's client (its README and bench_serving fork): requests per user, length range ratio;
@@ -96,8 +99,10 @@ def deployment(row: dict[str, str]) -> dict[str, object]:
         if row["backend"] == "sglang":
             mixed = row["backend_version"] not in AIC_SGLANG_UNMIXED
             return {"max_seqs": users, "mixed_prefill": mixed}
-        # TensorRT-LLM: max_batch_size = its batch size, max_num_tokens = it + ISL + 1500
-        return {"max_seqs": users, "token_budget": users + int(row["isl"]) + AIC_EXTRA_TOKENS}
+        # TensorRT-LLM: max_batch_size = its batch size, max_num_tokens = it + ISL + 1500 in
+        # whole KV blocks
+        budget = -(-(users + int(row["isl"]) + AIC_EXTRA_TOKENS) // AIC_TRTLLM_BLOCK)
+        return {"max_seqs": users, "token_budget": budget * AIC_TRTLLM_BLOCK}
     out: dict[str, object] = {"kv_dtype": "fp8"}
     if row["backend"] == "trtllm":
         out["token_budget"] = INFERENCEMAX_TRTLLM_BUDGET

@@ -346,18 +346,20 @@ def _model(raw: dict, origin: str) -> ModelParams:
 
 # [model.extra] rates whose 0 turns their term off instead of dividing by it
 _ZERO_MEANS_OFF = frozenset({"comm_channel_copy_bw"})  # comm.ring_copy_tail_us
+# ... and efficiencies that are ratios to a model, not shares (measured / NCCL-modelled busbw)
+_RATIOS = frozenset({"comm_bw_eff"})
 
 
 def _check_extra(key: str, value: float, origin: str) -> None:
     """[model.extra] holds the time model's named constants, every one a non-negative time,
     rate, cost or share: rates and efficiencies (names ending _bw, _eff) are above 0 (a kernel
     divides by them; but _ZERO_MEANS_OFF), efficiencies and overlaps (_eff, _overlap) at most
-    1."""
+    1 (but _RATIOS)."""
     positive = key.endswith(("_bw", "_eff")) and key not in _ZERO_MEANS_OFF
     if value < 0 or (positive and value == 0):
         need = "above 0" if positive else "0 or more"
         raise InputError(f"{origin}: model.extra.{key} must be {need}, got {value:g}")
-    if key.endswith(("_eff", "_overlap")) and value > 1:
+    if key.endswith(("_eff", "_overlap")) and key not in _RATIOS and value > 1:
         raise InputError(f"{origin}: model.extra.{key} is a fraction (at most 1), got {value:g}")
 
 

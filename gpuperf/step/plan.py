@@ -100,4 +100,6 @@ def place(
         )
     if sc.tp > gpn:
         raise InputError(f"tp={sc.tp} spans nodes; {system.name} has {gpn} GPUs per node")
+    if nodes > 1 and (system.nics_per_node <= 0 or system.nic_bw <= 0):
+        raise InputError(f"system {system.name} has no compute NICs; it cannot span nodes")
     return Placement(gpu, system, nodes, groups_for(sc, gpn))

@@ -1,8 +1,9 @@
 """Plan search: enumerate tp, pp, dp, ep, micro-batch, ZeRO stage, recomputation and schedule
 for a model on N GPUs, drop what does not fit, rank by step time, and say why the best wins.
 
-Every plan is costed by the step engine that `gpuperf predict` uses (step.run.Engine), so a
-plan's time here is its time there, to the bit. One Engine serves the whole search: each layer,
+Every plan that fits is costed by the step engine that `gpuperf predict` uses (step.run.Engine),
+so a plan's time here is its time there, to the bit; a plan whose busiest stage does not fit is
+refused on its memory alone. One Engine serves the whole search: each layer,
 collective and Part is costed once, the rest is arithmetic (benchmarks/search_speed.py).
 """
 
@@ -33,7 +34,7 @@ class Ranked:
     """One plan's result: its scenario, the step's numbers, throughput and memory per GPU."""
 
     scenario: Scenario
-    cost: StepCost
+    cost: StepCost | None  # None: refused on memory before its time was costed (fits False)
     tokens_per_s: float
     mfu: float
     tflops_per_gpu: float  # model FLOPs per GPU per second, in TFLOP/s
@@ -218,6 +219,12 @@ def search(
     found.sort(key=lambda f: (f[1].step_time, f[0]))  # ties: in the order enumerated
     results = [r for _, r in found]
     seconds = time.perf_counter() - start
+    if not evaluated and specs:  # every plan refused: say why, from the first
+        try:
+            _evaluate(engine, specs[0], nodes)
+        except InputError as exc:
+            raise InputError(f"no plan of {cfg.name} can run on {gpus} GPUs of {system.name}: "
+                             f"{exc}") from None  # fmt: skip
     if not results:
         raise InputError(
             f"no plan of {cfg.name} fits on {gpus} GPUs of {system.name} "

@@ -408,3 +408,20 @@ def test_system_base_swaps_the_gpu(tmp_path):
     assert system.gpu.name == "h200-sxm-141gb" and system.nic_bw == 50e9
     assert loader.is_system(str(tmp_path / "my.toml"))
     assert loader.is_system("hgx-h100") and not loader.is_system("h100")
+
+
+def test_every_extra_bound_calibration_may_fit_loads(tmp_path):
+    """A profile `gpuperf calibrate` writes at any bound of its [model.extra] parameters loads
+    (comm_bw_eff is a ratio to NCCL's model and may pass 1)."""
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.hardware.spec import ModelParams
+    from gpuperf.perfmodel.calibrate import OP_PARAMS
+
+    plain = {f for f in ModelParams.__dataclass_fields__}
+    extras = [(k, b) for k, b in OP_PARAMS.items() if k not in plain]
+    assert extras
+    for key, bounds in extras:
+        for value in bounds:
+            path = tmp_path / f"{key}.toml"
+            path.write_text(f'base = "h200"\nname = "x"\n[model.extra]\n{key} = {value!r}\n')
+            assert load_gpu(str(path)).params.extra[key] == float(value)

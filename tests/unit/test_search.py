@@ -121,3 +121,16 @@ def test_plans_that_do_not_fit_are_refused_on_memory_before_their_time_is_costed
         full[spec["tp"], spec["pp"], spec["zero"]] = pruned.fits
     assert not full[1, 1, 0] and full[2, 8, 2]  # 70B unsharded on one GPU cannot fit
     assert result.ranked[0].fits
+
+
+def test_a_search_whose_every_plan_is_refused_says_why(tmp_path):
+    """A system without compute NICs cannot span nodes: every plan of 16 GPUs is refused where
+    it is placed, and the error names that, not memory."""
+    from gpuperf.hardware.loader import load_system
+
+    path = tmp_path / "nonic.toml"
+    path.write_text('display_name = "x"\ngpu = "h100-sxm5-80gb"\ngpus_per_node = 8\n'
+                    'nvswitch = true\nnvlink_gbps_per_direction = 450\nnics_per_node = 0\n'
+                    'nic_gbit_s = 0\n')  # fmt: skip
+    with pytest.raises(InputError, match="has no compute NICs; it cannot span nodes"):
+        search(LLAMA70, load_system(str(path)), 16, global_batch=64, seq=4096)
