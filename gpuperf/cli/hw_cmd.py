@@ -236,6 +236,8 @@ def _gpu_fields(gpu: GpuSpec) -> list[Row]:
         default = (
             "gpuperf default (uncalibrated)"
             if value == getattr(defaults, f.name)
+            else f"{gpu.params_from}'s calibration (params_from; not measured on this GPU)"
+            if gpu.params_from
             else "set in the profile's [model] table (its comments say how)"
         )
         if f.name == "extra":
@@ -268,6 +270,9 @@ def _gpu_fields(gpu: GpuSpec) -> list[Row]:
 def _calibrated_source(gpu: GpuSpec) -> str:
     if gpu.calibrated:
         return "the profile (or its base) sets time-model parameters in a [model] table"
+    if gpu.params_from:
+        return (f"not measured: datasheet numbers with {gpu.params_from}'s calibrated "
+                "parameters (params_from)")  # fmt: skip
     return "no [model] table: datasheet numbers with gpuperf's default parameters"
 
 

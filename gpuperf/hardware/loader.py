@@ -54,10 +54,13 @@ SYSTEM_NUMBERS: dict[str, tuple[str, float, bool, bool]] = {
 }
 _GPU_REQUIRED_STR = ("arch", "compute_capability")
 _COMMON_KEYS = ("name", "base", "display_name", "aliases", "sources")
-_GPU_KEYS = (*_COMMON_KEYS, *GPU_NUMBERS, *_GPU_REQUIRED_STR, "nvml_names", "peak_tflops", "model")
+_GPU_KEYS = (*_COMMON_KEYS, *GPU_NUMBERS, *_GPU_REQUIRED_STR, "nvml_names", "peak_tflops", "model",
+             "params_from")  # fmt: skip
 MAX_GPUS_PER_NODE = 576  # NVL576, the largest NVLink domain announced (GB200 NVL72 ships)
 _SYSTEM_KEYS = (*_COMMON_KEYS, *SYSTEM_NUMBERS, "gpu", "nvswitch")
-_NOT_INHERITED = ("name", "base", "aliases", "nvml_names")
+# params_from stays with its profile: a profile built on one (a calibration of that GPU, say)
+# starts from gpuperf's defaults and its own [model] table
+_NOT_INHERITED = ("name", "base", "aliases", "nvml_names", "params_from")
 _PLAIN_SOURCES = ("gpu", "nvswitch", "display_name", "arch", "compute_capability")
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelParams)} - {"extra"}
 
@@ -312,7 +315,8 @@ _FRACTIONS = _POSITIVE_FRACTIONS | {"l2_usable_frac", "gemm_tail_frac", "attn_ex
                                     "fp32_matmul_tf32"}  # fmt: skip
 
 
-def _model(raw: dict, origin: str) -> ModelParams:
+def _model(raw: dict, origin: str, start: ModelParams | None = None) -> ModelParams:
+    """The [model] table over `start` (gpuperf's defaults when None)."""
     table = raw.get("model", {})
     if not isinstance(table, dict):
         raise InputError(f"{origin}: [model] must be a table of ModelParams fields")
@@ -341,7 +345,25 @@ def _model(raw: dict, origin: str) -> ModelParams:
                 f"got {shown(value)}"
             )
         _check_extra(key, float(value), origin)
-    return ModelParams(**values, extra={k: float(v) for k, v in extra.items()})
+    own = {k: float(v) for k, v in extra.items()}
+    if start is not None:
+        return dataclasses.replace(start, **values, extra={**start.extra, **own})
+    return ModelParams(**values, extra=own)
+
+
+def _prior(raw: dict, name: str, origin: str) -> GpuSpec | None:
+    """The calibrated built-in profile whose time-model parameters this one starts from
+    (`params_from`: a GPU not measured here borrowing a close one's fitted efficiencies)."""
+    other = raw.get("params_from")
+    if other is None:
+        return None
+    if not isinstance(other, str):
+        raise InputError(f"{origin}: params_from must be a built-in GPU profile name")
+    prior = _builtin_gpu(_resolve(other, "gpu"))
+    if prior.name == name or prior.params_from or not prior.calibrated:
+        raise InputError(f"{origin}: params_from must name a calibrated built-in GPU profile "
+                         f"(not one that borrows its own), got {other!r}")  # fmt: skip
+    return prior
 
 
 # [model.extra] rates whose 0 turns their term off instead of dividing by it
@@ -400,15 +422,17 @@ def _gpu_from_raw(raw: dict, name: str, origin: str) -> GpuSpec:
     if not (major.isdigit() and minor.isdigit()):
         raise InputError(f'{origin}: compute_capability must look like "9.0", got {cc!r}')
     peaks = _peaks(raw, origin)
+    prior = _prior(raw, name, origin)
     return GpuSpec(
         name=name,
         display_name=_string(raw, "display_name", origin, default=name),
         arch=_string(raw, "arch", origin).lower(),
         compute_capability=cc,
         peak_flops=peaks,
-        params=_model(raw, origin),
+        params=_model(raw, origin, prior.params if prior else None),
         sources=_spec_sources(raw, origin, GPU_NUMBERS, tuple(peaks)),
         path=origin,
+        params_from=prior.name if prior else "",
         **{"nvlink_bw": 0.0, **_numbers(raw, GPU_NUMBERS, origin)},
     )
 

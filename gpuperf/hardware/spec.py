@@ -106,6 +106,8 @@ class GpuSpec:
     params: ModelParams = field(default_factory=ModelParams)
     sources: Mapping[str, str] = field(default_factory=dict)  # field -> where the number comes from
     path: str = ""  # the file it was loaded from
+    # a calibrated profile whose time-model parameters this uncalibrated one starts from
+    params_from: str = ""
 
     def __hash__(self) -> int:
         # Mapping fields are not hashable; name, file and the headline numbers identify a spec well
@@ -118,8 +120,9 @@ class GpuSpec:
     def calibrated(self) -> bool:
         """True when the profile (or its base) sets time-model parameters in a [model] table; False
         when every parameter is gpuperf's default, i.e. datasheet numbers only. A built-in profile
-        ships a [model] table only when it was fitted to committed measurements of that GPU."""
-        return self.params != ModelParams()
+        ships a [model] table only when it was fitted to committed measurements of that GPU; one
+        that borrows another GPU's fitted parameters (params_from) is not calibrated."""
+        return not self.params_from and self.params != ModelParams()
 
     def peak(self, dtype: DType) -> float:
         """Dense peak FLOP/s for `dtype`; InputError when the GPU lacks it (fp8 on A100)."""

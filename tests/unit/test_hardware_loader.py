@@ -425,3 +425,29 @@ def test_every_extra_bound_calibration_may_fit_loads(tmp_path):
             path = tmp_path / f"{key}.toml"
             path.write_text(f'base = "h200"\nname = "x"\n[model.extra]\n{key} = {value!r}\n')
             assert load_gpu(str(path)).params.extra[key] == float(value)
+
+
+def test_b200_borrows_the_h200s_calibration_and_says_it_is_not_calibrated():
+    """params_from: an uncalibrated profile starts from a calibrated one's fitted parameters
+    (its own datasheet numbers kept); it is not reported as calibrated."""
+    b200, h200 = load_gpu("b200"), load_gpu("h200")
+    assert b200.params == h200.params and b200.params_from == "h200-sxm-141gb"
+    assert not b200.calibrated and h200.calibrated
+    assert b200.hbm_bw == 7700e9 and b200.peak("bf16") == 2250e12
+
+
+def test_params_from_rules(tmp_path):
+    def profile(extra: str) -> str:
+        path = tmp_path / "x.toml"
+        path.write_text(f'base = "b200"\nname = "x"\n{extra}')
+        return str(path)
+
+    # its own [model] table wins over the borrowed one, key by key
+    mine = load_gpu(profile('params_from = "h100"\n[model]\ngemm_eff = 0.5\n'))
+    assert mine.params.gemm_eff == 0.5
+    assert mine.params.mem_eff == load_gpu("h100").params.mem_eff and mine.params_from
+    # not inherited through base: a calibration built on the B200 is its own
+    assert load_gpu(profile("[model]\ngemm_eff = 0.5\n")).calibrated
+    for bad in ('params_from = "l4"\n', 'params_from = "b200"\n', "params_from = 3\n"):
+        with pytest.raises(InputError, match="params_from must"):
+            load_gpu(profile(bad))
