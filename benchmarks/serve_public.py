@@ -57,9 +57,8 @@ MODELS = {
 }
 GPUS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200"}
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
-# rows whose client is not recorded: aiconfigurator eval's (module docstring)
-WAVES = 10  # requests per user, fixed lengths
-WAVES_STAT = "mean"
+# rows whose client is not recorded: aiconfigurator eval's (module docstring), requests per user
+WAVES = 10
 # aiconfigurator's generator: vLLM max_num_batched_tokens = max_num_seqs + ISL + 1500 and
 # TensorRT-LLM max_num_tokens = max_batch_size + ISL + 1500; its SGLang 0.5.1.post1 template
 # never passes the mixed chunk
@@ -122,16 +121,16 @@ def predict(row: dict[str, str], **engine_options: float) -> tuple[float, float]
     known = inferencemax(row)
     if known:  # lengths uniform over [ratio * L, L]
         lengths = [f"uniform:{int(n * INFERENCEMAX_RANGE)}:{n}" for n in (isl, osl)]
-        requests, stat = INFERENCEMAX_PROMPTS_PER_USER * users, "mean"
-    else:
-        lengths, requests, stat = [isl, osl], WAVES * users, WAVES_STAT
+        requests = INFERENCEMAX_PROMPTS_PER_USER * users
+    else:  # fixed lengths
+        lengths, requests = [isl, osl], WAVES * users
     rep = api.serve(
         MODELS[row["model_path"]], gpu=GPUS[row["system"]], engine=ENGINES[row["backend"]],
         tp=int(row["tp_size"]), isl=lengths[0], osl=lengths[1], concurrency=users,
         requests=requests, dtype="fp8" if fp8 else "bf16",
         **{**deployment(row), **engine_options},
     )  # fmt: skip
-    return rep.summary[f"ttft_{stat}_ms"], rep.summary[f"tpot_{stat}_ms"]
+    return rep.summary["ttft_mean_ms"], rep.summary["tpot_mean_ms"]
 
 
 def err(pred: float, real: float) -> float:

@@ -374,10 +374,10 @@ _RATIOS = frozenset({"comm_bw_eff"})
 
 def _check_extra(key: str, value: float, origin: str) -> None:
     """[model.extra] holds the time model's named constants, every one a non-negative time,
-    rate, cost or share: rates and efficiencies (names ending _bw, _eff) are above 0 (a kernel
+    rate, cost or share: rates and efficiencies (names ending bw, _eff) are above 0 (a kernel
     divides by them; but _ZERO_MEANS_OFF), efficiencies and overlaps (_eff, _overlap) at most
     1 (but _RATIOS)."""
-    positive = key.endswith(("_bw", "_eff")) and key not in _ZERO_MEANS_OFF
+    positive = key.endswith(("bw", "_eff")) and key not in _ZERO_MEANS_OFF
     if value < 0 or (positive and value == 0):
         need = "above 0" if positive else "0 or more"
         raise InputError(f"{origin}: model.extra.{key} must be {need}, got {value:g}")

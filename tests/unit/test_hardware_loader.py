@@ -304,6 +304,7 @@ def test_malformed_toml_names_file_and_line(tmp_path):
         # a kernel divides by a rate or an efficiency: 0 would be a crash, not a prediction
         ("[model.extra]\nattn_mask_sm_bw = 0\n", "attn_mask_sm_bw must be above 0"),
         ("[model.extra]\ngrouped_gemm_eff = 0\n", "grouped_gemm_eff must be above 0"),
+        ("[model.extra]\ncustom_ar_busbw = 0\n", "custom_ar_busbw must be above 0"),
         ("[model.extra]\ngrouped_gemm_eff = 1.5\n", "is a fraction (at most 1)"),
         ("[model.extra]\nw4_overlap = 2\n", "is a fraction (at most 1)"),
         ("[model.extra]\ncomm_floor_s = -1e-6\n", "comm_floor_s must be 0 or more"),
