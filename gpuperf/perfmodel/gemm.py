@@ -20,6 +20,7 @@ cuBLAS's operand swap) and split-K leave the math below the weight-streaming tim
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -155,14 +156,22 @@ def candidate(
     return _candidate(_terms(m, n, k, batch, b, out_b, tm, tn, s, hw, *_tile(tm, tn, b, hw)))
 
 
-def _tile(tm: int, tn: int, b: int, hw: _Hw) -> tuple[int, float, float, int]:
+def _tile(tm: int, tn: int, b: int, hw: _Hw) -> tuple[int, float, float, int, float, float]:
     """What a tile's candidates share: (K elements a step covers, feed efficiency, seconds of
-    one K step of every SM, CTAs per SM)."""
-    return (*k_step(tm, tn, b, hw), ctas_per_sm(tm, tn, hw))
+    one K step of every SM, CTAs per SM, the r0 × c0 raster block of a wave)."""
+    per_sm = ctas_per_sm(tm, tn, hw)
+    return (*k_step(tm, tn, b, hw), per_sm, *raster(tm, tn, per_sm, hw))
+
+
+@functools.lru_cache(maxsize=64)
+def _tiles(b: int, hw: _Hw) -> tuple[tuple[int, int, tuple], ...]:
+    """Every tile of TILES with what its candidates share, for `b`-byte elements on `hw`."""
+    return tuple((tm, tn, _tile(tm, tn, b, hw)) for tm, tn in TILES)
 
 
 def _terms(m: int, n: int, k: int, batch: int, b: int, out_b: int, tm: int, tn: int, s: int,
-           hw: _Hw, tk: int, feed: float, t_kstep: float, per_sm: int) -> tuple:  # fmt: skip
+           hw: _Hw, tk: int, feed: float, t_kstep: float, per_sm: int, r0: float,
+           c0: float) -> tuple:  # fmt: skip
     """candidate's numbers as a plain tuple, (time, t_math, ...): the search over candidates
     builds a Candidate for the winner only."""
     tiles_m, tiles_n = -(-m // tm), -(-n // tn)
@@ -180,7 +189,6 @@ def _terms(m: int, n: int, k: int, batch: int, b: int, out_b: int, tm: int, tn: 
     if a_bytes + b_bytes + c_bytes <= hw.l2_fit:
         reads = a_bytes + b_bytes
     else:  # a wave of CTAs covers an r0 × c0 block of tiles (grouped raster order)
-        r0, c0 = raster(tm, tn, per_sm, hw)
         reads = a_bytes * math.ceil(tiles_n / c0) + b_bytes * math.ceil(tiles_m / r0)
     partials = 2 * s * m * n * PARTIAL_BYTES if s > 1 else 0
     traffic = float(batch * (reads + c_bytes + partials))
@@ -215,9 +223,8 @@ def _candidate(terms: tuple) -> Candidate:
 
 def _best(m: int, n: int, k: int, batch: int, b: int, out_b: int, hw: _Hw) -> Candidate:
     best: tuple | None = None
-    for tm, tn in TILES:
+    for tm, tn, shared in _tiles(b, hw):
         tiles = -(-m // tm) * -(-n // tn) * batch
-        shared = _tile(tm, tn, b, hw)
         per_sm = shared[3]
         for s in SPLITS:
             # Split K only while the tiles alone leave SMs idle, and not past two full waves.

@@ -296,6 +296,7 @@ class Coster:
     def cost(self, part: Part, first_step: bool = False) -> Costed:
         """Cost `part`; with first_step, its first repeat carries the step's one-off host costs
         (the attention plan of an eager decode step). Parts seen before cost nothing."""
+        first_step = first_step and self.rules.attn_plan > 0  # else the first repeat is like any
         key = (id(part), first_step)  # Parts are memoized by their builders: identity is enough
         hit = self._parts.get(key)
         if hit is None or hit[0] is not part:
@@ -347,8 +348,7 @@ class Coster:
         ops, n = part.ops, len(core)
         outer_hide = part.hide[len(core_hide) :]
         c = self.template(core, core_hide, layered, False)
-        p = self._template(pre, (), layered, False)
-        q = self._template(post, (), layered, False)
+        p, q = self._side(pre, layered), self._side(post, layered)
         # The outer ops' hidden seconds, from one pool of the whole Part's compute time.
         index = {op.name: i for i, op in enumerate(ops) if not off <= i < off + n}
         t = (*p.time_s, *c.time_s, *q.time_s)
@@ -378,6 +378,15 @@ class Coster:
                         (*p.host_s, *c.host_s, *q.host_s), once, once,
                         p.flops + c.flops + q.flops, tuple(classes.items()),
                         p.compute + c.compute + q.compute)  # fmt: skip
+
+    def _side(self, ops: tuple[Op, ...], layered: bool) -> Template:
+        """The template of the few ops around a core (FSDP's per-layer collectives), by their
+        values: plans whose layers differ share them."""
+        key = ("side", ops, layered)
+        hit = self._templates.get(key)
+        if hit is None:
+            hit = self._templates[key] = (ops, self._template(ops, (), layered, False))
+        return hit[1]
 
     def _template(self, ops: tuple[Op, ...], hide: tuple, layered: bool,
                   first_step: bool) -> Template:  # fmt: skip

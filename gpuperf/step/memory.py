@@ -163,48 +163,50 @@ def optimizer_bytes_per_param(param_bytes: int, eager: bool) -> int:
     return master + 2 * max(4, param_bytes)
 
 
-def stage_memory(cfg: ModelConfig, sc: Scenario, work: StepWork, st: StageWork) -> dict[str, float]:
-    """Bytes by kind on one GPU of pipeline stage `st` (module docstring)."""
-    from gpuperf.workloads.dp_ops import grad_bytes
-
+def stage_memory(cfg: ModelConfig, sc: Scenario, work: StepWork, st: StageWork,
+                 plan: tuple | None = None) -> dict[str, float]:  # fmt: skip
+    """Bytes by kind on one GPU of pipeline stage `st` (module docstring); `plan`: the terms
+    every stage of `sc` shares (_plan_terms), where the caller has them."""
     out = dict.fromkeys(KEYS, 0.0)
-    act = _act_dtype(sc)
-    g, p = work.groups, st.params
-    stage_frac = st.stage.layers / cfg.layers
+    p = st.params
     if sc.mode != "train":
         scale = weight_bytes(cfg, sc.dtype, sc.weight_dtype) / cfg.param_count()
         out["weights"] = p.total * scale
         tokens = {"prefill": sc.seq, "decode": sc.ctx + 1, "generate": sc.seq + sc.new_tokens}
         out["kv_cache"] = (kv_cache_bytes(cfg, tokens[sc.mode] // sc.cp, sc.batch, sc.kv)
-                           * kv_share(cfg, sc.tp) * stage_frac)  # fmt: skip
+                           * kv_share(cfg, sc.tp) * st.stage.layers / cfg.layers)  # fmt: skip
         out["activations"] = inference_activation_bytes(cfg, sc)
         return out
-    pb, eager = BYTES[act], sc.impl == "eager"
-    gb = grad_bytes(act, eager)
-
-    def sharded(stage: int) -> float:  # parameters kept whole (1) or split over dp from a stage
-        if sc.zero >= stage:
-            return p.dense / g.dp + p.expert / g.edp
-        return p.total
-
-    out["weights"] = sharded(3) * pb
-    out["gradients"] = sharded(2) * gb
-    out["optimizer"] = sharded(1) * optimizer_bytes_per_param(pb, eager)
-    if sc.zero == 3:  # the layer running and the one prefetched, with the running one's grads
-        layer = p.layer_dense + p.layer_expert
-        out["gathered"] = layer * (2 * pb + gb)
-    m = sc.microbatches
-    inflight = min(m, sc.pp - st.stage.index)
+    pb, gb, ob, saved, rebuilt, head = plan or _plan_terms(cfg, sc)
+    g, zero = work.groups, sc.zero
+    split = p.dense / g.dp + p.expert / g.edp  # parameters split over the data-parallel ranks
+    out["weights"] = (split if zero >= 3 else p.total) * pb
+    out["gradients"] = (split if zero >= 2 else p.total) * gb
+    out["optimizer"] = (split if zero >= 1 else p.total) * ob
+    if zero == 3:  # the layer running and the one prefetched, with the running one's grads
+        out["gathered"] = (p.layer_dense + p.layer_expert) * (2 * pb + gb)
+    inflight = min(sc.microbatches, sc.pp - st.stage.index)
     if sc.virtual_stages > 1 and st.stage.index == 0:
         inflight *= 1 + (sc.pp - 1) / (sc.pp * sc.virtual_stages)
-    acts = _saved_per_layer(cfg, sc) * st.stage.layers * inflight
-    if sc.recompute == "full":  # one layer is rebuilt in full during its backward
-        acts += _saved_per_layer(cfg, sc, "none")
-    if st.stage.has_head:
-        b = sc.micro_batch or sc.batch
-        acts += b * sc.seq // sc.cp * -(-cfg.vocab // sc.tp) * (pb + (4 if act != "fp32" else 0))
-    out["activations"] = acts
+    out["activations"] = (
+        saved * st.stage.layers * inflight + rebuilt + (head if st.stage.has_head else 0.0)
+    )
     return out
+
+
+def _plan_terms(cfg: ModelConfig, sc: Scenario) -> tuple[int, int, int, float, float, float]:
+    """What every stage of a training plan shares: bytes per parameter of weights, gradients
+    and optimizer state, a layer's saved activations, the layer full recompute rebuilds during
+    its backward (0 otherwise), the head's logits (its stage only)."""
+    from gpuperf.workloads.dp_ops import grad_bytes
+
+    act = _act_dtype(sc)
+    pb, eager = BYTES[act], sc.impl == "eager"
+    rebuilt = _saved_per_layer(cfg, sc, "none") if sc.recompute == "full" else 0.0
+    b = sc.micro_batch or sc.batch
+    head = b * sc.seq // sc.cp * -(-cfg.vocab // sc.tp) * (pb + (4 if act != "fp32" else 0))
+    return (pb, grad_bytes(act, eager), optimizer_bytes_per_param(pb, eager),
+            _saved_per_layer(cfg, sc), rebuilt, float(head))  # fmt: skip
 
 
 def memory_breakdown(cfg: ModelConfig, sc: Scenario) -> dict[str, float]:
@@ -220,7 +222,8 @@ def memory_breakdown(cfg: ModelConfig, sc: Scenario) -> dict[str, float]:
 
 def busiest(cfg: ModelConfig, sc: Scenario, work: StepWork) -> dict[str, float]:
     """The memory of the stage that needs the most."""
-    per_stage = [stage_memory(cfg, sc, work, st) for st in work.stages]
+    plan = _plan_terms(cfg, sc) if sc.mode == "train" else None
+    per_stage = [stage_memory(cfg, sc, work, st, plan) for st in work.stages]
     if len(per_stage) == 1:
         return per_stage[0]
     return max(per_stage, key=lambda m: sum(m.values()))

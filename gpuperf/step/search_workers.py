@@ -49,12 +49,14 @@ def workers() -> int:
 
 def split(plans: Sequence[dict]) -> tuple[list[int], list[int]]:
     """Two shares of plan indices of about equal work, each holding whole groups of plans whose
-    kernels share shapes (one tp; ZeRO-3's apart: its layers carry their own collectives and
-    cost about twice a plain plan to build)."""
-    groups: dict[tuple[int, bool], list[int]] = {}
+    kernels share shapes (one tp: its layers, GEMMs and templates are costed in one process
+    only). A ZeRO-3 plan counts twice: its layers carry their own collectives."""
+    groups: dict[int, list[int]] = {}
+    work: dict[int, int] = {}
     for i, spec in enumerate(plans):
-        groups.setdefault((spec["tp"], spec.get("zero") == 3), []).append(i)
-    work = {key: len(idx) * (2 if key[1] else 1) for key, idx in groups.items()}
+        tp = spec["tp"]
+        groups.setdefault(tp, []).append(i)
+        work[tp] = work.get(tp, 0) + (2 if spec.get("zero") == 3 else 1)
     shares: tuple[list[int], list[int]] = ([], [])
     load = [0, 0]
     for key in sorted(groups, key=lambda k: (-work[k], k)):

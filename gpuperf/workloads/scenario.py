@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gpuperf.dtypes import DType
+from gpuperf.dtypes import WEIGHT_ONLY, DType, refuse_weight_only
 from gpuperf.errors import InputError, shown
 
 Mode = Literal["prefill", "decode", "generate", "train"]
@@ -130,9 +130,11 @@ class Scenario:
             if value not in choices:
                 raise InputError(f"unknown {name} {value!r}; expected one of: {', '.join(choices)}")
         for name in _POSITIVE:
-            _positive_int(name, getattr(self, name))
+            value = getattr(self, name)
+            if type(value) is not int or not 0 < value <= MAX_COUNT:  # fast path: a plain int
+                _positive_int(name, value)
         for name in _BOOLS:
-            if not isinstance(getattr(self, name), bool):
+            if getattr(self, name).__class__ is not bool:
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("sequence_parallel", "dp_overlap"):
             value = getattr(self, name)
@@ -179,8 +181,6 @@ class Scenario:
         self._check_combinations()
 
     def _check_formats(self) -> None:
-        from gpuperf.dtypes import WEIGHT_ONLY, refuse_weight_only
-
         refuse_weight_only(self.dtype)
         if self.kv_dtype in WEIGHT_ONLY:
             raise InputError(f"kv_dtype {self.kv_dtype} is not a cache format (bf16, fp8, ...)")
