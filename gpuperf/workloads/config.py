@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from gpuperf.errors import InputError, shown
+from gpuperf.workloads.hashed import field_hash
 from gpuperf.workloads.hf_config import SUPPORTED_TYPES, from_hf_dict
 
 __all__ = ["SUPPORTED_TYPES", "ModelConfig", "from_hf_dict", "hf_config", "load_model"]
@@ -84,6 +85,9 @@ class ModelConfig:
     hidden_dropout: float = 0.0
     rope_theta: float = 10000.0
     source: str = ""  # where it was loaded from (preset name or file path)
+
+    def __hash__(self) -> int:  # the engine's caches hash it per plan: once per object
+        return field_hash(self)
 
     def __post_init__(self) -> None:
         for f in fields(self):

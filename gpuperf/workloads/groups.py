@@ -12,6 +12,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+from gpuperf.workloads.hashed import field_hash
 from gpuperf.workloads.scenario import Scenario
 
 
@@ -45,6 +46,9 @@ class Groups:
     sp: bool = False
     tp_impl: str = "megatron"
     tp_overlap: bool = False
+
+    def __hash__(self) -> int:  # the engine's caches hash it per plan: once per object
+        return field_hash(self)
 
 
 SINGLE = Groups()

@@ -14,7 +14,7 @@ FSDP's all-gather of the next layer under this one: "*" means every compute kern
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from gpuperf.dtypes import BYTES
@@ -100,11 +100,33 @@ def _intern(ops: tuple[Op, ...] | list[Op]) -> tuple[Op, ...]:
     return t
 
 
-def _part(ops: tuple[Op, ...] | list[Op], hide: Mapping[str, tuple[str, ...]] | None = None,
-          **kw) -> Part:  # noqa: ANN003  # fmt: skip
+_PARTS: dict[tuple, tuple[object, Part]] = {}  # key -> (the object whose id it holds, Part)
+
+
+def _memo(key: tuple, anchor: object, make: Callable[[], Part]) -> Part:
+    """The Part of `key` made once (`anchor`: the interned tuple whose id the key holds): the
+    step engine costs a Part once per object, and the stages of many plans hold the same
+    prologue, head and runs of layers."""
+    hit = _PARTS.get(key)
+    if hit is None or hit[0] is not anchor:
+        if len(_PARTS) > 65536:
+            _PARTS.clear()
+        hit = _PARTS[key] = (anchor, make())
+    return hit[1]
+
+
+def _part(
+    ops: tuple[Op, ...] | list[Op],
+    hide: Mapping[str, tuple[str, ...]] | None = None,
+    repeat: int = 1,
+    layer0: int | None = None,
+    descending: bool = False,
+) -> Part:
     """A Part whose ops tuple is shared with every equal one (the step engine keys its cost
-    caches on the tuple's identity)."""
-    return Part(_intern(ops), hide=tuple((hide or {}).items()), **kw)
+    caches on the tuple's identity), itself shared with every equal Part."""
+    t, h = _intern(ops), tuple((hide or {}).items())
+    return _memo((id(t), h, repeat, layer0, descending), t,
+                 lambda: Part(t, repeat, layer0, descending, h))  # fmt: skip
 
 
 def _around(
@@ -113,13 +135,17 @@ def _around(
     core_hide: dict,
     post: tuple[Op, ...],
     outer_hide: dict,
-    **kw,
-) -> Part:  # noqa: ANN003
+    repeat: int = 1,
+    layer0: int | None = None,
+    descending: bool = False,
+) -> Part:
     """A Part of `core` (an interned layer) with `pre` and `post` around it (not interned: the
     step engine costs the core once for every plan and composes the rest)."""
     hide = tuple({**core_hide, **outer_hide}.items())
     core_items = tuple(core_hide.items())
-    return Part((*pre, *core, *post), hide=hide, core=(len(pre), core, core_items), **kw)
+    key = ("around", pre, id(core), post, hide, repeat, layer0, descending)
+    return _memo(key, core, lambda: Part((*pre, *core, *post), repeat, layer0, descending, hide,
+                                        (len(pre), core, core_items)))  # fmt: skip
 
 
 def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:

@@ -24,6 +24,7 @@ from gpuperf.perfmodel.ops import Attention, Copy, Elementwise, Gemm, Norm, Op, 
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.groups import SINGLE, Groups
+from gpuperf.workloads.hashed import field_hash
 from gpuperf.workloads.layer_kinds import LayerKind
 from gpuperf.workloads.scenario import Scenario
 
@@ -58,6 +59,9 @@ class Dims:
     scales: str = ""  # fp8: "tensor" or "row" scales; int4: group size ("g128")
     mla: str = "auto"  # MLA form: naive, absorbed, or what the implementation runs (auto)
     moe_imbalance: float = 1.0  # the busiest expert-parallel rank's share over the mean
+
+    def __hash__(self) -> int:  # the engine's caches hash it per plan: once per object
+        return field_hash(self)
 
     @property
     def rows(self) -> int:

@@ -578,3 +578,32 @@ def test_seen_kv_lengths_drop_exactly_the_cudnn_plan() -> None:
         api.predict("llama3-8b", gpu="h200", mode="prefill", kv_lengths="seen")
     with pytest.raises(InputError, match="kv_lengths"):
         api.predict("llama3-8b", gpu="h200", mode="decode", kv_lengths="warm")
+
+
+def test_cached_hashes_equal_the_dataclass_hash_and_follow_equality():
+    from dataclasses import fields, replace
+
+    from gpuperf.workloads.groups import Groups
+    from gpuperf.workloads.hashed import field_hash
+    from gpuperf.workloads.transformer_layers import make_dims
+
+    cfg = load_model("llama3-8b")
+    d = make_dims(cfg, Scenario(mode="train", seq=1024))
+    for obj in (cfg, d, Groups(tp=2, dp=4)):
+        names = [f.name for f in fields(obj) if f.compare]
+        assert hash(obj) == field_hash(obj) == hash(tuple(getattr(obj, n) for n in names))
+        twin = replace(obj)  # equal, another object: the same hash
+        assert twin == obj and twin is not obj and hash(twin) == hash(obj)
+    assert hash(replace(d, T=d.T + 1)) != hash(d)  # a changed field is hashed anew
+
+
+def test_equal_parts_are_one_object_and_costed_once():
+    from gpuperf.workloads.step_work import _part, build
+
+    cfg = load_model("llama3-8b")
+    a = build(cfg, Scenario(mode="train", pp=2, dp=2, zero=1, global_batch=8, seq=1024))
+    b = build(cfg, Scenario(mode="train", pp=2, dp=2, zero=2, global_batch=8, seq=1024))
+    assert a.stages[0].fwd[0] is b.stages[0].fwd[0]  # the same prologue Part
+    p = a.stages[0].fwd[0]
+    assert _part(p.ops) is p and _part(p.ops, repeat=2) is not p
+    assert _part(p.ops, repeat=2).repeat == 2
