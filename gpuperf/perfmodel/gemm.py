@@ -153,7 +153,7 @@ def candidate(
 ) -> Candidate:
     """Predicted terms of one (tile, split-K) choice for an [m,k]@[k,n] product in `b`-byte
     elements (`out_b`-byte output), `batch` independent products."""
-    return _candidate(_terms(m, n, k, batch, b, out_b, tm, tn, s, hw, *_tile(tm, tn, b, hw)))
+    return _candidate(_terms(m, n, k, batch, b, out_b, tm, tn, s, hw, *_tile(tm, tn, b, hw)))  # type: ignore[arg-type]
 
 
 def _tile(tm: int, tn: int, b: int, hw: _Hw) -> tuple[int, float, float, int, float, float]:
@@ -170,10 +170,11 @@ def _tiles(b: int, hw: _Hw) -> tuple[tuple[int, int, tuple], ...]:
 
 
 def _terms(m: int, n: int, k: int, batch: int, b: int, out_b: int, tm: int, tn: int, s: int,
-           hw: _Hw, tk: int, feed: float, t_kstep: float, per_sm: int, r0: float,
-           c0: float) -> tuple:  # fmt: skip
+           hw: _Hw, tk: int, feed: float, t_kstep: float, per_sm: int, r0: float, c0: float,
+           bound: float = math.inf) -> tuple | None:  # fmt: skip
     """candidate's numbers as a plain tuple, (time, t_math, ...): the search over candidates
-    builds a Candidate for the winner only."""
+    builds a Candidate for the winner only. None when the math and floors alone exceed `bound`
+    seconds (the search's best so far: this candidate cannot beat it)."""
     tiles_m, tiles_n = -(-m // tm), -(-n // tn)
     ctas = tiles_m * tiles_n * batch * s
     k_cta = -(-k // s)  # K elements each split covers
@@ -184,6 +185,10 @@ def _terms(m: int, n: int, k: int, batch: int, b: int, out_b: int, tm: int, tn: 
     balanced = ctas * ksteps / hw.sms
     busiest = balanced + hw.tail * (per_sm_ctas * ksteps - balanced)
     t_math = (busiest + rounds * hw.fill) * t_kstep
+    # Split-K sums its fp32 partials in a second kernel (cuBLAS's splitKreduce): one more launch.
+    floor = hw.floor + (hw.reduce_floor if s > 1 else 0.0)
+    if t_math + floor > bound:
+        return None
 
     a_bytes, b_bytes, c_bytes = m * k * b, k * n * b, m * n * out_b
     if a_bytes + b_bytes + c_bytes <= hw.l2_fit:
@@ -193,8 +198,6 @@ def _terms(m: int, n: int, k: int, batch: int, b: int, out_b: int, tm: int, tn: 
     partials = 2 * s * m * n * PARTIAL_BYTES if s > 1 else 0
     traffic = float(batch * (reads + c_bytes + partials))
     t_mem = (traffic + hw.half_bytes) / hw.bw
-    # Split-K sums its fp32 partials in a second kernel (cuBLAS's splitKreduce): one more launch.
-    floor = hw.floor + (hw.reduce_floor if s > 1 else 0.0)
     time = max(t_math, t_mem) + floor
     return (time, t_math, t_mem, floor, tm, tn, s, ctas, per_sm, hw.sms * per_sm,
             m * n / (tiles_m * tm * tiles_n * tn), feed, traffic)  # fmt: skip
@@ -223,6 +226,7 @@ def _candidate(terms: tuple) -> Candidate:
 
 def _best(m: int, n: int, k: int, batch: int, b: int, out_b: int, hw: _Hw) -> Candidate:
     best: tuple | None = None
+    bound = math.inf  # a candidate whose math and floors exceed the best time cannot win
     for tm, tn, shared in _tiles(b, hw):
         tiles = -(-m // tm) * -(-n // tn) * batch
         per_sm = shared[3]
@@ -230,11 +234,11 @@ def _best(m: int, n: int, k: int, batch: int, b: int, out_b: int, hw: _Hw) -> Ca
             # Split K only while the tiles alone leave SMs idle, and not past two full waves.
             if s > 1 and (tiles >= hw.sms or tiles * s > 2 * hw.sms * per_sm):
                 break
-            c = _terms(m, n, k, batch, b, out_b, tm, tn, s, hw, *shared)
+            c = _terms(m, n, k, batch, b, out_b, tm, tn, s, hw, *shared, bound)
             # Ties (memory-bound shapes) go to the candidate with the least math: what a
             # heuristic that also minimizes wasted work would pick.
-            if best is None or (c[0], c[1]) < (best[0], best[1]):
-                best = c
+            if c is not None and (best is None or (c[0], c[1]) < (best[0], best[1])):
+                best, bound = c, c[0]
     assert best is not None
     return _candidate(best)
 

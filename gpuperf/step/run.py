@@ -141,6 +141,8 @@ class _Stage:
     F: Timed
     B: Timed
     classes: tuple[tuple[str, float], ...]
+    FB: Timed  # F then B
+    flops: float  # of F and B
 
 
 def _stage(coster: Coster, st: Any, first: int) -> _Stage:
@@ -150,7 +152,9 @@ def _stage(coster: Coster, st: Any, first: int) -> _Stage:
     classes = dict.fromkeys(_BREAKDOWN, 0.0)
     for c in fwd + bwd:
         _classify(c, 1.0, classes)
-    return _Stage(fwd, bwd, _seq(fwd), _seq(bwd), tuple(classes.items()))
+    F, B = _seq(fwd), _seq(bwd)
+    return _Stage(fwd, bwd, F, B, tuple(classes.items()), F.then(B),
+                  sum(c.flops for c in fwd + bwd))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +222,7 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement, coster: Coster |
     post_exposed += slow * (post_total - post_exposed)
     tail = _seq(kernels).then(Timed.wait(exposed)).then(_seq(opt))
     tail = tail.then(Timed.wait(post_exposed))
-    run = ps.F.then(ps.B).times(m).then(tail)
+    run = ps.FB.times(m).then(tail)
     if sc.pp == 1:
         total, bubble = run.end, 0.0
     else:  # t_s = t_fb + hop for every stage
@@ -233,10 +237,10 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement, coster: Coster |
     breakdown["dp_comm"] += exposed + post_exposed + kernel_s
     breakdown["optimizer"] = sum(c.timed.gpu for c in opt)
     breakdown["host"] = max(0.0, total - sum(breakdown.values()))
-    busy = m * (ps.F.gpu + ps.B.gpu + hop) + exposed + post_exposed + kernel_s
+    busy = m * (ps.FB.gpu + hop) + exposed + post_exposed + kernel_s
     busy += breakdown["optimizer"]
-    flops = m * sum(c.flops for c in ps.fwd + ps.bwd) + sum(c.flops for c in kernels + opt)
-    host = m * (ps.F.host + ps.B.host) + sum(c.timed.host for c in kernels + opt)
+    flops = m * ps.flops + sum(c.flops for c in kernels + opt)
+    host = m * ps.FB.host + sum(c.timed.host for c in kernels + opt)
 
     def sections() -> list[tuple[Costed, float, str]]:
         suffix = f" ×{m} micro-batches" if m > 1 else ""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuperf.hardware.loader import load_gpu
 from gpuperf.hardware.spec import ModelParams
@@ -112,3 +114,29 @@ def test_memory_term_covers_compulsory_traffic():
 def test_big_operands_are_reread_past_l2():
     op = Gemm("g", 16384, 16384, 16384)  # 1.5 GiB of operands, far beyond 50 MiB of L2
     assert gemm_time(op, H100).detail["traffic_bytes"] > 1.5 * op.cost().bytes
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    m=st.integers(1, 70000),
+    n=st.integers(1, 140000),
+    k=st.integers(1, 30000),
+    dtype=st.sampled_from(["bf16", "fp8", "fp32"]),
+)
+def test_the_pruned_tile_search_picks_what_trying_every_candidate_picks(m, n, k, dtype):
+    from gpuperf.dtypes import BYTES
+    from gpuperf.perfmodel import gemm
+
+    op = Gemm("g", m, n, k, dtype=dtype)
+    hw, b = gemm._hw(op, H100), BYTES[dtype]
+    out_b = 2 if b == 1 else b
+    every = []
+    for tm, tn in gemm.TILES:
+        tiles = -(-m // tm) * -(-n // tn)
+        per_sm = gemm.ctas_per_sm(tm, tn, hw)
+        for s in gemm.SPLITS:
+            if s > 1 and (tiles >= hw.sms or tiles * s > 2 * hw.sms * per_sm):
+                break
+            every.append(gemm.candidate(m, n, k, 1, b, out_b, tm, tn, s, hw))
+    best = min(every, key=lambda c: (c.time, c.t_math))  # the first of equals, as the search
+    assert gemm._best(m, n, k, 1, b, out_b, hw) == best
