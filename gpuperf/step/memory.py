@@ -174,7 +174,7 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, work: StepWork, st: StageWork,
         out["weights"] = p.total * scale
         tokens = {"prefill": sc.seq, "decode": sc.ctx + 1, "generate": sc.seq + sc.new_tokens}
         out["kv_cache"] = (kv_cache_bytes(cfg, tokens[sc.mode] // sc.cp, sc.batch, sc.kv)
-                           * kv_share(cfg, sc.tp) * st.stage.layers / cfg.layers)  # fmt: skip
+                           * kv_share(cfg, sc.tp) * (st.stage.layers / cfg.layers))  # fmt: skip
         out["activations"] = inference_activation_bytes(cfg, sc)
         return out
     pb, gb, ob, saved, rebuilt, head = plan or _plan_terms(cfg, sc)

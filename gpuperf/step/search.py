@@ -166,14 +166,17 @@ def no_cycle_collection() -> Iterator[None]:
     caches cost a search of Mixtral's 6,000 plans a quarter of its time. What the search made
     then goes to the oldest generation unscanned (freeze, then unfreeze): else the first young
     collection after it walks every object the search kept (20 ms after Mixtral's search). A
-    full collection, when the interpreter next runs one, still sees them."""
+    full collection, when the interpreter next runs one, still sees them. Not where the caller
+    keeps objects frozen itself (unfreeze would release them too)."""
     was = gc.isenabled()
+    caller_froze = gc.get_freeze_count() > 0
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
-        gc.unfreeze()
+        if not caller_froze:
+            gc.freeze()
+            gc.unfreeze()
         if was:
             gc.enable()
 

@@ -88,3 +88,12 @@ def test_optimizer_bytes_match_the_optimizer_ops():
     assert optimizer_bytes_per_param(4, eager=False) == 8  # fp32 model: m + v, no master copy
     assert optimizer_bytes_per_param(8, eager=False) == 16  # fp64 model: fp64 m + v
     assert optimizer_bytes_per_param(2, eager=True) == 4  # torch AdamW on bf16 params: bf16 m, v
+
+
+def test_an_uneven_stage_holds_its_share_of_the_kv_cache():
+    from gpuperf.step.memory import memory_breakdown
+
+    cfg = load_model("llama2-70b")  # 80 layers over 3 stages: 27, 27, 26
+    one = memory_breakdown(cfg, Scenario(mode="decode", batch=8, ctx=4096))["kv_cache"]
+    staged = memory_breakdown(cfg, Scenario(mode="decode", batch=8, ctx=4096, pp=3))
+    assert staged["kv_cache"] == one * (27 / 80)  # the busiest stage's layers

@@ -134,3 +134,23 @@ def test_a_search_whose_every_plan_is_refused_says_why(tmp_path):
                     'nic_gbit_s = 0\n')  # fmt: skip
     with pytest.raises(InputError, match="has no compute NICs; it cannot span nodes"):
         search(LLAMA70, load_system(str(path)), 16, global_batch=64, seq=4096)
+
+
+def test_the_search_leaves_the_collector_as_it_found_it():
+    import gc
+
+    from gpuperf.step.search import no_cycle_collection
+
+    was = gc.isenabled()
+    gc.freeze()  # a caller that froze its objects (before a fork, say) keeps them frozen
+    try:
+        frozen = gc.get_freeze_count()
+        with no_cycle_collection():
+            assert not gc.isenabled()
+            junk = [[i] for i in range(1000)]  # noqa: F841 (objects the search would keep)
+        assert gc.get_freeze_count() >= frozen and gc.isenabled() == was
+    finally:
+        gc.unfreeze()
+    with no_cycle_collection():
+        kept = [[i] for i in range(1000)]
+    assert gc.get_freeze_count() == 0 and len(kept) == 1000  # nothing left frozen by the search
