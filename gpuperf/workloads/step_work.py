@@ -139,11 +139,11 @@ def _around(
     layer0: int | None = None,
     descending: bool = False,
 ) -> Part:
-    """A Part of `core` (an interned layer) with `pre` and `post` around it (not interned: the
-    step engine costs the core once for every plan and composes the rest)."""
+    """A Part of `core` (an interned layer) with `pre` and `post` around it (the step engine
+    costs the core once for every plan and composes the rest), one object per distinct one."""
     hide = tuple({**core_hide, **outer_hide}.items())
     core_items = tuple(core_hide.items())
-    key = ("around", pre, id(core), post, hide, repeat, layer0, descending)
+    key = ("around", pre, id(core), core_items, post, hide, repeat, layer0, descending)
     return _memo(key, core, lambda: Part((*pre, *core, *post), repeat, layer0, descending, hide,
                                         (len(pre), core, core_items)))  # fmt: skip
 
