@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from gpuperf.dtypes import BYTES
 from gpuperf.perfmodel.ops import P2P, Collective, Copy, Op
@@ -35,6 +36,7 @@ from gpuperf.workloads.transformer_layers import (
 )
 
 ALL = "*"  # hide under every compute kernel of the Part
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,18 +102,20 @@ def _intern(ops: tuple[Op, ...] | list[Op]) -> tuple[Op, ...]:
     return t
 
 
-_PARTS: dict[tuple, tuple[object, Part]] = {}  # key -> (the object whose id it holds, Part)
+# Parts made once: the step engine costs a Part once per object, and the stages of many plans
+# hold the same prologue, head and runs of layers. key -> (the object whose id it holds, Part)
+_PARTS: dict[tuple, tuple[object, Part]] = {}
 
 
-def _memo(key: tuple, anchor: object, make: Callable[[], Part]) -> Part:
-    """The Part of `key` made once (`anchor`: the interned tuple whose id the key holds): the
-    step engine costs a Part once per object, and the stages of many plans hold the same
-    prologue, head and runs of layers."""
-    hit = _PARTS.get(key)
+def _memo(store: dict, key: object, anchor: object, make: Callable[[], T],
+          limit: int = 65536) -> T:  # fmt: skip
+    """`make()` once per `key` of `store`; `anchor` is the object whose id the key holds, kept
+    beside the value so that a reused id is never mistaken for it."""
+    hit = store.get(key)
     if hit is None or hit[0] is not anchor:
-        if len(_PARTS) > 65536:
-            _PARTS.clear()
-        hit = _PARTS[key] = (anchor, make())
+        if len(store) > limit:
+            store.clear()
+        hit = store[key] = (anchor, make())
     return hit[1]
 
 
@@ -125,7 +129,7 @@ def _part(
     """A Part whose ops tuple is shared with every equal one (the step engine keys its cost
     caches on the tuple's identity), itself shared with every equal Part."""
     t, h = _intern(ops), tuple((hide or {}).items())
-    return _memo((id(t), h, repeat, layer0, descending), t,
+    return _memo(_PARTS, (id(t), h, repeat, layer0, descending), t,
                  lambda: Part(t, repeat, layer0, descending, h))  # fmt: skip
 
 
@@ -144,8 +148,12 @@ def _around(
     hide = tuple({**core_hide, **outer_hide}.items())
     core_items = tuple(core_hide.items())
     key = ("around", pre, id(core), core_items, post, hide, repeat, layer0, descending)
-    return _memo(key, core, lambda: Part((*pre, *core, *post), repeat, layer0, descending, hide,
-                                        (len(pre), core, core_items)))  # fmt: skip
+
+    def make() -> Part:
+        ops = (*pre, *core, *post)
+        return Part(ops, repeat, layer0, descending, hide, (len(pre), core, core_items))
+
+    return _memo(_PARTS, key, core, make)
 
 
 def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
@@ -286,18 +294,16 @@ def _forward_parts(cfg, d, eager, mode, st, runs, fsdp) -> list[Part]:  # noqa: 
     return parts
 
 
-_FIRST: dict[int, tuple[tuple[Op, ...], tuple[Op, ...]]] = {}  # id(layer) -> (layer, first)
+_FIRST: dict[int, tuple[object, tuple[Op, ...]]] = {}  # id(layer) -> (layer, first)
 
 
 def _first_layer(layer: tuple[Op, ...]) -> tuple[Op, ...]:
     """`layer` (interned) with a plain first norm (no residual to add yet), once per layer."""
-    hit = _FIRST.get(id(layer))
-    if hit is None or hit[0] is not layer:
-        if len(_FIRST) > 4096:
-            _FIRST.clear()
-        plain = _intern([replace(layer[0], residual=False), *layer[1:]])  # type: ignore[call-arg]
-        hit = _FIRST[id(layer)] = (layer, plain)
-    return hit[1]
+
+    def plain() -> tuple[Op, ...]:
+        return _intern([replace(layer[0], residual=False), *layer[1:]])  # type: ignore[call-arg]
+
+    return _memo(_FIRST, id(layer), layer, plain, limit=4096)
 
 
 def _backward_parts(cfg, d, eager, st, runs, fsdp) -> list[Part]:  # noqa: ANN001
