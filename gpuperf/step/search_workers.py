@@ -50,7 +50,10 @@ def workers() -> int:
 def split(plans: Sequence[dict]) -> tuple[list[int], list[int]]:
     """Two shares of plan indices of about equal work, each holding whole groups of plans whose
     kernels share shapes (one tp: its layers, GEMMs and templates are costed in one process
-    only). A ZeRO-3 plan counts twice: its layers carry their own collectives."""
+    only). A ZeRO-3 plan counts twice: its layers carry their own collectives. The heavier
+    share first: the one with more tensor-parallel plans, whose per-layer collectives make each
+    dearer than a tp=1 plan (in the three searches of benchmarks/search_speed.py that share
+    took 3-8% longer at equal counts)."""
     groups: dict[int, list[int]] = {}
     work: dict[int, int] = {}
     for i, spec in enumerate(plans):
@@ -58,12 +61,13 @@ def split(plans: Sequence[dict]) -> tuple[list[int], list[int]]:
         groups.setdefault(tp, []).append(i)
         work[tp] = work.get(tp, 0) + (2 if spec.get("zero") == 3 else 1)
     shares: tuple[list[int], list[int]] = ([], [])
-    load = [0, 0]
+    load, tensor_parallel = [0, 0], [0, 0]
     for key in sorted(groups, key=lambda k: (-work[k], k)):
         j = 0 if load[0] <= load[1] else 1
         shares[j].extend(groups[key])
         load[j] += work[key]
-    return shares
+        tensor_parallel[j] += work[key] if key > 1 else 0
+    return shares if tensor_parallel[0] >= tensor_parallel[1] else (shares[1], shares[0])
 
 
 def shortlist(found: list[tuple[int, Ranked]], keep: int) -> list[tuple[int, Ranked]]:
@@ -104,7 +108,7 @@ def evaluate_all(
     """Every plan, on two processes where `workers()` allows it (module docstring)."""
     if len(plans) < FORK_MIN_PLANS or workers() < 2:
         return evaluate_share(engine, plans, range(len(plans)), nodes, evaluate)
-    mine, theirs = split(plans)
+    mine, theirs = split(plans)  # the worker, which pays for the fork, takes the lighter
     got = _forked(engine, plans, theirs, nodes, keep, evaluate)
     try:
         evaluated, fitting, found = evaluate_share(engine, plans, mine, nodes, evaluate)

@@ -113,6 +113,13 @@ def test_split_keeps_shape_groups_whole_and_balanced():
 
     assert abs(work(a) - work(b)) < 0.25 * (work(a) + work(b))
 
+    def tensor_parallel(share: list[int]) -> int:
+        return sum(2 if plans[i]["zero"] == 3 else 1 for i in share if plans[i]["tp"] > 1)
+
+    # the heavier share (more tensor-parallel work) first: this process keeps it, the worker
+    # (which pays for the fork) takes the other
+    assert tensor_parallel(a) >= tensor_parallel(b)
+
 
 def test_small_searches_stay_in_process(monkeypatch):
     monkeypatch.setattr(sw, "workers", lambda: 2)
