@@ -113,6 +113,19 @@ PLAN = [
     ("4gpu", "llama3-8b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True, tp=4)),
     ("4gpu", "llama3-70b-8l", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True)),
     ("4gpu", "llama3-70b-8l", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True, tp=4)),
+    # --- a family the runs above never met (Qwen2: q/k/v biases, a 152k vocabulary, 28 heads
+    # over 4 KV heads), on 2 GPUs beside one; every row held out --------------------------
+    ("2gpu_qwen2", "qwen2-7b", dict(E, mode="train", batch=1, seq=2048)),
+    ("2gpu_qwen2", "qwen2-7b", dict(E, mode="train", batch=1, seq=2048, dp=2)),
+    ("2gpu_qwen2", "qwen2-7b", dict(E, mode="train", batch=1, seq=2048, dp=2, zero=3)),
+    ("2gpu_qwen2", "qwen2-7b", dict(E, mode="prefill", batch=1, seq=2048)),
+    ("2gpu_qwen2", "qwen2-7b", dict(E, mode="prefill", batch=1, seq=2048, tp=2)),
+    ("2gpu_qwen2", "qwen2-7b", dict(E, mode="prefill", batch=1, seq=2048, tp=2,
+                                    tp_impl="dtensor")),
+    ("2gpu_qwen2", "qwen2-7b", dict(E, mode="train", batch=1, seq=2048, tp=2)),
+    ("2gpu_qwen2", "qwen2-7b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True)),
+    ("2gpu_qwen2", "qwen2-7b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True,
+                                    tp=2)),
     # --- data parallelism of 4 ---------------------------------------------------------------
     ("4gpu", "llama-1.1b", dict(E, mode="train", batch=4, seq=2048, dp=4)),
     ("4gpu", "llama-1.1b", dict(E, mode="train", batch=4, seq=2048, dp=4, zero=3)),

@@ -115,7 +115,9 @@ def check_devices(run: ModelRun) -> None:
                 f"{run.nproc} GPUs needed, {have} present"
                 + ("; use --device cpu" if not have else "")  # fmt: skip
             )
-    if run.config.get("model_type") not in ("llama", "mistral", "qwen2", None):
+    from gpuperf.measure.hf_causal import FAMILIES
+
+    if run.config.get("model_type") not in (*FAMILIES, None):
         raise InputError(
             f"whole-model runs build Hugging Face Llama-family models, not "
             f"{run.config.get('model_type')!r}"

@@ -61,7 +61,7 @@ def _dtype(name: str) -> torch.dtype:
 
 def build(spec: dict[str, Any], device: torch.device, rank: int, world: int) -> Any:
     """The model as spec["impl"] runs it, on this rank."""
-    from transformers import LlamaForCausalLM
+    from gpuperf.measure.hf_causal import causal_lm
 
     cfg, dtype, impl = _config(spec["config"]), _dtype(spec["dtype"]), spec["impl"]
     torch.manual_seed(0)  # the same weights on every rank where they are replicated
@@ -78,19 +78,18 @@ def build(spec: dict[str, Any], device: torch.device, rank: int, world: int) -> 
     if impl == "dtensor":
         from torch.distributed.device_mesh import init_device_mesh
         from transformers.distributed.tensor_parallel import apply_tensor_parallelism
-        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
         with torch.device("meta"):
-            model = LlamaForCausalLM(cfg).to(dtype)
+            model = causal_lm(cfg).to(dtype)
         mesh = init_device_mesh(device.type, (world,))
         model = apply_tensor_parallelism(model, mesh)
         model.to_empty(device=device)
         _init_local(model)
-        model.model.rotary_emb = LlamaRotaryEmbedding(cfg).to(device)
+        model.model.rotary_emb = type(model.model.rotary_emb)(cfg).to(device)
         model._tp_size, model._device_mesh = world, mesh
         return model
     with torch.device(device):
-        model = LlamaForCausalLM(cfg).to(dtype)
+        model = causal_lm(cfg).to(dtype)
     if impl == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -265,14 +264,13 @@ def check_error(
     same weights (megatron-style TP; both from the same seed). NaN where not implemented."""
     if spec["impl"] != "megatron" or spec["mode"] == "train":
         return float("nan")
-    from transformers import LlamaForCausalLM
-
     from gpuperf.measure import tp_megatron
+    from gpuperf.measure.hf_causal import causal_lm
 
     cfg = _config(spec["config"])
     torch.manual_seed(0)
     with torch.device(device):
-        full = LlamaForCausalLM(cfg).to(_dtype(spec["dtype"])).eval()
+        full = causal_lm(cfg).to(_dtype(spec["dtype"])).eval()
     tp_megatron.shard_from(model, full, world, rank)
     ids = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(3))
     ids = ids.to(device)

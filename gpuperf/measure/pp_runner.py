@@ -66,10 +66,10 @@ class Stage(nn.Module):
         if lay.tp > 1:
             model = tp_megatron.build(local, lay.tp, lay.tp_rank, device, dtype, lay.group)
         else:
-            from transformers import LlamaForCausalLM
+            from gpuperf.measure.hf_causal import causal_lm
 
             with torch.device(device):
-                model = LlamaForCausalLM(local).to(dtype)
+                model = causal_lm(local).to(dtype)
         self.lay = lay
         self.embed = model.model.embed_tokens if lay.first else None
         self.layers = model.model.layers

@@ -1,4 +1,5 @@
-"""Megatron-style tensor parallelism of a Hugging Face Llama in plain PyTorch (no DTensor).
+"""Megatron-style tensor parallelism of a Hugging Face Llama (or Mistral, Qwen2) in plain PyTorch
+(no DTensor).
 
 Each rank builds the model with its share of the heads and of the MLP width (a config with
 heads / tp, kv heads / tp, intermediate / tp), so the kernels are Hugging Face's own on local
@@ -96,7 +97,7 @@ def local_config(cfg: Any, tp: int) -> Any:
 def build(cfg: Any, tp: int, rank: int, device: Any, dtype: Any, group: Any = None) -> nn.Module:
     """A Llama shard with Megatron's collectives (module docstring); `rank` is the rank in the
     tensor-parallel `group`."""
-    from transformers import LlamaForCausalLM
+    from gpuperf.measure.hf_causal import causal_lm
 
     _GROUP[0] = group
     if cfg.num_key_value_heads % tp or cfg.vocab_size % tp:
@@ -104,7 +105,7 @@ def build(cfg: Any, tp: int, rank: int, device: Any, dtype: Any, group: Any = No
     local_cfg = local_config(cfg, tp)
     local_cfg._attn_implementation = "sdpa"
     with torch.device(device):
-        model = LlamaForCausalLM(local_cfg).to(dtype)
+        model = causal_lm(local_cfg).to(dtype)
     v = cfg.vocab_size // tp
     emb = model.model.embed_tokens.weight.data[rank * v : (rank + 1) * v].clone()
     model.model.embed_tokens = VocabEmbedding(emb, rank * v)
@@ -144,5 +145,7 @@ def shard_from(model: nn.Module, full: nn.Module, tp: int, rank: int) -> None:
         pairs += [(mine.mlp, whole.mlp, "down_proj", 1)]
         for a, b, name, dim in pairs:
             getattr(a, name).weight.copy_(part(getattr(b, name).weight, dim))
+            if dim == 0 and getattr(b, name).bias is not None:  # Qwen2's q, k, v biases
+                getattr(a, name).bias.copy_(part(getattr(b, name).bias, 0))
         mine.input_layernorm.weight.copy_(whole.input_layernorm.weight)
         mine.post_attention_layernorm.weight.copy_(whole.post_attention_layernorm.weight)
