@@ -7,9 +7,9 @@ Host costs (per kernel, on the CPU that issues it):
 - a collective call through torch.distributed: host_collective_s more;
 - every host cost grows with the ranks that share the host (1 + k*log2(ranks), k =
   host_rank_slowdown);
-- DTensor tensor parallelism: host_dtensor_op_s more for each sharded GEMM (sharding propagation
-  and redistribution in Python around the local kernel) and for each optimizer op on each
-  DTensor parameter;
+- DTensor tensor parallelism in training: host_dtensor_op_s more for each sharded GEMM (sharding
+  propagation and redistribution in Python around the local kernel) and for each optimizer op
+  on each DTensor parameter (inference runs the local kernels: HOST_DTENSOR_OP_S);
 - an eager decode step on a growing cache: host_decode_layer_s at the first kernel of each layer,
   and host_attn_plan_s once per step at the first attention kernel (cuDNN plans the new length;
   none when the process has met the length before, kv_lengths="seen").
@@ -62,7 +62,9 @@ class HostRules:
         if sc.cuda_graphs:
             return HostRules(graph_gap=p.graph_launch_s)
         eager_decode = sc.impl == "eager" and sc.mode == "decode"
-        dtensor = sc.tp > 1 and sc.tp_impl == "dtensor"
+        # Hugging Face's tp_plan runs a Linear's local kernel on plain tensors while grad is off
+        # (HOST_DTENSOR_OP_S): DTensor's dispatch is paid in training only.
+        dtensor = sc.tp > 1 and sc.tp_impl == "dtensor" and sc.mode == "train"
         slow = host_slowdown(gpu, ranks_per_host(sc, system))
         dt = float(extra.get("host_dtensor_op_s", HOST_DTENSOR_OP_S)) if dtensor else 0.0
         return HostRules(
@@ -83,7 +85,12 @@ class HostRules:
 HOST_COLLECTIVE_S = 8.6e-6
 # - A column-parallel linear on a DTensor weight (input from_local, output to_local), as HF's
 #   tp_plan runs each projection, issues in 131.5 us against 18.2 us for the same local linear:
-#   sharding propagation and the DTensor wrapping in Python.
+#   sharding propagation and the DTensor wrapping in Python. That is the training path: with
+#   grad disabled (prefill, decode) transformers 5.x's ColwiseParallel and RowwiseParallel
+#   (distributed/tensor_parallel.py, should_use_local_tensors) run the Linear on its local
+#   shard with the plain input and all-reduce the row-parallel output with dist.all_reduce, as
+#   Megatron-style code does; profiled, its prefill and decode spent about the self CPU time
+#   of the Megatron-style forward (validate_multigpu_2gpu_profile.json).
 HOST_DTENSOR_OP_S = 113e-6
 # - Every rank on a host issues slower as more ranks share it (one process per GPU, each with
 #   its NCCL proxy and watchdog threads; shared caches): per call, 1.23x / 1.51x for a launch,

@@ -510,6 +510,32 @@ def test_dtensor_runs_adamw_once_per_dtensor_parameter_on_the_host():
     assert with_dt.extra["host_ms"] - without.extra["host_ms"] == pytest.approx(want, rel=1e-6)
 
 
+@pytest.mark.parametrize("mode", ["prefill", "decode"])
+def test_dtensor_inference_runs_the_local_kernels_as_megatron_style_code_does(mode):
+    """With grad off, Hugging Face's tp_plan runs each Linear on its local shard and all-reduces
+    with dist.all_reduce: no DTensor dispatch per linear (step.cost.HOST_DTENSOR_OP_S); in
+    training it is paid. The two differ in their ends alone (Megatron-style code all-reduces a
+    vocabulary-parallel embedding and concatenates the gathered logits)."""
+    from gpuperf.step.cost import HOST_COLLECTIVE_S
+
+    kw = dict(gpu="h200", impl="eager", tp=2, sequence_parallel=False)
+    kw |= {"seq": 2048} if mode == "prefill" else {"ctx": 2048}
+    dtensor = api.predict("llama3-8b", mode=mode, tp_impl="dtensor", **kw)
+    megatron = api.predict("llama3-8b", mode=mode, **kw)
+    assert set(megatron.table["name"]) - set(dtensor.table["name"]) == {
+        "embed.allreduce",
+        "lm_head.cat",
+    }
+    spec = api.resolve_gpu("h200")
+    two_kernels = 2 * spec.params.host_dispatch_s + HOST_COLLECTIVE_S  # at 2 ranks' slowdown
+    extra = megatron.extra["host_ms"] - dtensor.extra["host_ms"]
+    assert 0 < extra <= 1.25 * two_kernels * 1e3 + 1e-9
+    kw.pop("ctx", None), kw.pop("seq", None)
+    train = {t: api.predict("llama3-8b", mode="train", seq=2048, tp_impl=t, **kw)
+             for t in ("dtensor", "megatron")}  # fmt: skip
+    assert train["dtensor"].extra["host_ms"] > 1.5 * train["megatron"].extra["host_ms"]
+
+
 def test_the_reported_dispatch_is_the_one_the_step_was_costed_with():
     from gpuperf.hardware.loader import load_system
 
