@@ -1,5 +1,6 @@
-"""Pipeline parallelism of a Hugging Face Llama in plain PyTorch, with Megatron-style tensor
-parallelism inside each stage: what the multi-GPU `validate` runs for `--pp` (model_worker).
+"""Pipeline parallelism of a Hugging Face Llama (Mistral, Qwen2) in plain PyTorch, with
+Megatron-style tensor parallelism inside each stage: what the multi-GPU `validate` runs for
+`--pp` (model_worker).
 
 Ranks: tp innermost, then pp (stage s holds ranks s·tp ... s·tp + tp - 1), as Megatron lays them
 out. Stage s holds the layers gpuperf.workloads.shard.stage_layers gives it (the first L mod pp

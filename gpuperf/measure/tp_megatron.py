@@ -95,8 +95,8 @@ def local_config(cfg: Any, tp: int) -> Any:
 
 
 def build(cfg: Any, tp: int, rank: int, device: Any, dtype: Any, group: Any = None) -> nn.Module:
-    """A Llama shard with Megatron's collectives (module docstring); `rank` is the rank in the
-    tensor-parallel `group`."""
+    """A Llama (Mistral, Qwen2) shard with Megatron's collectives (module docstring); `rank` is
+    the rank in the tensor-parallel `group`."""
     from gpuperf.measure.hf_causal import causal_lm
 
     _GROUP[0] = group

@@ -180,13 +180,18 @@ def optimizer_parts(cfg: ModelConfig, sc: Scenario, d, g: Groups, params: Params
     tensors = 1
     if eager and g.tp > 1 and sc.tp_impl == "dtensor":
         # DTensor runs each foreach op of AdamW through its dispatch once per DTensor parameter
-        # (the step engine charges host_dtensor_op_s for each): a layer's seven projections,
-        # the embedding and the lm_head.
-        tensors = DTENSOR_PARAMS_PER_LAYER * math.ceil(cfg.layers / sc.pp) + 2
+        # (the step engine charges host_dtensor_op_s for each).
+        tensors = dtensor_params_per_layer(cfg) * math.ceil(cfg.layers / sc.pp) + 1
     return _optimizer(math.ceil(n), d, eager, tensors)
 
 
-DTENSOR_PARAMS_PER_LAYER = 7  # q, k, v, o, gate, up, down under Hugging Face's tp_plan
+def dtensor_params_per_layer(cfg: ModelConfig) -> int:
+    """The DTensor parameters of one layer under Hugging Face's tp_plan (transformers 5.x): the
+    projections (q, k, v, o and the MLP's gate, up, down) and their biases (Qwen2's q, k, v).
+    The embedding stays a plain tensor; the lm_head (colwise) is one more DTensor per model."""
+    projections = 4 + (3 if cfg.mlp == "gated" else 2)
+    biases = projections if cfg.linear_bias else 3 if cfg.qkv_bias else 0
+    return projections + biases
 
 
 @functools.lru_cache(maxsize=1024)

@@ -504,10 +504,19 @@ def test_dtensor_runs_adamw_once_per_dtensor_parameter_on_the_host():
     gemms = with_dt.table[
         (with_dt.table["kind"] == "gemm") & with_dt.table["name"].str.startswith("L")
     ]
-    tensors = 7 * 32 + 2  # seven projections a layer, the embedding, the lm_head
+    tensors = 7 * 32 + 1  # seven projections a layer and the lm_head (the embedding stays plain)
     opt_ops = 8  # AdamW's foreach ops (transformer_train.optimizer_ops)
     want = host_slowdown(gpu, 2) * HOST_DTENSOR_OP_S * (len(gemms) + opt_ops * tensors) * 1e3
     assert with_dt.extra["host_ms"] - without.extra["host_ms"] == pytest.approx(want, rel=1e-6)
+
+
+def test_dtensor_parameters_follow_the_tp_plan():
+    from gpuperf.workloads.dp_ops import dtensor_params_per_layer
+
+    # what apply_tensor_parallelism wraps (transformers 5.17, counted on gloo): Llama's seven
+    # projections; Qwen2's q, k and v biases as well
+    assert dtensor_params_per_layer(load_model("llama3-8b")) == 7
+    assert dtensor_params_per_layer(load_model("qwen2-7b")) == 10
 
 
 @pytest.mark.parametrize("mode", ["prefill", "decode"])
