@@ -20,7 +20,7 @@ import time
 from gpuperf import api
 from gpuperf.hardware.loader import load_gpu, load_system
 from gpuperf.step.run import Engine
-from gpuperf.step.search import enumerate_plans, evaluate
+from gpuperf.step.search import _evaluate, plan_specs
 from gpuperf.workloads.config import load_model
 
 CASES = [
@@ -36,17 +36,18 @@ def warm_rate(model: str, system: str, gpus: int, gbs: int, seq: int) -> float:
     cfg, spec = load_model(model), load_system(system)
     engine = Engine(cfg, spec.gpu, spec)
     nodes = max(1, gpus // spec.gpus_per_node) if gpus >= spec.gpus_per_node else None
-    plans = list(enumerate_plans(cfg, spec, gpus, global_batch=gbs, seq=seq))
+    # the plans as the search evaluates them (a plan that does not fit refused on its memory)
+    plans = list(plan_specs(cfg, spec, gpus, global_batch=gbs, seq=seq))
     ok = []
-    for sc in plans:  # the cold pass fills the caches
+    for p in plans:  # the cold pass fills the caches
         try:
-            evaluate(engine, sc, nodes)
-            ok.append(sc)
+            _evaluate(engine, p, nodes)
+            ok.append(p)
         except Exception:  # noqa: BLE001 (plans the model refuses)
             continue
     start = time.perf_counter()
-    for sc in ok:
-        evaluate(engine, sc, nodes)
+    for p in ok:
+        _evaluate(engine, p, nodes)
     return len(ok) / (time.perf_counter() - start)
 
 
