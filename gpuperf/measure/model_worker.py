@@ -272,9 +272,10 @@ def check_error(
     with torch.device(device):
         full = causal_lm(cfg).to(_dtype(spec["dtype"])).eval()
     with torch.no_grad():  # biases start at zero: give them values, so their slices are checked
+        gen = torch.Generator(device=device).manual_seed(5)
         for name, p in full.named_parameters():
             if name.endswith(".bias"):
-                p.normal_(0.0, 0.02, generator=torch.Generator(device=p.device).manual_seed(5))
+                p.normal_(0.0, 0.02, generator=gen)
     tp_megatron.shard_from(model, full, world, rank)
     ids = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(3))
     ids = ids.to(device)
