@@ -65,7 +65,6 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
     from gpuperf.step.mfu import decode_attention_flops, matmul_params, model_flops_per_token
     from gpuperf.step.result import SUMMED, Prediction, intensity, with_share
     from gpuperf.step.run import _predict_step, throughput
-    from gpuperf.workloads.step_work import build
 
     pre_sc = replace(sc, mode="prefill", kv_lengths="new")  # a prompt: no decode steps
     pre = _predict_step(cfg, pre_sc, where)
@@ -101,7 +100,7 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
         build=table,
         total_ms=total_ms,
         gpu=where.gpu.name,
-        memory=busiest(cfg, sc, build(cfg, pre_sc, where.groups)),
+        memory=busiest(cfg, sc, where.groups),
         extra={
             "ttft_ms": pre.total_ms,
             "tpot_ms": decode_ms / sc.new_tokens,

@@ -40,10 +40,12 @@ from gpuperf.dtypes import BYTES, DType
 from gpuperf.perfmodel.ops import INT4_GROUP
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.scenario import Scenario
+from gpuperf.workloads.shard import stage_params
 
 if TYPE_CHECKING:
     from gpuperf.hardware.spec import GpuSpec
-    from gpuperf.workloads.step_work import StageWork, StepWork
+    from gpuperf.workloads.groups import Groups
+    from gpuperf.workloads.shard import Params, Stage
 
 KEYS = ("weights", "kv_cache", "activations", "gradients", "optimizer", "gathered")
 # The share of HBM a framework can fill: the CUDA context, NCCL's buffers and the caching
@@ -111,18 +113,16 @@ def train_activation_bytes_per_layer(
     return float(total)
 
 
-def _saved_per_layer(cfg: ModelConfig, sc: Scenario, recompute: str | None = None) -> float:
-    """Bytes one layer keeps for backward for one micro-batch on one GPU (with `recompute`
-    instead of the scenario's when given)."""
-    tp, sp, cp = sc.tp, bool(sc.sequence_parallel), sc.cp
-    b, s = sc.micro_batch or sc.batch, sc.seq // cp
-    act = _act_dtype(sc)
+def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: bool, act: DType,
+                     attn: str, recompute: str) -> float:  # fmt: skip
+    """Bytes one layer keeps for backward for one micro-batch of `b` sequences of `seq` tokens
+    on one GPU."""
+    s = seq // cp
     h = cfg.hidden
-    recompute = recompute or sc.recompute
     if recompute == "full":  # only the layer's input (sequence-parallel: its shard)
         return BYTES[act] * b * s * h / (tp if sp else 1)
     full = train_activation_bytes_per_layer(cfg, b, s, act)
-    if sc.attn == "math" and recompute != "selective":
+    if attn == "math" and recompute != "selective":
         full += 4 * cfg.heads * s * s * b  # scores and softmax output, 16-bit each
     if sp:
         return full / tp
@@ -163,33 +163,33 @@ def optimizer_bytes_per_param(param_bytes: int, eager: bool) -> int:
     return master + 2 * max(4, param_bytes)
 
 
-def stage_memory(cfg: ModelConfig, sc: Scenario, work: StepWork, st: StageWork,
+def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Params,
                  plan: tuple | None = None) -> dict[str, float]:  # fmt: skip
-    """Bytes by kind on one GPU of pipeline stage `st` (module docstring); `plan`: the terms
-    every stage of `sc` shares (_plan_terms), where the caller has them."""
+    """Bytes by kind on one GPU of pipeline stage `stage`, which holds parameters `p`, on GPUs
+    of groups `g` (module docstring); `plan`: the terms every stage of `sc` shares
+    (_plan_terms), where the caller has them."""
     out = dict.fromkeys(KEYS, 0.0)
-    p = st.params
     if sc.mode != "train":
         scale = weight_bytes(cfg, sc.dtype, sc.weight_dtype) / cfg.param_count()
         out["weights"] = p.total * scale
         tokens = {"prefill": sc.seq, "decode": sc.ctx + 1, "generate": sc.seq + sc.new_tokens}
         out["kv_cache"] = (kv_cache_bytes(cfg, tokens[sc.mode] // sc.cp, sc.batch, sc.kv)
-                           * kv_share(cfg, sc.tp) * (st.stage.layers / cfg.layers))  # fmt: skip
+                           * kv_share(cfg, sc.tp) * (stage.layers / cfg.layers))  # fmt: skip
         out["activations"] = inference_activation_bytes(cfg, sc)
         return out
     pb, gb, ob, saved, rebuilt, head = plan or _plan_terms(cfg, sc)
-    g, zero = work.groups, sc.zero
+    zero = sc.zero
     split = p.dense / g.dp + p.expert / g.edp  # parameters split over the data-parallel ranks
     out["weights"] = (split if zero >= 3 else p.total) * pb
     out["gradients"] = (split if zero >= 2 else p.total) * gb
     out["optimizer"] = (split if zero >= 1 else p.total) * ob
     if zero == 3:  # the layer running and the one prefetched, with the running one's grads
         out["gathered"] = (p.layer_dense + p.layer_expert) * (2 * pb + gb)
-    inflight = min(sc.microbatches, sc.pp - st.stage.index)
-    if sc.virtual_stages > 1 and st.stage.index == 0:
+    inflight = min(sc.microbatches, sc.pp - stage.index)
+    if sc.virtual_stages > 1 and stage.index == 0:
         inflight *= 1 + (sc.pp - 1) / (sc.pp * sc.virtual_stages)
     out["activations"] = (
-        saved * st.stage.layers * inflight + rebuilt + (head if st.stage.has_head else 0.0)
+        saved * stage.layers * inflight + rebuilt + (head if stage.has_head else 0.0)
     )
     return out
 
@@ -198,32 +198,41 @@ def _plan_terms(cfg: ModelConfig, sc: Scenario) -> tuple[int, int, int, float, f
     """What every stage of a training plan shares: bytes per parameter of weights, gradients
     and optimizer state, a layer's saved activations, the layer full recompute rebuilds during
     its backward (0 otherwise), the head's logits (its stage only)."""
+    return _shared_terms(cfg, _act_dtype(sc), sc.impl == "eager", sc.recompute,
+                         sc.micro_batch or sc.batch, sc.seq, sc.cp, sc.tp,
+                         bool(sc.sequence_parallel), sc.attn)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: int, seq: int,
+                  cp: int, tp: int, sp: bool, attn: str) -> tuple:  # fmt: skip
+    """_plan_terms from the fields it reads (plans of a search share them)."""
     from gpuperf.workloads.dp_ops import grad_bytes
 
-    act = _act_dtype(sc)
-    pb, eager = BYTES[act], sc.impl == "eager"
-    rebuilt = _saved_per_layer(cfg, sc, "none") if sc.recompute == "full" else 0.0
-    b = sc.micro_batch or sc.batch
-    head = b * sc.seq // sc.cp * -(-cfg.vocab // sc.tp) * (pb + (4 if act != "fp32" else 0))
+    pb = BYTES[act]
+    rebuilt = (
+        _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none") if recompute == "full" else 0.0
+    )
+    head = b * seq // cp * -(-cfg.vocab // tp) * (pb + (4 if act != "fp32" else 0))
     return (pb, grad_bytes(act, eager), optimizer_bytes_per_param(pb, eager),
-            _saved_per_layer(cfg, sc), rebuilt, float(head))  # fmt: skip
+            _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute), rebuilt,
+            float(head))  # fmt: skip
 
 
 def memory_breakdown(cfg: ModelConfig, sc: Scenario) -> dict[str, float]:
     """Bytes by kind on the busiest GPU of `sc` (one GPU when every degree is 1)."""
-    from dataclasses import replace
-
     from gpuperf.workloads.groups import groups_for
-    from gpuperf.workloads.step_work import build
 
-    built = replace(sc, mode="prefill") if sc.mode == "generate" else sc
-    return busiest(cfg, sc, build(cfg, built, groups_for(built, None)))
+    return busiest(cfg, sc, groups_for(sc, None))
 
 
-def busiest(cfg: ModelConfig, sc: Scenario, work: StepWork) -> dict[str, float]:
-    """The memory of the stage that needs the most."""
+def busiest(cfg: ModelConfig, sc: Scenario, g: Groups) -> dict[str, float]:
+    """The memory of the stage of `sc` on GPUs of groups `g` that needs the most. It reads the
+    stages' parameters alone, not the step's work: a plan search refuses a plan that does not
+    fit before it builds its kernels."""
     plan = _plan_terms(cfg, sc) if sc.mode == "train" else None
-    per_stage = [stage_memory(cfg, sc, work, st, plan) for st in work.stages]
+    per_stage = [stage_memory(cfg, sc, g, st, p, plan)
+                 for st, p in stage_params(cfg, sc.pp, g.tp, g.ep)]  # fmt: skip
     if len(per_stage) == 1:
         return per_stage[0]
     return max(per_stage, key=lambda m: sum(m.values()))

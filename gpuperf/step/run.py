@@ -256,7 +256,7 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement, coster: Coster |
     if bubble > 0:
         extra_rows.append({"name": "pipeline/bubble", "kind": "bubble", "bound": "idle",
                            "shape": f"pp{sc.pp} v{v} m{m}", "time_ms": bubble * 1e3})  # fmt: skip
-    memory = memory if memory is not None else busiest(cfg, sc, work)
+    memory = memory if memory is not None else busiest(cfg, sc, work.groups)
     return StepCost(total, breakdown, busy, host, run.kernels, flops, memory,
                     work.stages[pace].stage.index, sections, extra_rows)  # fmt: skip
 

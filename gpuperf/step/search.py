@@ -199,10 +199,10 @@ def _evaluate(engine: Engine, spec: dict, nodes: int | None) -> Ranked:
 
     sc = Scenario(**spec)
     where = place(engine.cfg, sc, engine.gpu, engine.system, nodes)
-    work = build(engine.cfg, sc, where.groups)
-    memory = busiest(engine.cfg, sc, work)
+    memory = busiest(engine.cfg, sc, where.groups)
     if total_bytes(memory) > usable_bytes(engine.gpu):
         return Ranked(sc, None, 0.0, 0.0, 0.0, False)  # type: ignore[arg-type]
+    work = build(engine.cfg, sc, where.groups)
     return _ranked(engine, sc, engine.cost(sc, where, work, memory))
 
 

@@ -91,3 +91,10 @@ def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int) -> Par
         head = b["lm_head"] if b["lm_head"] else (b["embed"] if pp > 1 else 0)
         ends += head / tp + final_norm
     return Params(n * layer_dense + ends, n * layer_expert, layer_dense, layer_expert)
+
+
+@functools.lru_cache(maxsize=1024)
+def stage_params(cfg: ModelConfig, pp: int, tp: int, ep: int) -> tuple[tuple[Stage, Params], ...]:
+    """Each distinct stage of a `pp`-stage pipeline with the parameters one of its GPUs holds
+    (what the step's work and its memory both read)."""
+    return tuple((st, gpu_params(cfg, st, tp, ep, pp)) for st in stages(layer_kinds(cfg), pp))

@@ -23,9 +23,9 @@ from gpuperf.perfmodel.ops import P2P, Collective, Copy, Op
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.groups import SINGLE, Groups
-from gpuperf.workloads.layer_kinds import LayerKind, kind_runs, layer_kinds
+from gpuperf.workloads.layer_kinds import LayerKind, kind_runs
 from gpuperf.workloads.scenario import Scenario
-from gpuperf.workloads.shard import Params, Stage, gpu_params, stages
+from gpuperf.workloads.shard import Params, Stage, stage_params
 from gpuperf.workloads.transformer_layers import (
     DENSE,
     Dims,
@@ -187,8 +187,7 @@ def _stages(cfg: ModelConfig, d: Dims, eager: bool, mode: str, recompute: str, p
     """Every distinct pipeline stage's micro-batch; fsdp: (dp ranks, dp nodes, expert-dp ranks,
     expert-dp nodes) under ZeRO-3; link: (tp, tp nodes, pp crosses nodes, sp)."""
     out = []
-    for st in stages(layer_kinds(cfg), pp):
-        params = gpu_params(cfg, st, d.g.tp, d.g.ep, pp)
+    for st, params in stage_params(cfg, pp, d.g.tp, d.g.ep):
         shard = (params, *fsdp) if fsdp is not None else None
         fwd, bwd = _stage_parts(cfg, d, eager, mode, recompute, st, shard)
         boundary = None

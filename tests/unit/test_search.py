@@ -99,11 +99,23 @@ def test_shared_stage_work_gives_each_plan_its_own_numbers():
             r.step_time, r.cost.memory, r.cost.breakdown), sc.label()  # fmt: skip
 
 
-def test_plans_that_do_not_fit_are_refused_on_memory_before_their_time_is_costed(result):
-    """The search rejects a plan whose busiest stage overflows the GPU without costing its
-    time: it keeps exactly the plans a full costing keeps, with the same numbers."""
+def test_plans_that_do_not_fit_are_refused_on_memory_before_their_time_is_costed(
+    result, monkeypatch
+):
+    """The search rejects a plan whose busiest stage overflows the GPU without building or
+    costing its work: it keeps exactly the plans a full costing keeps, with the same numbers
+    and the same memory."""
+    import gpuperf.workloads.step_work as step_work
     from gpuperf.step.run import Engine
     from gpuperf.step.search import _evaluate, evaluate
+
+    real_build, built = step_work.build, []
+
+    def counting_build(cfg, sc, g):  # noqa: ANN001, ANN202
+        built.append(sc)
+        return real_build(cfg, sc, g)
+
+    monkeypatch.setattr(step_work, "build", counting_build)
 
     engine = Engine(LLAMA70, DGX_H100.gpu, DGX_H100)
     specs = [dict(tp=tp, pp=pp, dp=64 // (tp * pp), micro_batch=1, global_batch=1024,
@@ -111,11 +123,14 @@ def test_plans_that_do_not_fit_are_refused_on_memory_before_their_time_is_costed
              for tp, pp in ((1, 1), (2, 8), (8, 4)) for zero in (0, 2)]  # fmt: skip
     full = {}
     for spec in specs:
+        built.clear()
         pruned = _evaluate(engine, spec, 8)
+        assert len(built) == (1 if pruned.fits else 0)  # its work never built
         whole = evaluate(Engine(LLAMA70, DGX_H100.gpu, DGX_H100), pruned.scenario, 8)
         assert pruned.fits == whole.fits
         if pruned.fits:
             assert pruned.step_time == whole.step_time
+            assert pruned.cost.memory == whole.cost.memory
         else:
             assert pruned.cost is None  # its time never costed
         full[spec["tp"], spec["pp"], spec["zero"]] = pruned.fits
