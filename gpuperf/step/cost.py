@@ -5,8 +5,8 @@ Host costs (per kernel, on the CPU that issues it):
 - eager PyTorch: host_dispatch_s per kernel (a replayed CUDA graph: none on the host, but
   graph_launch_s of GPU idle between kernels);
 - a collective call through torch.distributed: host_collective_s more;
-- every host cost grows with the ranks that share the host (1 + k*log2(ranks), k =
-  host_rank_slowdown);
+- every host cost grows with the ranks that share the host, as the slowest of them issues
+  (1 + k*log2(ranks), k = host_rank_slowdown: a collective waits for the last rank);
 - DTensor tensor parallelism in training: host_dtensor_op_s more for each sharded GEMM (sharding
   propagation and redistribution in Python around the local kernel) and for each optimizer op
   on each DTensor parameter (inference runs the local kernels: HOST_DTENSOR_OP_S);
@@ -93,11 +93,14 @@ HOST_COLLECTIVE_S = 8.6e-6
 #   of the Megatron-style forward (validate_multigpu_2gpu_profile.json).
 HOST_DTENSOR_OP_S = 113e-6
 # - Every rank on a host issues slower as more ranks share it (one process per GPU, each with
-#   its NCCL proxy and watchdog threads; shared caches): per call, 1.23x / 1.51x for a launch,
-#   1.34x / 1.71x for a Python loop, 1.04x / 1.48x for a linear, 1.07x / 1.59x for a DTensor
-#   linear at 2 / 4 ranks. Host costs scale by 1 + k*log2(ranks on the host), k the median of
-#   those eight ratios' k (0.25).
-HOST_RANK_SLOWDOWN = 0.25
+#   its NCCL proxy and watchdog threads; shared caches), and unevenly: between two collectives
+#   each rank issues alone and the collective ends when the last arrives, so an eager step pays
+#   the slowest rank's host. The slowest rank's time per call over one rank's alone: 1.44x /
+#   1.54x for a launch, 1.70x / 1.88x for a Python loop, 1.05x / 1.98x for a linear, 1.09x /
+#   2.49x for a DTensor linear at 2 / 4 ranks (the mean rank: 1.23x / 1.51x for a launch). Host
+#   costs scale by 1 + k*log2(ranks on the host), k the median of those eight ratios' k
+#   (benchmarks/host_rank_slowdown.py; 0.25 from the mean rank before).
+HOST_RANK_SLOWDOWN = 0.44
 # Hugging Face's MoE blocks (router, grouped_mm experts, shared experts) spend more host time per
 # kernel than its dense MLP: measured by benchmarks/device/host_block_probe.py on the H200 host
 # (host_block_probe.json), one block called back to back at one token, host µs per op gpuperf
