@@ -33,7 +33,14 @@ def measured(run: dict) -> dict[str, float]:
 
 
 def simulate(run: dict, gpu: str, params: dict[str, float]) -> dict[str, float]:
-    s = replay(run, run["preset"], gpu, **params).summary
+    model = run["preset"]
+    if "sliding_window" in run and not run["sliding_window"]:  # served with the window removed
+        from dataclasses import replace
+
+        from gpuperf.workloads.config import load_model
+
+        model = replace(load_model(model), sliding_window=0, sliding_layers=())
+    s = replay(run, model, gpu, **params).summary
     return {k: s[k] for k in COMPARED}
 
 

@@ -3,6 +3,7 @@ hf profile: random-weight Llamas of two sizes, several request counts, lengths a
 CUDA graphs off and (forced) on. One results file with every run's per-request timestamps.
 
     python3 benchmarks/device/serve_hf.py OUT.json [--only NAME ...]
+    python3 benchmarks/device/serve_hf.py OUT.json --families   # the held-out families' runs
     python3 benchmarks/device/serve_hf.py --closed   # the names of the closed-loop runs
 """
 
@@ -64,6 +65,23 @@ def closed_loops() -> list[tuple[str, str, list, dict, int]]:
     ]
 
 
+def families() -> list[tuple[str, str, list, dict, int]]:
+    """Families no fit has met (serve_hf_families.json, every run held out): Qwen2-7B (q/k/v
+    biases, a 152k vocabulary, 28 heads over 4 KV heads) and Mistral-7B, all at once, Poisson,
+    CUDA graphs forced on, and a closed loop."""
+    out = []
+    for model in ("qwen2-7b", "mistral-7b"):
+        out += [
+            (f"{model}_n64_512x128", model, fixed(64, 512, 128), {}, 0),
+            (f"{model}_n64_2048x64", model, fixed(64, 2048, 64), {}, 0),
+            (f"{model}_poisson8_n120_512x128", model, poisson(120, 8.0, 512, 128), {}, 0),
+            (f"{model}_c16_drawn_512x128", model, drawn(96, 512, 128), {}, 16),
+        ]
+    out.insert(2, ("qwen2-7b_n64_512x128_graphs", "qwen2-7b", fixed(64, 512, 128),
+                   {"use_cuda_graph": True}, 0))  # fmt: skip
+    return out
+
+
 def runs() -> list[tuple[str, str, list, dict, int]]:
     out = []
     for model, rate in (("llama3.2-1b", 24.0), ("llama3-8b", 8.0)):
@@ -85,11 +103,12 @@ def main() -> None:
         return
     path = Path(sys.argv[1])
     only = set(sys.argv[3:]) if len(sys.argv) > 2 and sys.argv[2] == "--only" else None
+    chosen = families() if sys.argv[2:] == ["--families"] else runs()
     from gpuperf.measure.calibration import measure_attn_plan
 
     # The host's cuDNN plan of a new SDPA shape (the hf engine's step_plans are in its units).
     results = {"kind": "serve_hf", "runs": [], "attn_plan_ms": measure_attn_plan() * 1e3}
-    for name, model, reqs, cb, users in runs():
+    for name, model, reqs, cb, users in chosen:
         if only and name not in only:
             continue
         spec = {"config": config(model), "requests": reqs, "cb": {**CB, **cb}, "dtype": "bf16",

@@ -37,6 +37,17 @@ if TYPE_CHECKING:
 
 # Kernels that can run inside a neighbour (their work is memory traffic the other kernel streams).
 _FUSABLE = ("norm", "elementwise", "copy")
+# Hugging Face's paged cache reads a sliding-window layer's keys and values another way
+# (transformers 5.17 PagedAttentionCache.update, whatever the lengths): it gathers the cache,
+# then puts the step's new tokens in with masked_scatter_ (mask = read_index == sentinel,
+# broadcast over heads and head_dim), then writes the cache. PyTorch's masked_scatter_ on CUDA
+# (aten/src/ATen/native/cuda IndexKernel.cpp/.cu) makes the broadcast mask contiguous (1 byte a
+# value written), prefix-sums it into int64 with cub (1 read, 8 written) and runs one
+# elementwise pass (value, mask and prefix read, value written): 19 bytes plus two values' per
+# value, K and V each. _WINDOW_CALLS: the Python calls that path adds per layer (the mask's
+# comparison and two masked_scatter_), each a host dispatch in eager steps.
+_SCATTER_BYTES = 19
+_WINDOW_CALLS = 3
 
 
 def _grid(limit: int) -> list[int]:
@@ -110,7 +121,10 @@ class StepTimer:
         # A kernel inside a neighbouring one: its bytes streamed at the sustained rate, no
         # launch, floor or ramp of its own.
         stream = self.gpu.hbm_bw * self.gpu.params.mem_eff
+        sliding = set(self.cfg.sliding_layers) if self.cfg.sliding_window else set()
         for part in work.stages[0].fwd:
+            # a run of alike layers shares its kind: its first layer says whether it slides
+            attn = "attn_window" if part.layer0 in sliding else "attn"
             c = coster.cost(part)
             keep = 1.0 - coster.overlap_cost
             eff = [t - h * keep for t, h in zip(c.tpl.time_s, c.tpl.hidden_s, strict=True)]
@@ -119,7 +133,7 @@ class StepTimer:
                 eff[i], host[i] = c.tpl.rows[i][4] / stream, 0.0
             runs, variable, lo = [], [], 0
             for i, op in enumerate(part.ops):
-                what = "attn" if op.kind == "attention" else (
+                what = attn if op.kind == "attention" else (
                     "head" if op.kind == "gemm" and op.name == "lm_head" else "")  # fmt: skip
                 if what:
                     runs.append(Timed.of(eff[lo:i], host[lo:i]))
@@ -181,7 +195,10 @@ class StepTimer:
                 if what == "head":
                     t = self._kernel_s(coster, replace(op, m=max(1, rows)))
                 elif self.engine.attention == "gather_sdpa":
-                    t = self._gathered(coster, op, n_dec, ctx_mean, chunks)
+                    window = what == "attn_window"
+                    t = self._gathered(coster, op, n_dec, ctx_mean, chunks, window)
+                    if window and host:  # the window's cache path: 3 more calls (_WINDOW_CALLS)
+                        host *= 1 + _WINDOW_CALLS
                 else:
                     if n_dec:
                         t += self._kernel_s(coster, replace(
@@ -195,10 +212,11 @@ class StepTimer:
         return out
 
     def _gathered(self, coster, op: Op, n_dec: int, ctx_mean: int,  # noqa: ANN001
-                  chunks: tuple[tuple[int, int], ...]) -> float:  # fmt: skip
+                  chunks: tuple[tuple[int, int], ...], window: bool = False) -> float:  # fmt: skip
         """Hugging Face's paged|sdpa over the step (EngineProfile.attention): gather every
         sequence's cached K and V, repeat the KV heads to the query heads, one masked SDPA of
-        all the step's queries against all of it."""
+        all the step's queries against all of it; a sliding-window layer also scatters the
+        step's new keys and values into what it gathered (_SCATTER_BYTES)."""
         from gpuperf.dtypes import BYTES
         from gpuperf.perfmodel.ops import Attention, Copy
 
@@ -208,6 +226,10 @@ class StepTimer:
         # once any sequence reads its cache, the whole step's keys are gathered (cache.update)
         gathered = keys if past else 0
         t = self._kernel_s(coster, Copy("attn/gather", gathered * op.kv_heads * elt, op.dtype))
+        if window and gathered:  # K and V each: masked_scatter_ of the step's new tokens
+            values = gathered * op.kv_heads * op.head_dim
+            scatter = values * (_SCATTER_BYTES + 2 * BYTES[op.kv_dtype or op.dtype]) // 2
+            t += 2 * self._kernel_s(coster, Copy("attn/window_scatter", scatter, op.dtype))
         if op.heads != op.kv_heads:
             t += self._kernel_s(coster, Copy("attn/repeat_kv", keys * op.heads * elt, op.dtype))
         q = max(1, n_dec + sum(c for c, _ in chunks))

@@ -149,6 +149,37 @@ def test_the_step_timer_is_the_step_engine():
                                  rel=1e-6)  # fmt: skip
 
 
+def test_hf_sliding_window_layers_pay_their_cache_path_below_the_window():
+    """Hugging Face's paged cache scatters a sliding layer's new keys and values into the
+    gathered cache (masked_scatter_) at any length: a Mistral step below its 4096-token window
+    costs the same step without the window plus two masked_scatter_ passes over the gathered K
+    and V of each of its 32 layers, and three host calls per layer in an eager step."""
+    from gpuperf.dtypes import BYTES
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.perfmodel.ops import Copy
+    from gpuperf.step.run import coster_for
+    from gpuperf.step.serve_steps import _SCATTER_BYTES, _WINDOW_CALLS, StepTimer
+    from gpuperf.workloads.config import load_model
+    from gpuperf.workloads.scenario import Scenario
+
+    hf, gpu = load_engine("hf"), load_gpu("h100")
+    cfg = load_model("mistral-7b")
+    flat = replace(cfg, sliding_window=0, sliding_layers=())
+    base = Scenario(mode="prefill")
+    window, plain = (StepTimer(c, gpu, None, hf, base) for c in (cfg, flat))
+    n, ctx = 64, 600  # 64 decodes over 600 cached tokens each: eager (no graphs in hf)
+    extra = window.step_s((), n, n * ctx, n) - plain.step_s((), n, n * ctx, n)
+    keys = n * ctx + n  # the cache and the step's own tokens, gathered
+    values = keys * cfg.kv_heads * cfg.hd
+    scatter = Copy("attn/window_scatter", values * (_SCATTER_BYTES + 2 * BYTES["bf16"]) // 2)
+    sc = replace(base, seq=n, batch=1, micro_batch=None)
+    one = coster_for(sc, window.where, 1.0).row(scatter)[7] * 1e-3
+    gpu_extra = cfg.layers * 2 * one
+    host_extra = cfg.layers * _WINDOW_CALLS * gpu.params.host_dispatch_s
+    assert gpu_extra > 0 and extra >= gpu_extra * 0.99  # the scatter, at least
+    assert extra <= (gpu_extra + host_extra) * 1.01  # and no more than it and its calls
+
+
 def test_longer_contexts_and_bigger_batches_take_longer():
     from gpuperf.hardware.loader import load_gpu
     from gpuperf.step.serve_steps import StepTimer
