@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,26 +14,44 @@ from typing import Any
 from gpuperf.errors import InputError, shown
 
 
+def _special(out: Path) -> bool:
+    """Whether `out` exists and is not a regular file (/dev/null, a FIFO, a terminal): written
+    into as it is, never replaced."""
+    try:
+        return not stat.S_ISREG(os.stat(out).st_mode)
+    except OSError:
+        return False
+
+
 def check_writable(path: str | os.PathLike[str]) -> Path:
-    """Fail now, before any work, if `path` cannot be written (a folder, a missing or read-only
-    parent that cannot be created, a name the file system refuses): the output is checked before
-    the work starts."""
+    """Fail now, before any work, if `path` cannot be written (a folder, a parent that is a file
+    or read-only, a name the file system refuses): the output is checked before the work
+    starts. Nothing is created here; a missing folder is made when the file is written. A
+    symbolic link is followed: its target is what gets written."""
     out = Path(path)
     if "\0" in str(out):
         raise InputError(f"cannot write {shown(str(out))}: a file name has no NUL bytes")
     if os.path.isdir(out):  # False, not an error, for a name that cannot exist (NUL, too long)
         raise InputError(f"{out} is a directory; give a file name")
-    parent = out.parent if str(out.parent) else Path(".")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
-    if not parent.is_dir():
-        raise InputError(f"cannot write {out}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
+        link = out.is_symlink()
+    except OSError:  # a name the file system refuses: the probe below says why
+        link = False
+    out = Path(os.path.realpath(out)) if link else out
+    if _special(out):
+        if not os.access(out, os.W_OK):
+            raise InputError(f"cannot write {out}: permission denied")
+        return out
+    parent = out.parent if str(out.parent) else Path(".")
+    existing = parent
+    while not os.path.exists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not os.path.isdir(existing):
+        raise InputError(f"cannot write {out}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
         raise InputError(f"cannot write {out}: permission denied")
     try:  # the folder may pass os.access and still refuse files (/proc as root, a read-only mount)
-        fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
+        fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=existing)
     except OSError as exc:
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
     os.close(fd)
@@ -43,10 +62,19 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write `text` to `path` (creating its folder) through a temporary file in the same folder
     and a rename: a reader never sees half a file, and a failed write leaves the old file as it
-    was. An unwritable path is the user's input: InputError. Every file gpuperf writes goes
-    through here."""
+    was. A path that is not a regular file (/dev/null, a FIFO) is written into as it is, and a
+    symbolic link's target is written. An unwritable path is the user's input: InputError.
+    Every file gpuperf writes goes through here."""
     out = check_writable(path)
+    if _special(out):
+        try:
+            with open(out, "w", encoding="utf-8", errors="replace") as f:
+                f.write(text)
+        except OSError as exc:
+            raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+        return out
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent or ".")
     except OSError as exc:  # a folder that looks writable and is not (/proc, a full disk)
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
@@ -83,7 +111,13 @@ def read_text(path: str | os.PathLike[str], what: str = "file",
     p = Path(path)
     limit = MAX_INPUT_BYTES if limit is None else limit
     try:
-        with open(p, "rb") as f:
+        fifo = stat.S_ISFIFO(os.stat(p).st_mode)
+    except (OSError, ValueError):  # open() below says why
+        fifo = False
+    try:
+        # a pipe (<(...)) opened without waiting for a writer: with none, it reads as empty
+        opener = _open_pipe if fifo else None
+        with open(p, "rb", opener=opener) as f:
             data = f.read(limit + 1)
     except FileNotFoundError:
         raise InputError(f"{what} {p} does not exist") from None
@@ -100,6 +134,12 @@ def read_text(path: str | os.PathLike[str], what: str = "file",
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{what} {p} is not UTF-8 text (byte {exc.start})") from None
+
+
+def _open_pipe(path: str, flags: int) -> int:
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    os.set_blocking(fd, True)
+    return fd
 
 
 def parse_json(text: str, what: str) -> Any:

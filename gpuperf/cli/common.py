@@ -25,6 +25,17 @@ def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
+class Finite(click.FloatRange):
+    """A number in a range that is neither NaN nor infinite (click's FloatRange lets NaN past
+    its bounds: every comparison with it is false)."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        out = super().convert(value, param, ctx)
+        if out != out or out in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return out
+
+
 class SizeType(click.ParamType):
     """A positive size: 4096, 4K, 1M, 1GiB."""
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from gpuperf.cli.common import output_options
+from gpuperf.cli.common import Finite, output_options
 from gpuperf.cli.ops_grammar import dtype_option, op_commands, sweep
 from gpuperf.errors import EnvironmentUnavailable, GpuperfError, InputError, interrupted
 
@@ -49,6 +49,8 @@ def gpu_for_prediction(gpu: str | None, device: str, warnings: list[str]) -> Any
         except EnvironmentUnavailable:
             import torch
 
+            if not torch.cuda.is_available():  # no GPU: torch's call would assert
+                raise EnvironmentUnavailable("no CUDA GPU found; pass --gpu NAME") from None
             props = torch.cuda.get_device_properties(0)
             return match_profile(torch.cuda.get_device_name(0), float(props.total_memory))
     except (EnvironmentUnavailable, ImportError) as exc:
@@ -172,12 +174,8 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 show_default=True,
                 help="Attention kernel (SDPA backend).",
             ),
-            click.option(
-                "--warmup-ms", type=click.FloatRange(min=0), default=25.0, show_default=True
-            ),
-            click.option(
-                "--rep-ms", type=click.FloatRange(min=0), default=100.0, show_default=True
-            ),
+            click.option("--warmup-ms", type=Finite(min=0), default=25.0, show_default=True),
+            click.option("--rep-ms", type=Finite(min=0), default=100.0, show_default=True),
             click.option("--save", default=None, help="Write results (JSON) here, row by row."),
             output_options,
         ]
@@ -326,12 +324,12 @@ def _collective_command(coll: str) -> click.Command:
         click.option("--system", default=None, help="System profile (multi-node prediction)."),
         click.option(
             "--timeout",
-            type=click.FloatRange(min=0, min_open=True),
+            type=Finite(min=0, min_open=True),
             default=None,
             help="Seconds; kill every rank and exit 3 past it.",
         ),
-        click.option("--warmup-ms", type=click.FloatRange(min=0), default=10.0, show_default=True),
-        click.option("--rep-ms", type=click.FloatRange(min=0), default=50.0, show_default=True),
+        click.option("--warmup-ms", type=Finite(min=0), default=10.0, show_default=True),
+        click.option("--rep-ms", type=Finite(min=0), default=50.0, show_default=True),
         click.option("--save", default=None, help="Write results (JSON) here, size by size."),
         output_options,
     ]

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from gpuperf.cli.common import SIZE
+from gpuperf.cli.common import SIZE, Finite
 
 # CLI option name -> api.predict argument, for the options below.
 PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "nodes", "global_batch", "micro_batch", "zero",
@@ -57,7 +57,7 @@ plan_cli_options: list[Callable[..., Any]] = [
                  help="Model chunks per stage (interleaved)."),
     click.option("--nvls/--no-nvls", default=False, show_default=True,
                  help="Allow NVLink SHARP collectives."),
-    click.option("--moe-imbalance", type=click.FloatRange(1, 64), default=1.0, show_default=True,
+    click.option("--moe-imbalance", type=Finite(1, 64), default=1.0, show_default=True,
                  help="With --ep: the busiest rank gets this many times the mean token copies "
                  "(e.g. --moe-imbalance 1.3)."),
 ]  # fmt: skip

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gpuperf.cli.common import SIZE, output_options
+from gpuperf.cli.common import SIZE, Finite, output_options
 
 EXAMPLE = ("Example: gpuperf serve llama3-8b --gpu h100 --engine vllm --isl 512 --osl 128 "
            "--rate 10")  # fmt: skip
@@ -60,7 +60,7 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
 @click.option("--batch-wait-iters", type=click.IntRange(0, 1 << 20), default=None,
               help="Hold prefills back while decodes run for up to this many steps "
               "(TensorRT-LLM's batch_wait_timeout_iters; engine's default).")  # fmt: skip
-@click.option("--batch-wait-tokens", type=click.FloatRange(0, 1), default=None,
+@click.option("--batch-wait-tokens", type=Finite(0, 1), default=None,
               help="...or until the step's tokens reach this share of the token budget "
               "(TensorRT-LLM's batch_wait_max_tokens_ratio; engine's default). Both above 0 "
               "to hold anything.")  # fmt: skip

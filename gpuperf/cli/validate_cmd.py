@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from gpuperf.cli.common import SIZE
+from gpuperf.cli.common import SIZE, Finite
 from gpuperf.cli.measure_cmd import (
     _predict,
     _render,
@@ -109,7 +109,7 @@ EXAMPLES = (
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=Finite(min=1),
     default=900.0,
     show_default=True,
     help="Seconds before a whole-model run is ended.",

@@ -56,6 +56,7 @@ _GPU_REQUIRED_STR = ("arch", "compute_capability")
 _COMMON_KEYS = ("name", "base", "display_name", "aliases", "sources")
 _GPU_KEYS = (*_COMMON_KEYS, *GPU_NUMBERS, *_GPU_REQUIRED_STR, "nvml_names", "peak_tflops", "model",
              "params_from")  # fmt: skip
+MIN_VALUE = 1e-6  # the smallest positive size a profile's key takes, in its own unit (GB/s...)
 MAX_GPUS_PER_NODE = 576  # NVL576, the largest NVLink domain announced (GB200 NVL72 ships)
 _SYSTEM_KEYS = (*_COMMON_KEYS, *SYSTEM_NUMBERS, "gpu", "nvswitch")
 # params_from stays with its profile: a profile built on one (a calibration of that GPU, say)
@@ -295,6 +296,9 @@ def _numbers(raw: dict, table: dict, origin: str) -> dict[str, Any]:
     for key, (field_name, factor, integer, zero) in table.items():
         if key in raw:
             value = _number(raw[key], key, origin, integer=integer, zero=zero)
+            if 0 < value < MIN_VALUE:  # a millionth of the key's unit: a typo; 1/it overflows
+                raise InputError(f"{origin}: {key} must be at least {MIN_VALUE:g}"
+                                 f"{' (or 0)' if zero else ''}, got {shown(value)}")  # fmt: skip
             out[field_name] = value if integer else float(value) * factor
     return out
 

@@ -13,10 +13,9 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from gpuperf.fileio import json_safe, write_text
+from gpuperf.fileio import check_writable, json_safe, write_text
 from gpuperf.measure.kernels import Measurement
 from gpuperf.perfmodel.ops import Op
 from gpuperf.perfmodel.ops_io import op_to_dict
@@ -49,12 +48,12 @@ def measurement_row(m: Measurement, predicted_ms: float | None = None) -> dict[s
 
 
 class ResultsFile:
-    """A results file rewritten (atomically) after every row, so a failure loses nothing done."""
+    """A results file rewritten (atomically) after every row, so a failure loses nothing done;
+    first written with the first row (a run that measures nothing leaves an old file as it was)."""
 
     def __init__(self, path: str | os.PathLike[str], env: dict[str, Any], kind: str) -> None:
-        self.path = Path(path)
+        self.path = check_writable(path)
         self.data: dict[str, Any] = {"env": env, "kind": kind, "rows": []}
-        self.write()
 
     @property
     def rows(self) -> list[dict[str, Any]]:

@@ -168,6 +168,11 @@ class ModelConfig:
             if extra := [a for a in moe_only if getattr(self, a)]:
                 raise InputError(f"{self.name}: {extra[0]} needs num_experts > 0")
             return
+        if len(set(self.dense_layers)) >= self.num_hidden_layers:
+            raise InputError(
+                f"{self.name}: every one of its {self.num_hidden_layers} layers has a dense MLP "
+                "(first_k_dense_replace / mlp_only_layers / dense_layers): no layer is routed"
+            )
         if not 1 <= self.num_experts_per_tok <= self.num_experts:
             raise InputError(
                 f"{self.name}: num_experts_per_tok ({self.num_experts_per_tok}) must be between 1 "

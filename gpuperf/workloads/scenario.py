@@ -55,6 +55,7 @@ _CHOICES = {
 
 
 MAX_COUNT = 2**31  # a batch, length or degree beyond this is a typo (its token counts overflow)
+MAX_NEW_TOKENS = 2**24
 
 
 def _positive_int(name: str, value: object) -> None:
@@ -140,6 +141,9 @@ class Scenario:
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise InputError(f"{name} must be true, false or None, got {value!r}")
+        if self.new_tokens > MAX_NEW_TOKENS:  # generate costs each answer token's context
+            raise InputError(f"new_tokens must be at most {MAX_NEW_TOKENS:,} (a 16M-token answer "
+                             f"is past any model's context), got {self.new_tokens:,}")  # fmt: skip
         self._check_formats()
         imb = self.moe_imbalance
         if isinstance(imb, bool) or not isinstance(imb, int | float) or not 1 <= imb <= 64:
