@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ class Finite(click.FloatRange):
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
         out = super().convert(value, param, ctx)
-        if out != out or out in (float("inf"), float("-inf")):
+        if not math.isfinite(out):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return out
 

@@ -55,7 +55,7 @@ _CHOICES = {
 
 
 MAX_COUNT = 2**31  # a batch, length or degree beyond this is a typo (its token counts overflow)
-MAX_NEW_TOKENS = 2**24
+MAX_NEW_TOKENS = 2**24  # generate costs each answer token's context: 16M tokens take seconds
 
 
 def _positive_int(name: str, value: object) -> None:
