@@ -20,6 +20,9 @@ Plans:
 - ckpt: training steps with and without gradient checkpointing
   (model.gradient_checkpointing_enable()).
 - swa: a Mistral-shaped prefill with and without its 4096-token sliding window.
+- families: dense families other than Llama at their published sizes (Qwen2, Qwen3, Gemma 2 and
+  3, Phi-3, Falcon, Nemotron, GPT-BigCode, GPT-2, GPT-NeoX), after Llama-3-8B on the same host:
+  eager prefill, eager decode on a DynamicCache, decode on a StaticCache as a CUDA graph.
 A run that fails records its error and the others go on.
 """
 
@@ -143,6 +146,37 @@ DEEPSEEK_V3 = {
 }  # fmt: skip
 
 
+# Qwen/Qwen3-8B config.json.
+QWEN3_8B = {
+    "model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288,
+    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 128, "hidden_act": "silu", "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6, "rope_theta": 1000000, "attention_bias": False,
+    "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936,
+}  # fmt: skip
+# openai-community/gpt2-xl config.json.
+GPT2_XL = {
+    "model_type": "gpt2", "activation_function": "gelu_new", "n_ctx": 1024, "n_embd": 1600,
+    "n_head": 25, "n_layer": 48, "n_positions": 1024, "layer_norm_epsilon": 1e-5,
+    "vocab_size": 50257,
+}  # fmt: skip
+# EleutherAI/pythia-6.9b config.json.
+PYTHIA_6_9B = {
+    "model_type": "gpt_neox", "hidden_act": "gelu", "hidden_size": 4096,
+    "intermediate_size": 16384, "layer_norm_eps": 1e-5, "max_position_embeddings": 2048,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "rotary_emb_base": 10000,
+    "rotary_pct": 0.25, "tie_word_embeddings": False, "use_parallel_residual": True,
+    "vocab_size": 50432,
+}  # fmt: skip
+# Published configs the loader's tests read (tests/unit/data/hf_configs, each with its source).
+HF_CONFIGS = ROOT / "tests" / "unit" / "data" / "hf_configs"
+
+
+def _hf(name: str) -> dict:
+    cfg = json.loads((HF_CONFIGS / f"{name}.json").read_text())
+    return {k: v for k, v in cfg.items() if not k.startswith("_")}
+
+
 def _few_layers(cfg: dict, layers: int, **more) -> dict:  # noqa: ANN003
     return {**cfg, "num_hidden_layers": layers, **more}
 
@@ -161,6 +195,14 @@ CONFIGS = {
     "deepseek-v3-3l": lambda: _few_layers(DEEPSEEK_V3, 3, first_k_dense_replace=1),
     "mistral-4l-swa": lambda: _few_layers(_preset("mistral-7b"), 4),
     "mistral-4l-full": lambda: _few_layers(_preset("mistral-7b"), 4, sliding_window=None),
+    "qwen3-8b": lambda: dict(QWEN3_8B),
+    "gemma-3-1b": lambda: _hf("gemma-3-1b-pt"),
+    "phi-3-mini": lambda: _hf("phi-3-mini-4k-instruct"),
+    "falcon-7b": lambda: _hf("falcon-7b"),
+    "minitron-8b": lambda: _hf("minitron-8b-base"),
+    "starcoder": lambda: _hf("starcoder"),
+    "gpt2-xl": lambda: dict(GPT2_XL),
+    "pythia-6.9b": lambda: dict(PYTHIA_6_9B),
 }
 
 
@@ -168,7 +210,8 @@ TINY = {"hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 1
         "shared_expert_intermediate_size": 256, "num_attention_heads": 4, "head_dim": 64,
         "num_key_value_heads": 2, "vocab_size": 1000, "q_lora_rank": 64, "kv_lora_rank": 32,
         "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
-        "num_hidden_layers": 2}  # fmt: skip
+        "num_hidden_layers": 2, "n_embd": 256, "n_inner": 512, "n_head": 4,
+        "n_layer": 2}  # fmt: skip
 
 
 def load_config(name: str, tiny: bool = False) -> dict:
@@ -176,8 +219,11 @@ def load_config(name: str, tiny: bool = False) -> dict:
     if tiny:  # same code paths on small shapes: keys the family has, made small
         mha = cfg.get("num_key_value_heads") == cfg.get("num_attention_heads")
         cfg.update({k: v for k, v in TINY.items() if k in cfg})
-        if mha or cfg.get("model_type", "").startswith("deepseek"):  # MHA stays MHA
-            cfg["num_key_value_heads"] = cfg["num_attention_heads"]
+        if mha and "num_attention_heads" in cfg or cfg.get("model_type", "").startswith("deepseek"):
+            cfg["num_key_value_heads"] = cfg["num_attention_heads"]  # MHA stays MHA
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # inside the small vocab
+            if isinstance(cfg.get(key), int) and cfg[key] >= cfg["vocab_size"]:
+                cfg[key] = 0
     return cfg
 
 
@@ -485,7 +531,20 @@ SWA_PLAN = [
     ("mistral-4l-swa", "prefill", "eager", False, 1, 4096, 0),
     ("mistral-4l-swa", "decode", "eager", False, 1, 0, 8192),
 ]
-PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN}
+# GPT-2 learns 1,024 positions: its runs stay within them.
+FAMILIES_PLAN = [
+    (model, mode, "eager", graphs, batch, seq // (2 if model == "gpt2-xl" else 1),
+     ctx // (4 if model == "gpt2-xl" else 1))
+    for model in ("llama3-8b", "qwen2-7b", "qwen3-8b", "gemma2-9b", "gemma-3-1b", "phi-3-mini",
+                  "falcon-7b", "minitron-8b", "starcoder", "gpt2-xl", "pythia-6.9b")
+    for mode, graphs, batch, seq, ctx in (
+        ("prefill", False, 1, 2048, 0),
+        ("decode", False, 1, 0, 2048),
+        ("decode", True, 8, 0, 2048),
+    )
+]  # fmt: skip
+PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN,
+         "families": FAMILIES_PLAN}  # fmt: skip
 
 
 def main() -> int:

@@ -6,7 +6,9 @@ time; SDPA alone on decode shapes at new and seen kv lengths (MHA, GQA by enable
 repeated kv); this host's launch costs and plan time (e2e_hf.launch_costs). Each model gets its
 own kv lengths, so none meets plans another one made. Writes sdpa_decode_probe.json.
 
-    python3 benchmarks/device/sdpa_decode_probe.py OUT_DIR [--models a,b,...]
+    python3 benchmarks/device/sdpa_decode_probe.py OUT_DIR [--models a,b,...|families]
+
+Each model's short forward (16 tokens, no cache) gives its host time per forward and kernel count.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ MODELS = {
     "qwen1.5-moe-8l": lambda: e2e_hf.load_config("qwen1.5-moe-8l"),
     "deepseek-v3-3l": lambda: e2e_hf.load_config("deepseek-v3-3l"),
 }
+# The dense families of e2e_hf.py's families plan, whole (--models families).
+FAMILIES = ("llama3-8b", "qwen2-7b", "qwen3-8b", "gemma2-9b", "gemma-3-1b", "phi-3-mini",
+            "falcon-7b", "minitron-8b", "starcoder", "gpt2-xl", "pythia-6.9b")  # fmt: skip
+DEFAULT_MODELS = tuple(MODELS)
+MODELS |= {name: (lambda n=name: e2e_hf.load_config(n)) for name in FAMILIES}
 BACKENDS = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
 
 
@@ -93,6 +100,7 @@ def probe_model(name: str, ctx: int) -> dict:
         return out
 
     with torch.no_grad():
+        row["short_forward"] = short_forward(model)
         step, _ = e2e_hf.decode_step(model, 1, ctx)
         F.scaled_dot_product_attention = spy
         try:
@@ -120,6 +128,35 @@ def probe_model(name: str, ctx: int) -> dict:
           f"{[round(c['host_ms'], 2) for c in calls]}; backends "
           f"{sorted({c['backend'] for c in calls})}", flush=True)  # fmt: skip
     return row
+
+
+def short_forward(model, seq: int = 16, n: int = 10) -> dict:  # noqa: ANN001
+    """The host's time for one forward of `seq` tokens without a cache (the GPU's share is tiny,
+    so the call returns when the host has issued every kernel), and its kernel count."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    ids = torch.randint(0, model.config.vocab_size, (1, seq), device="cuda")
+
+    def fwd():  # noqa: ANN202
+        return model(input_ids=ids, use_cache=False, logits_to_keep=1)
+
+    for _ in range(3):
+        fwd()
+    hosts = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fwd()
+        hosts.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fwd()
+        torch.cuda.synchronize()
+    kernels = sum(e.count for e in prof.key_averages()
+                  if e.device_type == torch.autograd.DeviceType.CUDA)  # fmt: skip
+    return {"seq": seq, "host_ms": statistics.median(hosts), "host_samples_ms": hosts,
+            "cuda_kernels": kernels}  # fmt: skip
 
 
 def sdpa_alone() -> list[dict]:
@@ -167,21 +204,24 @@ def main() -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="names, or 'families'")
+    ap.add_argument("--out-name", default="sdpa_decode_probe.json")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"env": e2e_hf.env_stamp(), "kind": "sdpa_decode_probe"}
     result |= {"launch": e2e_hf.launch_costs(), "sdpa_alone": sdpa_alone(), "models": []}
     print("launch costs:", json.dumps(result["launch"]), flush=True)
-    for i, name in enumerate(args.models.split(",")):
+    names = FAMILIES if args.models == "families" else args.models.split(",")
+    for i, name in enumerate(names):
         try:  # each model its own kv lengths: no model meets plans another one made
-            result["models"].append(probe_model(name, 1024 + 100 * i))
+            ctx = 600 + 10 * i if name == "gpt2-xl" else 1024 + 100 * i  # GPT-2: 1,024 positions
+            result["models"].append(probe_model(name, ctx))
         except Exception as exc:  # noqa: BLE001 (one model failing leaves the others)
             print(f"{name}: failed {exc!r}", flush=True)
             result["models"].append({"model": name, "error": repr(exc)})
             torch.cuda.empty_cache()
-        (out / "sdpa_decode_probe.json").write_text(json.dumps(result, indent=1))
+        (out / args.out_name).write_text(json.dumps(result, indent=1))
     return 0
 
 
