@@ -121,11 +121,22 @@ def hw_for(gpu: GpuSpec, dtype: DType, aligned: bool = True, rate_eff: float | N
         smem=gpu.smem_per_sm_bytes,
         floor=p.kernel_floor_s + p.mma_latency_s,
         half_bytes=p.bytes_for_half_bw,
-        fill=p.gemm_fill_ksteps,
+        fill=p.gemm_fill_ksteps * _fill_scale(gpu, dtype),
         edge_full=p.gemm_tile_edge_full,
         tail=p.gemm_tail_frac,
         reduce_floor=p.kernel_floor_s,
     )
+
+
+def _fill_scale(gpu: GpuSpec, dtype: DType) -> float:
+    """gemm_fill_ksteps counts k-steps of the 16-bit Tensor-Core kernels: the pipeline's fill is
+    a time, the same for the other Tensor-Core types (fp8's and TF32's k-steps take as long), but
+    fp32 on CUDA cores (no TF32) spends far longer on each k-step's math, so the same fill is
+    fewer of its k-steps: 64 bf16 elements at the bf16 rate against 32 fp32 at the fp32 rate."""
+    if dtype != "fp32" or "bf16" not in gpu.peak_flops:
+        return 1.0
+    peak = matmul_peak(gpu, "fp32")
+    return min(1.0, (K_STEP_BYTES // 2) * peak / ((K_STEP_BYTES // 4) * gpu.peak("bf16")))
 
 
 def ctas_per_sm(tm: int, tn: int, hw: _Hw) -> int:

@@ -23,7 +23,7 @@ from gpuperf.workloads.hf_config import SUPPORTED_TYPES, from_hf_dict
 __all__ = ["SUPPORTED_TYPES", "ModelConfig", "from_hf_dict", "hf_config", "load_model"]
 
 Mlp = Literal["gated", "plain"]  # gated: down(act(gate(x)) * up(x)); plain: down(act(up(x)))
-Act = Literal["silu", "gelu", "gelu_tanh", "relu", "relu2"]
+Act = Literal["silu", "gelu", "gelu_tanh", "gelu_new", "relu", "relu2"]
 NormKind = Literal["rmsnorm", "layernorm"]
 Positions = Literal["rope", "learned"]
 Router = Literal["softmax", "sigmoid"]
@@ -63,6 +63,9 @@ class ModelConfig:
     sliding_window: int = 0  # tokens a sliding layer attends to (0: none)
     sliding_layers: tuple[int, ...] = ()  # indices of the layers that use the window
     attn_softcap: float = 0.0  # cap * tanh(scores / cap) (Gemma2; 0: none)
+    # HF hands SDPA keys and values with fewer heads than the queries and no enable_gqa, with a
+    # mask (Falcon-7B's multi-query attention): only PyTorch's math backend takes them, in fp32.
+    sdpa_math: bool = False
     num_experts: int = 0
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0  # width of one routed expert (0: intermediate_size)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 ACTIVATIONS = {
     "silu": "silu", "swish": "silu",
     "gelu": "gelu", "gelu_python": "gelu",
-    "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+    "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
     "gelu_accurate": "gelu_tanh", "gelu_python_tanh": "gelu_tanh",
     "relu": "relu", "relu2": "relu2",
 }  # fmt: skip
@@ -245,11 +245,15 @@ def _falcon(f: _Reader) -> dict[str, Any]:
     # FalconAttention: num_kv_heads with the new architecture, else one (multi_query) or all
     kv = f.get("num_kv_heads", "n_head_kv", default=heads) if new else None
     n_ln = f.get("num_ln_in_parallel_attn", default=2 if new else 1)
+    kv_heads = kv or (1 if f.flag("multi_query", True) else heads)
     return dict(
         hidden_size=h,
         num_hidden_layers=f.get("num_hidden_layers", "n_layer"),
         num_attention_heads=heads,
-        num_key_value_heads=kv or (1 if f.flag("multi_query", True) else heads),
+        num_key_value_heads=kv_heads,
+        # FalconAttention without the new architecture passes its one K/V head to SDPA as it is,
+        # with the causal mask always built (allow_is_causal_skip=False): the math backend
+        sdpa_math=not new and kv_heads != heads,
         intermediate_size=f.get("ffn_hidden_size", default=4 * h),
         vocab_size=f.get("vocab_size"),
         max_position_embeddings=f.get("max_position_embeddings", default=2048),

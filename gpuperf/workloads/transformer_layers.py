@@ -188,6 +188,35 @@ def math_attention(d: Dims, dropout: bool = False) -> list[Op]:
     return ops
 
 
+def sdpa_math_fp32(d: Dims) -> list[Op]:
+    """PyTorch's math SDPA (aten _scaled_dot_product_attention_math) on 16-bit inputs, which it
+    computes in fp32: q, k and v cast up; q and k each scaled by sqrt(scale); S = Q Kᵀ on CUDA
+    cores (fp32, no TF32), k broadcast to every query head; the boolean mask made additive and
+    added; _safe_softmax (softmax, a row of -inf where every key is masked: isneginf, all, where);
+    P V; the output cast back. Every (query, key) pair is computed; nothing is skipped."""
+    hd, a = d.head_dim, d.act
+    bh = d.batch * d.heads
+    n = bh * d.q_len * d.kv_len
+    q, kv = bh * d.q_len * hd, d.batch * d.kv_heads * d.kv_len * hd
+    ops: list[Op] = [_ew("attn/math.q_f32", "cast", q, a, out="fp32", flops=0.0)]
+    ops += [_ew(f"attn/math.{t}_f32", "cast", kv, a, out="fp32", flops=0.0) for t in "kv"]
+    ops += [_ew("attn/math.scale_q", "mul", q, "fp32"), _ew("attn/math.scale_k", "mul", kv, "fp32")]
+    if d.heads != d.kv_heads:  # matmul expands the broadcast k (and v) to every head: a copy
+        ops.append(Copy("attn/math.expand_k", bh * d.kv_len * hd * 4, "fp32"))
+    ops.append(Gemm("attn/scores", d.q_len, d.kv_len, hd, "fp32", bh))
+    ops.append(_ew("attn/math.mask_f32", "where", d.q_len * d.kv_len, "int8", out="fp32"))
+    ops.append(_ew("attn/math.mask_add", "add", n, "fp32", flops=1.0))
+    ops.append(Norm("attn/softmax", "softmax", bh * d.q_len, d.kv_len, "fp32"))
+    ops.append(_ew("attn/math.isneginf", "isneginf", n, "fp32", out="int8"))
+    ops.append(Reduce("attn/math.all_masked", "all", bh * d.q_len, d.kv_len, 1, "int8"))
+    ops.append(_ew("attn/math.where", "where", n, "fp32"))
+    if d.heads != d.kv_heads:
+        ops.append(Copy("attn/math.expand_v", bh * d.kv_len * hd * 4, "fp32"))
+    ops.append(Gemm("attn/context", d.q_len, hd, d.kv_len, "fp32", bh))
+    ops.append(_ew("attn/math.out_cast", "cast", q, "fp32", out=a, flops=0.0))
+    return ops
+
+
 def ring_attention(d: Dims) -> list[Op]:
     """Context parallelism as Megatron-LM / Transformer Engine run it (ring attention with the
     causal load balance of Liu et al. 2023): each rank holds 2 of the 2·cp chunks of every
@@ -218,7 +247,23 @@ def ring_hide(d: Dims, backward: bool = False) -> comm_ops.Hide:
 
 
 # Activation kernels by hidden_act: fused "act_and_mul" (gated) names, FLOPs per element.
-_ACT_FLOPS = {"silu": 4.0, "gelu": 8.0, "gelu_tanh": 8.0, "relu": 1.0, "relu2": 2.0}
+_ACT_FLOPS = {"silu": 4.0, "gelu": 8.0, "gelu_tanh": 8.0, "gelu_new": 8.0, "relu": 1.0,
+              "relu2": 2.0}  # fmt: skip
+# transformers' NewGELUActivation (GPT-2's gelu_new) is written in Python, one kernel per
+# operation: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3))).
+_GELU_NEW = (("half_x", "mul", 1), ("cube", "pow", 1), ("scale_cube", "mul", 1),
+             ("add_x", "add", 2), ("scale", "mul", 1), ("tanh", "tanh", 1),
+             ("add_one", "add", 1), ("mul", "mul", 2))  # fmt: skip
+
+
+def _act_ops(name: str, act: str, n: int, a: DType, eager: bool, flops: float) -> list[Op]:
+    """The activation of `n` elements: one kernel, or GELU-new's eight in eager PyTorch; fused
+    kernels run GELU-new as the tanh GELU it is."""
+    if eager and act == "gelu_new":
+        return [_ew(f"{name}.{step}", fn, n, a, n_in=k) for step, fn, k in _GELU_NEW]
+    if not eager and act == "gelu_new":
+        act = "gelu_tanh"
+    return [_ew(name, act if eager else act + "_fused", n, a, flops=flops)]
 
 
 def dense_mlp(cfg: ModelConfig, d: Dims, eager: bool, inter: int | None = None,
@@ -239,15 +284,14 @@ def dense_mlp(cfg: ModelConfig, d: Dims, eager: bool, inter: int | None = None,
             ops.append(_ew(f"{prefix}/act", "relu", T * f, a))
             ops.append(_ew(f"{prefix}/act_square", "pow", T * f, a))
         else:
-            ops.append(_ew(f"{prefix}/act", act if eager else act + "_fused", T * f, a,
-                           flops=flops))  # fmt: skip
+            ops += _act_ops(f"{prefix}/act", act, T * f, a, eager, flops)
     elif eager and cfg.gate_up_fused:  # one gate_up GEMM, then chunk: strided halves
         _gemm(ops, d, f"{prefix}/gate_up", T, 2 * f, h)
         ops.append(_ew(f"{prefix}/act", "act_chunk", T * f, a, flops=flops))
         ops.append(_ew(f"{prefix}/mul", "mul_chunk", T * f, a, n_in=2))
     elif eager:  # HF LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x))
         _gemm(ops, d, f"{prefix}/gate", T, f, h)
-        ops.append(_ew(f"{prefix}/act", act, T * f, a, flops=flops))
+        ops += _act_ops(f"{prefix}/act", act, T * f, a, True, flops)
         _gemm(ops, d, f"{prefix}/up", T, f, h)
         ops.append(_ew(f"{prefix}/mul", "mul", T * f, a, n_in=2))
     else:
@@ -386,7 +430,14 @@ def static_cache_attention(d: Dims) -> list[Op]:
     new = d.batch * d.kv_heads * hd * d.q_len * kvb
     ops: list[Op] = [Copy("attn/cache_k", new, d.kv), Copy("attn/cache_v", new, d.kv)]
     kv_heads = d.kv_heads
-    if d.heads != d.kv_heads:
+    if d.kv_heads == 1:
+        # One K/V head (multi-query) repeats as a view: the expand's size-1 head dimension merges
+        # with the repeats (stride 0), so no copy runs, and cuDNN's kernel runs a tile per query
+        # head, each reading the one head's keys and values again (measured: GPT-BigCode's
+        # StaticCache step, 70 us a layer at 8 x 48 heads x 2,049 keys; family_diag_probe.json;
+        # the re-reads come from L2, which the model charges at HBM's rate).
+        kv_heads = d.heads
+    elif d.heads != d.kv_heads:
         # One copy kernel per tensor writes heads x kv_len rows; its reads of the kv_heads rows
         # repeat (counted as reads of the full size, an upper bound).
         full = d.batch * d.heads * d.kv_len * hd
@@ -434,6 +485,8 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
                 ops.append(Copy("attn/window_k", win, d.kv))
                 ops.append(Copy("attn/window_v", win, d.kv))
             ops.append(sliding_sdpa(d, window))
+        elif cfg.sdpa_math and d.g.cp == 1 and d.attn == "flash":
+            ops += sdpa_math_fp32(d)
         else:
             ops += attention_ops(d)
     _gemm(ops, d, "attn/out", T, h, d.heads * hd)

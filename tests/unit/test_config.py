@@ -74,7 +74,7 @@ def test_derived_fields():
         "learned",
         True,
     )
-    assert gpt3.hidden_act == "gelu_tanh" and gpt3.qkv_fused  # gelu_new, one c_attn
+    assert gpt3.hidden_act == "gelu_new" and gpt3.qkv_fused  # one c_attn
 
 
 def test_case_insensitive_and_suggestions():
@@ -497,7 +497,7 @@ def test_unknown_activation_is_refused(name, key, value):
      (dict(num_experts=6, num_experts_per_tok=2, router_groups=4), "router_groups"),
      (dict(num_experts=8, num_experts_per_tok=4, router_groups=4, router_topk_groups=1),
       "router_groups"),
-     (dict(hidden_act="gelu_new"), "hidden_act must be one of"),
+     (dict(hidden_act="gelu_erf"), "hidden_act must be one of"),
      (dict(mlp="swiglu"), "mlp must be one of"),
      (dict(rotary_frac=0), r"rotary_frac must be a number in \(0, 1\]"),
      (dict(qk_norm="yes"), "qk_norm must be true or false")],

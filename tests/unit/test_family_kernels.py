@@ -1,0 +1,88 @@
+"""Kernels that differ by family in Hugging Face's code (measured in e2e_families.json and
+family_diag_probe.json on an H100): GPT-2's Python GELU, Falcon-7B's math SDPA, a multi-query
+StaticCache step, and fp32 GEMMs on CUDA cores."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuperf.api import predict
+from gpuperf.hardware.loader import load_gpu
+from gpuperf.perfmodel.gemm import _fill_scale
+from gpuperf.perfmodel.ops import Attention, Gemm
+from gpuperf.perfmodel.roofline import op_time
+from gpuperf.workloads.config import from_hf_dict
+from gpuperf.workloads.scenario import Scenario
+from gpuperf.workloads.transformer import build_ops
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+GPT2 = {"model_type": "gpt2", "activation_function": "gelu_new", "n_embd": 1600, "n_head": 25,
+        "n_layer": 2, "n_positions": 1024, "vocab_size": 50257}  # fmt: skip
+
+
+def _hf(name: str, **over: object) -> object:
+    d = json.loads((CONFIGS / f"{name}.json").read_text())
+    return from_hf_dict({**d, **over}, name=name)
+
+
+def _names(cfg: object, **sc: object) -> list[str]:
+    return [op.name for op in build_ops(cfg, Scenario(**sc))]  # type: ignore[arg-type]
+
+
+def test_gelu_new_is_eight_kernels_in_eager_pytorch_and_one_fused():
+    cfg = from_hf_dict(GPT2, name="gpt2")
+    assert cfg.hidden_act == "gelu_new"
+    eager = [n for n in _names(cfg, mode="prefill", seq=128, impl="eager") if "mlp/act" in n]
+    fused = [n for n in _names(cfg, mode="prefill", seq=128, impl="fused") if "mlp/act" in n]
+    assert len(eager) == 8 * cfg.num_hidden_layers  # mul, pow, mul, add, mul, tanh, add, mul
+    assert len(fused) == cfg.num_hidden_layers
+    fused_ops = [op for op in build_ops(cfg, Scenario(mode="prefill", seq=128, impl="fused"))
+                 if "mlp/act" in op.name]  # fmt: skip
+    assert {op.fn for op in fused_ops} == {"gelu_tanh_fused"}
+
+
+def test_falcon_7b_runs_pytorchs_math_sdpa_in_fp32_and_plans_nothing():
+    falcon = _hf("falcon-7b", num_hidden_layers=2)
+    new_arch = _hf("falcon-40b", num_hidden_layers=2)
+    assert falcon.sdpa_math and not new_arch.sdpa_math
+    ops = build_ops(falcon, Scenario(mode="prefill", seq=2048, impl="eager"))
+    scores = [op for op in ops if op.name.endswith("attn/scores")]
+    assert scores and all(op.dtype == "fp32" and op.batch == 71 for op in scores)
+    assert not any(op.kind == "attention" for op in ops)
+    # fp32 on CUDA cores, every (query, key) pair: many times the flash kernel's time
+    llama_like = dataclasses.replace(falcon, sdpa_math=False)
+    flash = predict(llama_like, gpu="h100", mode="prefill", seq=2048, impl="eager")
+    math = predict(falcon, gpu="h100", mode="prefill", seq=2048, impl="eager")
+    assert math.total_ms > 2 * flash.total_ms
+    # an eager decode step pays no cuDNN plan: the math backend has none
+    with_plan = predict(llama_like, gpu="h100", mode="decode", ctx=2048, impl="eager")
+    no_plan = predict(falcon, gpu="h100", mode="decode", ctx=2048, impl="eager")
+    plan_ms = load_gpu("h100").params.host_attn_plan_s * 1e3
+    assert with_plan.extra["host_ms"] - no_plan.extra["host_ms"] > 0.8 * plan_ms
+
+
+def test_a_multi_query_static_cache_step_repeats_kv_as_a_view_and_gqa_copies_it():
+    mqa = _hf("starcoder", num_hidden_layers=2)
+    sc = Scenario(mode="decode", batch=8, ctx=2048, impl="eager", cuda_graphs=True)
+    ops = build_ops(mqa, sc)
+    assert not any("repeat" in op.name for op in ops)
+    core = [op for op in ops if op.name.endswith("attn/core")]
+    assert core and all(isinstance(op, Attention) and op.kv_heads == op.heads for op in core)
+    gqa = _hf("minitron-8b-base", num_hidden_layers=2)
+    assert any("repeat_k" in op.name for op in build_ops(gqa, sc))
+
+
+@pytest.mark.parametrize("gpu", ["h100", "a100-sxm4-80gb", "h200"])
+def test_gemm_fill_is_a_time_so_fp32_on_cuda_cores_fills_in_fewer_of_its_k_steps(gpu):
+    g = load_gpu(gpu)
+    assert _fill_scale(g, "bf16") == _fill_scale(g, "fp8") == _fill_scale(g, "tf32") == 1.0
+    assert 0.05 < _fill_scale(g, "fp32") < 0.5
+    # Falcon-7B's Q·Kᵀ in fp32 (71 heads, 2,048 x 2,048 x 64) took 1.09 ms on an H100
+    # (family_diag_probe.json); the fill counted in fp32 k-steps made it 3.2 ms
+    if gpu == "h100":
+        t = op_time(Gemm("s", 2048, 2048, 64, "fp32", 71), g).time
+        assert 0.8e-3 < t < 1.4e-3
