@@ -355,7 +355,9 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec) -> pd.DataFrame:
         sc = r.scenario
         cfg = from_hf_dict(r.config, name=r.model)
         kw = {k: sc[k] for k in ("batch", "seq", "ctx") if sc.get(k)}
-        kw |= {k: sc[k] for k in ("recompute", "weight_dtype", "fp8_scales") if sc.get(k)}
+        kw |= {
+            k: sc[k] for k in ("recompute", "weight_dtype", "fp8_scales", "kv_lengths") if sc.get(k)
+        }
         kw |= {
             "mode": sc["mode"],
             "impl": sc.get("impl", "eager"),
