@@ -33,7 +33,7 @@ from gpuperf.perfmodel.ops import (
 )
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
-from gpuperf.workloads.transformer_layers import _ACT_FLOPS, Dims, _ew, dense_mlp
+from gpuperf.workloads.transformer_layers import _ACT_FLOPS, Dims, _ew, _fused_act, dense_mlp
 
 INDEX: DType = "fp64"  # int64 indices move 8 bytes per element, as fp64 does
 INT32: DType = "fp32"  # int32 counts move 4 bytes per element
@@ -130,7 +130,7 @@ def routed_experts(cfg: ModelConfig, d: Dims, eager: bool, wdt: DType) -> list[O
         ops += comm_ops.expert_alltoall(d, "mlp/dispatch", rows_here)
         ops.append(_grouped(d, "mlp/experts_gate_up", tokens, k, E, local, 2 * f, h))
         act = cfg.hidden_act
-        ops.append(_ew("mlp/act", f"{act}_and_mul", rows_here * f, a, n_in=2,
+        ops.append(_ew("mlp/act", f"{_fused_act(act)}_and_mul", rows_here * f, a, n_in=2,
                        flops=_ACT_FLOPS[act] + 1.0))  # fmt: skip
         ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
         ops += comm_ops.expert_alltoall(d, "mlp/combine", rows_here)

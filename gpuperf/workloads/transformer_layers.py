@@ -193,26 +193,35 @@ def sdpa_math_fp32(d: Dims) -> list[Op]:
     computes in fp32: q, k and v cast up; q and k each scaled by sqrt(scale); S = Q Kᵀ on CUDA
     cores (fp32, no TF32), k broadcast to every query head; the boolean mask made additive and
     added; _safe_softmax (softmax, a row of -inf where every key is masked: isneginf, all, where);
-    P V; the output cast back. Every (query, key) pair is computed; nothing is skipped."""
+    P V; the output cast back. Every (query, key) pair is computed; nothing is skipped. One
+    query (a decode step) makes the two products matrix-vector kernels (cuBLAS gemv), which
+    stream their operand once; at batch 1 the broadcast k and v stay views (no copy)."""
     hd, a = d.head_dim, d.act
     bh = d.batch * d.heads
     n = bh * d.q_len * d.kv_len
     q, kv = bh * d.q_len * hd, d.batch * d.kv_heads * d.kv_len * hd
+    expand = d.heads != d.kv_heads and d.batch > 1
     ops: list[Op] = [_ew("attn/math.q_f32", "cast", q, a, out="fp32", flops=0.0)]
     ops += [_ew(f"attn/math.{t}_f32", "cast", kv, a, out="fp32", flops=0.0) for t in "kv"]
     ops += [_ew("attn/math.scale_q", "mul", q, "fp32"), _ew("attn/math.scale_k", "mul", kv, "fp32")]
-    if d.heads != d.kv_heads:  # matmul expands the broadcast k (and v) to every head: a copy
+    if expand:  # matmul expands the broadcast k (and v) to every head: a copy
         ops.append(Copy("attn/math.expand_k", bh * d.kv_len * hd * 4, "fp32"))
-    ops.append(Gemm("attn/scores", d.q_len, d.kv_len, hd, "fp32", bh))
-    ops.append(_ew("attn/math.mask_f32", "where", d.q_len * d.kv_len, "int8", out="fp32"))
+    if d.q_len == 1:  # one dot product of head_dim per (head, key)
+        ops.append(Reduce("attn/scores", "gemv", bh * d.kv_len, hd, 1, "fp32"))
+    else:
+        ops.append(Gemm("attn/scores", d.q_len, d.kv_len, hd, "fp32", bh))
+    ops.append(_ew("attn/math.mask_f32", "where", d.batch * d.q_len * d.kv_len, "int8", out="fp32"))
     ops.append(_ew("attn/math.mask_add", "add", n, "fp32", flops=1.0))
     ops.append(Norm("attn/softmax", "softmax", bh * d.q_len, d.kv_len, "fp32"))
     ops.append(_ew("attn/math.isneginf", "isneginf", n, "fp32", out="int8"))
     ops.append(Reduce("attn/math.all_masked", "all", bh * d.q_len, d.kv_len, 1, "int8"))
     ops.append(_ew("attn/math.where", "where", n, "fp32"))
-    if d.heads != d.kv_heads:
+    if expand:
         ops.append(Copy("attn/math.expand_v", bh * d.kv_len * hd * 4, "fp32"))
-    ops.append(Gemm("attn/context", d.q_len, hd, d.kv_len, "fp32", bh))
+    if d.q_len == 1:  # one weighted sum over the keys per (head, value dimension)
+        ops.append(Reduce("attn/context", "gemv", bh * hd, d.kv_len, 1, "fp32"))
+    else:
+        ops.append(Gemm("attn/context", d.q_len, hd, d.kv_len, "fp32", bh))
     ops.append(_ew("attn/math.out_cast", "cast", q, "fp32", out=a, flops=0.0))
     return ops
 
@@ -256,14 +265,17 @@ _GELU_NEW = (("half_x", "mul", 1), ("cube", "pow", 1), ("scale_cube", "mul", 1),
              ("add_one", "add", 1), ("mul", "mul", 2))  # fmt: skip
 
 
+def _fused_act(act: str) -> str:
+    """The activation a fused kernel runs: GELU-new is the tanh GELU."""
+    return "gelu_tanh" if act == "gelu_new" else act
+
+
 def _act_ops(name: str, act: str, n: int, a: DType, eager: bool, flops: float) -> list[Op]:
     """The activation of `n` elements: one kernel, or GELU-new's eight in eager PyTorch; fused
     kernels run GELU-new as the tanh GELU it is."""
     if eager and act == "gelu_new":
         return [_ew(f"{name}.{step}", fn, n, a, n_in=k) for step, fn, k in _GELU_NEW]
-    if not eager and act == "gelu_new":
-        act = "gelu_tanh"
-    return [_ew(name, act if eager else act + "_fused", n, a, flops=flops)]
+    return [_ew(name, act if eager else _fused_act(act) + "_fused", n, a, flops=flops)]
 
 
 def dense_mlp(cfg: ModelConfig, d: Dims, eager: bool, inter: int | None = None,
@@ -297,7 +309,7 @@ def dense_mlp(cfg: ModelConfig, d: Dims, eager: bool, inter: int | None = None,
     else:
         ops += comm_ops.col_in(d, f"{prefix}/gate_up") if comm else []
         _gemm(ops, d, f"{prefix}/gate_up", T, 2 * f, h)
-        fn = "silu_and_mul" if act == "silu" else f"{act}_and_mul"
+        fn = "silu_and_mul" if act == "silu" else f"{_fused_act(act)}_and_mul"
         ops.append(_ew(f"{prefix}/act", fn, T * f, a, n_in=2, flops=flops + 1.0))
     _gemm(ops, d, f"{prefix}/down", T, h, f)
     ops += comm_ops.row_out(d, f"{prefix}/down") if comm else []
@@ -469,7 +481,17 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
         ops += eager_rope("attn/rope_q", d, d.heads, rot) + eager_rope(
             "attn/rope_k", d, d.kv_heads, rot
         )
-    if d.static_cache:
+    if cfg.sdpa_math and d.g.cp == 1 and d.attn == "flash":  # the math backend, any cache
+        ops += [
+            Copy("attn/cache_k", d.batch * d.kv_heads * hd * d.q_len * BYTES[d.kv], d.kv),
+            Copy("attn/cache_v", d.batch * d.kv_heads * hd * d.q_len * BYTES[d.kv], d.kv),
+        ]
+        if not d.static_cache:  # DynamicCache.update concatenates the whole cache
+            past = d.kv_len - d.q_len
+            kv_bytes = d.batch * d.kv_heads * hd * (BYTES[d.kv] * past + BYTES[a] * d.q_len)
+            ops[-2:] = [Copy("attn/cache_k", kv_bytes, d.kv), Copy("attn/cache_v", kv_bytes, d.kv)]
+        ops += sdpa_math_fp32(d)
+    elif d.static_cache:
         ops += static_cache_attention(d)
     else:
         # DynamicCache.update: torch.cat([cache, new]) for K and V. HF keeps the cache on by
@@ -485,8 +507,6 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
                 ops.append(Copy("attn/window_k", win, d.kv))
                 ops.append(Copy("attn/window_v", win, d.kv))
             ops.append(sliding_sdpa(d, window))
-        elif cfg.sdpa_math and d.g.cp == 1 and d.attn == "flash":
-            ops += sdpa_math_fp32(d)
         else:
             ops += attention_ops(d)
     _gemm(ops, d, "attn/out", T, h, d.heads * hd)

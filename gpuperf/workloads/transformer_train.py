@@ -59,6 +59,8 @@ def fused_backward(op: Op) -> list[Op]:
     if isinstance(op, Elementwise):
         if op.fn in ("quant", "add"):  # residual adds pass gradients through unchanged
             return []
+        if op.name.startswith(_NO_GRAD):  # the math SDPA's mask work has no gradient
+            return []
         if op.fn in ("dropout", "dropout_add"):  # the gradient times the saved mask
             return [Elementwise(op.name + ".bwd", "dropout_bwd", op.numel, 1, 1, op.dtype,
                                 None, 1.0)]  # fmt: skip
@@ -126,7 +128,9 @@ def _eager_rope_backward(name: str, n: int, a: str) -> list[Op]:
     ]
 
 
-_MATH = ("attn/scores", "attn/softmax", "attn/context", "attn/repeat_")
+_MATH = ("attn/scores", "attn/softmax", "attn/context", "attn/repeat_", "attn/math.")
+# Kernels of PyTorch's math SDPA that make its mask and find fully masked rows: no gradient.
+_NO_GRAD = ("attn/math.mask_f32", "attn/math.isneginf")
 
 
 def _fwd_gemm(layer: list[Op], name: str) -> Gemm:

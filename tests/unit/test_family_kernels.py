@@ -86,3 +86,31 @@ def test_gemm_fill_is_a_time_so_fp32_on_cuda_cores_fills_in_fewer_of_its_k_steps
     if gpu == "h100":
         t = op_time(Gemm("s", 2048, 2048, 64, "fp32", 71), g).time
         assert 0.8e-3 < t < 1.4e-3
+
+
+def test_falcon_math_sdpa_decode_is_gemv_and_batch_one_keeps_kv_a_view():
+    falcon = _hf("falcon-7b", num_hidden_layers=2)
+    ops = build_ops(falcon, Scenario(mode="decode", ctx=2048, impl="eager"))
+    scores = [op for op in ops if op.name.endswith("attn/scores")]
+    assert scores and all(op.kind == "reduce" and op.fn == "gemv" for op in scores)
+    # one query: streaming the fp32 keys once, tens of µs (cuBLAS gemv 17.5 µs, measured)
+    assert op_time(scores[0], load_gpu("h100")).time < 60e-6
+    assert not any("expand" in op.name for op in ops)
+    two = build_ops(falcon, Scenario(mode="prefill", batch=2, seq=512, impl="eager"))
+    assert any("expand_k" in op.name for op in two)
+
+
+def test_math_sdpa_mask_kernels_have_no_backward_and_fused_gelu_new_is_tanh():
+    falcon = _hf("falcon-7b", num_hidden_layers=2)
+    names = [op.name for op in build_ops(falcon, Scenario(mode="train", seq=512, impl="eager"))]
+    assert any(n.endswith("attn/math.isneginf") for n in names)
+    assert not any("isneginf.bwd" in n or "mask_f32.bwd" in n for n in names)
+    gated = from_hf_dict({**GPT2, "model_type": "llama", "hidden_act": "gelu_new",
+                          "hidden_size": 256, "intermediate_size": 512,
+                          "num_attention_heads": 4, "num_hidden_layers": 1,
+                          "vocab_size": 1000}, name="g")  # fmt: skip
+    fns = {
+        getattr(op, "fn", "")
+        for op in build_ops(gated, Scenario(mode="prefill", seq=64, impl="fused"))
+    }
+    assert "gelu_tanh_and_mul" in fns and "gelu_new_and_mul" not in fns
