@@ -418,15 +418,39 @@ def launch_costs(n: int = 2000) -> dict:
     return out
 
 
+def host_forward(fn, reps: int = 5) -> dict:
+    """Host time of one call of `fn` (Python returns before the GPU finishes: the median of
+    `reps` calls after 3 warm-ups, each from an idle GPU) and the GPU kernels one call launches
+    (torch.profiler), under no_grad."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        for _ in range(3):
+            fn()
+        hosts = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            hosts.append((time.perf_counter() - t0) * 1e3)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+    kernels = sum(
+        e.count for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA
+    )
+    return {"host_ms": statistics.median(hosts), "host_samples_ms": hosts, "cuda_kernels": kernels}
+
+
 def host_probe(model, batch: int, seq: int, ctx: int) -> dict:
     """Host time of one eager forward (Python returns before the GPU finishes) and the number of
     GPU kernels it launches (torch.profiler), for prefill and for a decode step on a DynamicCache.
     Host time over kernel count is the per-kernel dispatch cost the model's queue simulation uses.
     """
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
-    out: dict = {}
     ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=DEV)
     model.eval()
 
@@ -434,32 +458,8 @@ def host_probe(model, batch: int, seq: int, ctx: int) -> dict:
         model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
     decode, _ = decode_step(model, batch, ctx)
-
-    for name, fn in (("prefill", prefill), ("decode", decode)):
-        with torch.no_grad():
-            for _ in range(3):
-                fn()
-            hosts = []
-            for _ in range(5):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                fn()
-                hosts.append(time.perf_counter() - t0)
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                fn()
-                torch.cuda.synchronize()
-        kernels = sum(
-            e.count for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA
-        )
-        out[name] = {
-            "host_ms": statistics.median(hosts) * 1e3,
-            "cuda_kernels": kernels,
-            "batch": batch,
-            "seq": seq,
-            "ctx": ctx,
-        }
-    return out
+    return {name: {**host_forward(fn), "batch": batch, "seq": seq, "ctx": ctx}
+            for name, fn in (("prefill", prefill), ("decode", decode))}  # fmt: skip
 
 
 def kernel_profile(fn, top: int = 60) -> dict:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -25,22 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import e2e_hf  # noqa: E402
 
 
-def kernels(fn) -> list[dict]:  # noqa: ANN001
-    """fn's GPU kernels (name, count, total us), longest first."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    rows = []
-    for e in prof.key_averages():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
-            rows.append({"name": e.key[:160], "count": e.count, "total_us": total})
-    rows.sort(key=lambda r: -r["total_us"])
-    return rows
+def kernels(fn) -> dict:  # noqa: ANN001
+    """One call's GPU time (ms), kernel count and kernels, longest first (e2e_hf.kernel_profile)."""
+    p = e2e_hf.kernel_profile(fn, top=40)
+    return {"gpu_ms": p["gpu_us"] / 1e3, "kernels": p["kernels"], "top": p["top"]}
 
 
 def gpt2_prefill() -> list[dict]:
@@ -55,20 +42,11 @@ def gpt2_prefill() -> list[dict]:
         def fwd(ids=ids):  # noqa: ANN001, ANN202
             model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
-        for _ in range(3):
-            fwd()
-        hosts, walls = [], e2e_hf.time_iters(fwd, 10)
-        for _ in range(10):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fwd()
-            hosts.append((time.perf_counter() - t0) * 1e3)
-        torch.cuda.synchronize()
-        ks = kernels(fwd)
+        walls = e2e_hf.time_iters(fwd, 10)
+        host = e2e_hf.host_forward(fwd, 10)
         row = {"seq": seq, "wall_ms": statistics.median(walls), "walls_ms": walls,
-               "host_ms": statistics.median(hosts), "hosts_ms": hosts,
-               "gpu_ms": sum(k["total_us"] for k in ks) / 1e3,
-               "kernels": sum(k["count"] for k in ks), "top": ks[:25]}  # fmt: skip
+               "host_ms": host["host_ms"], "hosts_ms": host["host_samples_ms"],
+               **kernels(fwd)}  # fmt: skip
         print(f"gpt2-xl s={seq}: wall {row['wall_ms']:.1f} ms, host {row['host_ms']:.1f} ms, "
               f"gpu {row['gpu_ms']:.1f} ms, {row['kernels']} kernels", flush=True)  # fmt: skip
         out.append(row)
@@ -95,11 +73,8 @@ def bigcode_static() -> dict:
 
     for _ in range(3):
         step()
-    layer = cache.layers[0]
-    ks = kernels(step)
-    row = {"batch": batch, "ctx": ctx, "cache_k_shape": list(layer.keys.shape),
-           "gpu_ms": sum(k["total_us"] for k in ks) / 1e3,
-           "kernels": sum(k["count"] for k in ks), "top": ks[:30]}  # fmt: skip
+    row = {"batch": batch, "ctx": ctx, "cache_k_shape": list(cache.layers[0].keys.shape),
+           **kernels(step)}  # fmt: skip
     print(f"starcoder static decode: cache K {row['cache_k_shape']}, gpu {row['gpu_ms']:.1f} ms, "
           f"{row['kernels']} kernels", flush=True)  # fmt: skip
     return row
@@ -116,9 +91,7 @@ def falcon_prefill() -> dict:
         model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
     fwd()
-    ks = kernels(fwd)
-    row = {"seq": 2048, "gpu_ms": sum(k["total_us"] for k in ks) / 1e3,
-           "kernels": sum(k["count"] for k in ks), "top": ks[:40]}  # fmt: skip
+    row = {"seq": 2048, **kernels(fwd)}
     print(f"falcon-7b prefill: gpu {row['gpu_ms']:.1f} ms, {row['kernels']} kernels", flush=True)
     return row
 

@@ -134,29 +134,10 @@ def short_forward(model, seq: int = 16, n: int = 10) -> dict:  # noqa: ANN001
     """The host's time for one forward of `seq` tokens without a cache (the GPU's share is tiny,
     so the call returns when the host has issued every kernel), and its kernel count."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     ids = torch.randint(0, model.config.vocab_size, (1, seq), device="cuda")
-
-    def fwd():  # noqa: ANN202
-        return model(input_ids=ids, use_cache=False, logits_to_keep=1)
-
-    for _ in range(3):
-        fwd()
-    hosts = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fwd()
-        hosts.append((time.perf_counter() - t0) * 1e3)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fwd()
-        torch.cuda.synchronize()
-    kernels = sum(e.count for e in prof.key_averages()
-                  if e.device_type == torch.autograd.DeviceType.CUDA)  # fmt: skip
-    return {"seq": seq, "host_ms": statistics.median(hosts), "host_samples_ms": hosts,
-            "cuda_kernels": kernels}  # fmt: skip
+    return {"seq": seq, **e2e_hf.host_forward(
+        lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1), n)}  # fmt: skip
 
 
 def sdpa_alone() -> list[dict]:

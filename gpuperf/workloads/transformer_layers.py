@@ -433,7 +433,7 @@ def eager_rope(name: str, d: Dims, heads: int, dim: int | None = None) -> list[O
     return ops
 
 
-def static_cache_attention(d: Dims) -> list[Op]:
+def static_cache_attention(d: Dims, math: bool = False) -> list[Op]:
     """HF decode on a StaticCache (what a CUDA graph captures): index_copy_ of the new K and V, then
     SDPA with an explicit mask over the whole cache. With a mask, SDPA cannot use enable_gqa, so
     GQA models first materialize K and V for every query head (repeat_kv: expand + reshape copies).
@@ -441,6 +441,8 @@ def static_cache_attention(d: Dims) -> list[Op]:
     hd, kvb = d.head_dim, BYTES[d.kv]
     new = d.batch * d.kv_heads * hd * d.q_len * kvb
     ops: list[Op] = [Copy("attn/cache_k", new, d.kv), Copy("attn/cache_v", new, d.kv)]
+    if math:  # PyTorch's math backend takes the cache as it is (sdpa_math_fp32)
+        return ops + sdpa_math_fp32(d)
     kv_heads = d.kv_heads
     if d.kv_heads == 1:
         # One K/V head (multi-query) repeats as a view: the expand's size-1 head dimension merges
@@ -481,18 +483,9 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
         ops += eager_rope("attn/rope_q", d, d.heads, rot) + eager_rope(
             "attn/rope_k", d, d.kv_heads, rot
         )
-    if cfg.sdpa_math and d.g.cp == 1 and d.attn == "flash":  # the math backend, any cache
-        ops += [
-            Copy("attn/cache_k", d.batch * d.kv_heads * hd * d.q_len * BYTES[d.kv], d.kv),
-            Copy("attn/cache_v", d.batch * d.kv_heads * hd * d.q_len * BYTES[d.kv], d.kv),
-        ]
-        if not d.static_cache:  # DynamicCache.update concatenates the whole cache
-            past = d.kv_len - d.q_len
-            kv_bytes = d.batch * d.kv_heads * hd * (BYTES[d.kv] * past + BYTES[a] * d.q_len)
-            ops[-2:] = [Copy("attn/cache_k", kv_bytes, d.kv), Copy("attn/cache_v", kv_bytes, d.kv)]
-        ops += sdpa_math_fp32(d)
-    elif d.static_cache:
-        ops += static_cache_attention(d)
+    math = cfg.sdpa_math and d.g.cp == 1 and d.attn == "flash"  # PyTorch's math SDPA
+    if d.static_cache:
+        ops += static_cache_attention(d, math)
     else:
         # DynamicCache.update: torch.cat([cache, new]) for K and V. HF keeps the cache on by
         # default, in training too (use_cache=True in the config), so the cat runs there as well.
@@ -500,7 +493,9 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
         kv_bytes = d.batch * d.kv_heads * hd * (BYTES[d.kv] * past + BYTES[a] * d.q_len)
         ops.append(Copy("attn/cache_k", kv_bytes, d.kv))
         ops.append(Copy("attn/cache_v", kv_bytes, d.kv))
-        if window and d.g.cp == 1 and d.attn == "flash":
+        if math:
+            ops += sdpa_math_fp32(d)
+        elif window and d.g.cp == 1 and d.attn == "flash":
             if d.decode and d.kv_len >= window:
                 # The window is a slice of the concatenated cache: SDPA gets contiguous copies.
                 win = d.batch * d.kv_heads * hd * window * BYTES[d.kv]
