@@ -546,8 +546,21 @@ FAMILIES_PLAN = [
         ("decode", True, 8, 0, 2048),
     )
 ]  # fmt: skip
+# One machine's eager decode across the families, dense and MoE (the host is what sets an eager
+# step's time): a new machine of the pool, each model on kv lengths of its own.
+HOSTS_PLAN = [
+    (model, "decode", "eager", False, 1, 0,
+     (ctx + 16 * i) // (4 if model == "gpt2-xl" else 1))
+    for i, (model, ctx) in enumerate(
+        [("llama2-7b", 2048), ("llama3-8b", 2048)]
+        + [(m, 2048) for m in ("qwen2-7b", "qwen3-8b", "gemma2-9b", "phi-3-mini", "minitron-8b",
+                               "starcoder", "gpt2-xl", "pythia-6.9b")]
+        + [(m, 1024) for m in ("mixtral-4l", "qwen3-moe-8l", "qwen1.5-moe-8l", "deepseek-v3-3l")]
+        + [("llama3-8b", 4096)]  # the length of e2e_hf_run*.json's Llama-3-8B decode
+    )
+]  # fmt: skip
 PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN,
-         "families": FAMILIES_PLAN}  # fmt: skip
+         "families": FAMILIES_PLAN, "hosts": HOSTS_PLAN}  # fmt: skip
 
 
 def main() -> int:
@@ -617,7 +630,8 @@ def main() -> int:
                 torch.cuda.synchronize()
             if name == "llama2-7b" and "host_probe" not in result:
                 try:
-                    result["host_probe"] = host_probe(model, 1, 128, 2048)
+                    # lengths no timed run of the plans decodes on (cuDNN plans a length once)
+                    result["host_probe"] = host_probe(model, 1, 128, 1000)
                     print("host probe:", json.dumps(result["host_probe"]), flush=True)
                 except Exception as exc:  # noqa: BLE001
                     result["host_probe_error"] = f"{type(exc).__name__}: {exc}"

@@ -26,7 +26,10 @@ With --from, only shapes in the calibration split are used, so benchmarks/accura
 the error on held-out shapes; a live calibration fits on every op it measures, and sets
 host_dispatch_s from a loop of bare eager PyTorch kernels (Hugging Face code costs more per
 kernel: fit e2e runs with --from for that). host_attn_plan_s, the host time SDPA's default backend
-spends on a shape it has not met, is measured live, or read from sdpa_shape_probe.json.
+spends on a shape it has not met, is measured live, or read from sdpa_shape_probe.json. With
+--from, the host constants fitted on the whole-model runs' machine are then moved to the median
+of the machines the files probed (per-kernel costs times host_pool_factor; the plan, their
+median), since eager steps are host-bound and machines of one GPU kind differ.
 The profile inherits the base GPU (base = "...") and sets [model] only.""",
 )
 @click.option("--from", "sources", multiple=True, type=click.Path(exists=True, path_type=Path),
@@ -54,6 +57,7 @@ def calibrate(
 ) -> None:
     from gpuperf.hardware.loader import load_gpu
     from gpuperf.perfmodel import calibrate as cal
+    from gpuperf.perfmodel import host_pool
     from gpuperf.perfmodel.accuracy import load_e2e, load_samples
 
     if output.suffix != ".toml":
@@ -61,6 +65,7 @@ def calibrate(
     check_writable(output)  # before the (minutes of) measuring and fitting
     fit_names: list[str] | None = None  # live: only what the measured ops constrain
     host_s: float | None = None  # live: measured per-kernel host dispatch
+    pool: list = []  # --from: the probed machines (gpuperf.perfmodel.host_pool)
     plan_s: float | None = None  # attention plan per new shape (probe file, or measured live)
     if sources:
         files: list[Path] = []
@@ -74,8 +79,9 @@ def calibrate(
         used = {s.source for s in samples} | {r.source for r in runs}
         for f in files:
             if f.name == "sdpa_shape_probe.json":
-                plan_s = cal.attn_plan_s(read_json_object(f, "results file").get("rows", []))
+                plan_s = host_pool.attn_plan_s(read_json_object(f, "results file")["rows"])
                 used.add(f.name)
+        pool = host_pool.probes(files)  # each file with a host probe: one machine of the pool
         folders = sorted({f.parent.name for f in files})
         source = f"fitted to {', '.join(folders)}: {', '.join(sorted(used))}"
     else:
@@ -107,6 +113,22 @@ def calibrate(
         params = cal.fit_host(runs, fitted)
     fitted_names = [*(fit_names or cal.OP_PARAMS)] if samples else []
     fitted_names += [*cal.HOST_PARAMS] if runs else []
+    if runs and pool:  # --from: the fitted host constants moved to the pool's median machine
+        calibration_host = {r.source for r in runs}
+        typical = host_pool.typical(
+            pool, host_pool.mean_launch(p for p in pool if p.source in calibration_host)
+        )
+        params = host_pool.moved(params, typical)
+        source += f"; host probes: {', '.join(sorted({p.source for p in pool}))}"
+        if typical.factor is not None:
+            fitted_names.append("host_pool_factor")
+            click.echo(f"host: the median of {len(typical.factors)} probed machines issues "
+                       f"kernels {typical.factor:.3g}x as slowly as the fitted runs' host",
+                       err=True)  # fmt: skip
+        if typical.plan_s is not None:
+            plan_s = typical.plan_s
+            click.echo(f"host: cuDNN plan {1e3 * plan_s:.1f} ms, the median of "
+                       f"{len(typical.plans_s)} machines", err=True)  # fmt: skip
     if host_s is not None:
         params = cal.dataclasses.replace(params, host_dispatch_s=host_s)
         fitted_names.append("host_dispatch_s")

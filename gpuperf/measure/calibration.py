@@ -34,9 +34,9 @@ from gpuperf.perfmodel.calibrate import (
     HOST_PARAMS,
     OP_PARAMS,
     Sample,
-    attn_plan_s,
     with_params,
 )
+from gpuperf.perfmodel.host_pool import attn_plan_s
 from gpuperf.perfmodel.ops import Attention, Copy, Elementwise, Gemm, Norm, Op
 from gpuperf.perfmodel.roofline import op_time
 
@@ -277,7 +277,7 @@ def measure_host_dispatch(device: str = "cuda", calls: int | None = None, reps: 
 def measure_attn_plan(device: str = "cuda", lengths: int = 8) -> float:
     """host_attn_plan_s: host seconds SDPA's default backend spends on a decode-shaped call
     (batch 1, 32 heads, q_len 1, head dim 128) with a kv length it has not met, beyond a call on
-    a length it has (calibrate.attn_plan_s). cuDNN plans every new shape: 23 ms on an H200 host,
+    a length it has (host_pool.attn_plan_s). cuDNN plans every new shape: 23 ms on an H200 host,
     32 ms on an H100 one (sdpa_shape_probe.json); flash and efficient cost nothing extra."""
     import torch
     import torch.nn.functional as F

@@ -11,7 +11,6 @@ Result files live in benchmarks/results/<gpu profile>/*.json, written by real ru
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from gpuperf.errors import InputError, shown
 from gpuperf.fileio import read_json_object
 from gpuperf.hardware.spec import GpuSpec
 from gpuperf.perfmodel.calibrate import E2E_CALIBRATION_MODELS, Sample, is_calibration, op_class
+from gpuperf.perfmodel.host_pool import launch_host, ratio
 from gpuperf.perfmodel.ops_io import op_from_dict
 from gpuperf.perfmodel.roofline import op_time
 
@@ -192,44 +192,36 @@ def load_multigpu(files: Iterable[Path]) -> list[MultiGpuRun]:
     return out
 
 
-# The bare-kernel host time (gpuperf.measure.calibration.measure_host_dispatch) of the host whose
-# Hugging Face runs set a profile's host constants: the live calibration on that H200 machine
-# (benchmarks/results/h200-sxm-141gb/live_calibration_1gpu.toml).
+# The bare-kernel host time (gpuperf.measure.calibration.measure_host_dispatch) of the machine
+# whose Hugging Face runs were fitted for a profile's host constants: the live calibration on
+# that H200 machine (benchmarks/results/h200-sxm-141gb/live_calibration_1gpu.toml). The profile
+# itself describes the pool's median machine, host_pool_factor times slower (host_pool).
 PROFILE_HOST_BARE_S = {"h200-sxm-141gb": 9.36375e-06}
 
 
-# The same host's tiny eager kernels, issued (e2e_hf.py's launch costs, µs), in the runs that set
-# each profile's host constants: the mean of e2e_hf_run1.json and e2e_hf_run2.json of that GPU.
+# The same machine's tiny eager kernels, issued (e2e_hf.py's launch costs, µs): the mean over the
+# result files whose llama2-7b runs were fitted (host_pool.mean_launch, as gpuperf calibrate and
+# benchmarks/host_pool.py take it; a test holds them equal).
 PROFILE_LAUNCH_US = {
-    "h100-sxm5-80gb": {"add": 9.35, "mul": 8.15, "linear": 13.25, "rms_norm": 9.45,
-                       "sdpa": 16.75, "cast_fp32": 10.35},
-    "h200-sxm-141gb": {"add": 5.75, "mul": 5.05, "linear": 9.6, "rms_norm": 7.15,
-                       "sdpa": 12.55, "cast_fp32": 6.1},
+    "h100-sxm5-80gb": {"add": 9.33, "mul": 8.15, "linear": 13.25, "rms_norm": 9.46,
+                       "sdpa": 16.74, "cast_fp32": 10.34},
+    "h200-sxm-141gb": {"add": 6.04, "mul": 5.24, "linear": 10.01, "rms_norm": 7.46,
+                       "sdpa": 12.82, "cast_fp32": 6.10},
 }  # fmt: skip
 
 
-def launch_host(launch: Any) -> tuple[dict[str, float] | None, float | None]:
-    """A run file's host (e2e_hf.launch_costs): dispatch per tiny kernel (µs) by kernel name,
-    and the cuDNN plan time (s); None for what it did not measure."""
-    if not isinstance(launch, dict):
-        return None, None
-    pre = "host_dispatch_us/"
-    us = {k[len(pre):]: float(v) for k, v in launch.items()
-          if k.startswith(pre) and isinstance(v, int | float) and v > 0}  # fmt: skip
-    plan_ms = launch.get("attn_plan_ms")
-    plan_s = plan_ms * 1e-3 if isinstance(plan_ms, int | float) and plan_ms >= 0 else None
-    return us or None, plan_s
+def host_factor(gpu: GpuSpec, launch_us: dict[str, float] | None) -> float | None:
+    """How much slower a machine issues kernels than the host `gpu`'s profile describes: its
+    ratio to the calibration host (host_pool.ratio) over the profile's host_pool_factor (the
+    pool's median host against the same calibration host)."""
+    k = ratio(launch_us, PROFILE_LAUNCH_US.get(gpu.name))
+    return None if k is None else k / pool_factor(gpu)
 
 
-def host_factor(gpu_name: str, launch_us: dict[str, float] | None) -> float | None:
-    """How much slower a machine issues kernels than the host that set `gpu_name`'s profile:
-    the median over the tiny kernels both timed of its time over the profile host's (one kernel
-    alone is noisy: an eager add read 2.0x where five others read 1.3-1.7x on one machine)."""
-    ref = PROFILE_LAUNCH_US.get(gpu_name)
-    if not launch_us or ref is None:
-        return None
-    ratios = [launch_us[k] / ref[k] for k in ref if k in launch_us]
-    return statistics.median(ratios) if ratios else None
+def pool_factor(gpu: GpuSpec) -> float:
+    """The profile's host over its calibration host (gpuperf.perfmodel.host_pool); 1 when the
+    profile describes the calibration host itself."""
+    return float(gpu.params.extra.get("host_pool_factor", 1.0))
 
 
 def _host_scaled(gpu: GpuSpec, k: float, plan_s: float | None = None) -> GpuSpec:
@@ -251,7 +243,7 @@ def on_e2e_host(gpu: GpuSpec, launch_us: dict[str, float] | None,
     constants (dispatch, per layer) scaled by host_factor, and its cuDNN plan time as that
     machine measured it (runs that did not measure it: scaled like the rest). None when the
     machine's launch costs are unknown."""
-    k = host_factor(gpu.name, launch_us)
+    k = host_factor(gpu, launch_us)
     return None if k is None else _host_scaled(gpu, k, attn_plan_s)
 
 
@@ -263,7 +255,7 @@ def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
     if not host or ref is None or not host.get("host_dispatch_bare_s"):
         return None
     plan = host.get("host_attn_plan_s", gpu.params.host_attn_plan_s)
-    return _host_scaled(gpu, host["host_dispatch_bare_s"] / ref, plan)
+    return _host_scaled(gpu, host["host_dispatch_bare_s"] / (ref * pool_factor(gpu)), plan)
 
 
 # The Scenario fields a whole-model run records and its prediction takes.

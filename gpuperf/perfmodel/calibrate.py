@@ -15,7 +15,6 @@ import dataclasses
 import json
 import math
 import re
-import statistics
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -419,19 +418,6 @@ HOST_PARAMS: dict[str, tuple[float, float]] = {
     "graph_launch_s": (0.1e-6, 10e-6),
 }
 LOG_HOST = {"host_dispatch_s", "graph_launch_s"}
-
-
-def attn_plan_s(rows: Sequence[dict]) -> float | None:
-    """host_attn_plan_s from SDPA calls timed on the host (sdpa_shape_probe.json rows, or the live
-    calibration's): the median host time of the default backend on kv lengths it had not met,
-    less the median on lengths it had. The first call of all is left out (one-time start-up).
-    None when there are no such rows."""
-    calls = [r for r in rows if r.get("backend") == "default" and "host_ms" in r]
-    new = [r["host_ms"] for r in calls if not r["seen_before"]][1:]
-    seen = [r["host_ms"] for r in calls if r["seen_before"]]
-    if not new or not seen:
-        return None
-    return max(0.0, statistics.median(new) - statistics.median(seen)) / 1e3
 
 
 def fit_host(runs: Sequence, gpu: GpuSpec, rounds: int = 2) -> ModelParams:

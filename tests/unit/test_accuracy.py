@@ -76,7 +76,8 @@ def test_a_run_is_predicted_with_the_host_its_machine_measured(tmp_path):
     from gpuperf.perfmodel.accuracy import PROFILE_HOST_BARE_S, load_multigpu, on_host
 
     gpu = load_gpu("h200")
-    ref = PROFILE_HOST_BARE_S[gpu.name]
+    # the bare dispatch is the calibration machine's; the profile is the pool's median machine
+    ref = PROFILE_HOST_BARE_S[gpu.name] * gpu.params.extra["host_pool_factor"]
     here = on_host(gpu, {"host_dispatch_bare_s": 2 * ref, "host_attn_plan_s": 0.05})
     assert here.params.host_dispatch_s == pytest.approx(2 * gpu.params.host_dispatch_s)
     assert here.params.host_decode_layer_s == pytest.approx(2 * gpu.params.host_decode_layer_s)
@@ -98,9 +99,10 @@ def test_a_whole_model_run_takes_its_machines_launch_costs_and_plan_time(tmp_pat
     from gpuperf.perfmodel.accuracy import PROFILE_LAUNCH_US, host_factor, on_e2e_host
 
     gpu = load_gpu("h200")
+    k = gpu.params.extra["host_pool_factor"]  # the profile's machine over the calibration one
     ref = PROFILE_LAUNCH_US[gpu.name]
-    launch = {f"host_dispatch_us/{k}": 1.5 * v for k, v in ref.items()}
-    launch["host_dispatch_us/add"] = 4 * ref["add"]  # an outlier
+    launch = {f"host_dispatch_us/{name}": 1.5 * k * v for name, v in ref.items()}
+    launch["host_dispatch_us/add"] = 4 * k * ref["add"]  # an outlier
     launch["attn_plan_ms"] = 35.0
     cfg = json.loads(
         (Path(gpuperf.__file__).parent / "workloads/presets/llama2-7b.json").read_text()
@@ -110,7 +112,7 @@ def test_a_whole_model_run_takes_its_machines_launch_costs_and_plan_time(tmp_pat
     (tmp_path / "e2e.json").write_text(json.dumps({"launch": launch, "runs": [run]}))
     (r,) = load_e2e([tmp_path / "e2e.json"])
     assert r.attn_plan_s == pytest.approx(0.035)
-    assert host_factor(gpu.name, r.launch_us) == pytest.approx(1.5)
+    assert host_factor(gpu, r.launch_us) == pytest.approx(1.5)
     here = on_e2e_host(gpu, r.launch_us, r.attn_plan_s)
     assert here.params.host_dispatch_s == pytest.approx(1.5 * gpu.params.host_dispatch_s)
     assert here.params.host_attn_plan_s == pytest.approx(0.035)
@@ -118,4 +120,4 @@ def test_a_whole_model_run_takes_its_machines_launch_costs_and_plan_time(tmp_pat
     assert on_e2e_host(gpu, r.launch_us).params.host_attn_plan_s == pytest.approx(
         1.5 * gpu.params.host_attn_plan_s
     )
-    assert on_e2e_host(gpu, None) is None and host_factor("a100-sxm4-80gb", r.launch_us) is None
+    assert on_e2e_host(gpu, None) is None and host_factor(load_gpu("a100"), r.launch_us) is None

@@ -11,6 +11,7 @@ import pytest
 from gpuperf.hardware.loader import load_gpu
 from gpuperf.hardware.spec import ModelParams
 from gpuperf.perfmodel import calibrate as cal
+from gpuperf.perfmodel import host_pool
 from gpuperf.perfmodel.ops import Attention, Collective, Copy, Elementwise, Gemm
 from gpuperf.perfmodel.roofline import op_time
 
@@ -103,8 +104,8 @@ def test_attention_plan_from_probe_rows():
     rows += [{"backend": "default", "seen_before": False, "host_ms": m} for m in (23, 24, 22)]
     rows += [{"backend": "default", "seen_before": True, "host_ms": m} for m in (0.03, 0.05)]
     rows += [{"backend": "flash", "seen_before": False, "host_ms": 9.0}]  # other backends: no
-    assert cal.attn_plan_s(rows) == pytest.approx((23 - 0.04) / 1e3)
-    assert cal.attn_plan_s([r for r in rows if not r["seen_before"]]) is None
+    assert host_pool.attn_plan_s(rows) == pytest.approx((23 - 0.04) / 1e3)
+    assert host_pool.attn_plan_s([r for r in rows if not r["seen_before"]]) is None
 
 
 def test_calibrate_from_reads_the_sdpa_probe(tmp_path, capsys):

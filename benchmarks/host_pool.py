@@ -1,0 +1,111 @@
+"""The machines behind each GPU profile's host constants (gpuperf.perfmodel.host_pool).
+
+Prints every result file that probed its machine (tiny eager kernels' issue time against the
+calibration host, cuDNN plan time), the pool's median host, and whether the shipped profile
+holds it. --write moves the profile's host constants to it (the calibration host's fitted
+values are the profile's over its recorded host_pool_factor, so writing twice changes nothing);
+--check exits 1 when a profile is not at its pool's median host.
+
+    .venv/bin/python benchmarks/host_pool.py [--write | --check]
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from gpuperf.hardware.loader import load_gpu
+from gpuperf.perfmodel import host_pool
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PROFILES = ROOT / "gpuperf" / "hardware" / "profiles"
+GPUS = ("h100-sxm5-80gb", "h200-sxm-141gb")
+SOURCE = (
+    "# source: calibrated, then moved to the median of {n} probed machines "
+    "(benchmarks/host_pool.py)"
+)
+
+
+# The files whose llama2-7b runs the shipped profiles' host constants were fitted on (the
+# calibration machine; `gpuperf calibrate --from` takes every file with such runs that it fits).
+FITTED = {"h100-sxm5-80gb": ("e2e_eager_host.json", "e2e_hf_run1.json", "e2e_hf_run2.json"),
+          "h200-sxm-141gb": ("e2e_eager_host.json", "e2e_hf_run1.json")}  # fmt: skip
+
+
+def pool(gpu: str) -> tuple[host_pool.TypicalHost, list[host_pool.HostProbe], dict | None]:
+    """The typical host of `gpu`'s result files, its probes, the calibration host's launches
+    (the mean over the FITTED files that timed them, as `gpuperf calibrate` takes them)."""
+    probes = host_pool.probes(sorted((RESULTS / gpu).glob("*.json")))
+    ref = host_pool.mean_launch(p for p in probes if p.source in FITTED[gpu])
+    return host_pool.typical(probes, ref), probes, ref
+
+
+def wanted(gpu: str) -> dict[str, float]:
+    """The profile's host constants at its pool's median host."""
+    typical, _, _ = pool(gpu)
+    p = load_gpu(gpu).params
+    old = float(p.extra.get("host_pool_factor", 1.0))
+    k = typical.factor if typical.factor is not None else old
+    plan = typical.plan_s if typical.plan_s is not None else p.host_attn_plan_s
+    return {"host_dispatch_s": p.host_dispatch_s / old * k,
+            "host_decode_layer_s": p.host_decode_layer_s / old * k,
+            "host_attn_plan_s": plan, "host_pool_factor": k}  # fmt: skip
+
+
+def mismatches(gpu: str) -> list[str]:
+    p = load_gpu(gpu).params
+    have = {"host_dispatch_s": p.host_dispatch_s, "host_decode_layer_s": p.host_decode_layer_s,
+            "host_attn_plan_s": p.host_attn_plan_s,
+            "host_pool_factor": float(p.extra.get("host_pool_factor", 1.0))}  # fmt: skip
+    return [f"{gpu}: {k} is {have[k]:.6g}, its pool says {v:.6g}" for k, v in wanted(gpu).items()
+            if abs(have[k] - v) > 1e-5 * max(abs(v), 1e-12)]  # fmt: skip
+
+
+def write(gpu: str) -> None:
+    typical, probes, _ = pool(gpu)
+    path = PROFILES / f"{gpu}.toml"
+    text = path.read_text()
+    for name, value in wanted(gpu).items():
+        n = len(typical.plans_s) if name == "host_attn_plan_s" else len(typical.factors)
+        line = f"{name} = {value:.6g}  {SOURCE.format(n=n)}"
+        pattern = re.compile(rf"^{name} = .*$", re.M)
+        if pattern.search(text):
+            text = pattern.sub(line, text, count=1)
+        else:  # host_pool_factor, first time: the head of [model.extra]
+            text = text.replace("[model.extra]\n", f"[model.extra]\n{line}\n", 1)
+    path.write_text(text)
+    print(f"updated {path.relative_to(ROOT)}")
+
+
+def show(gpu: str) -> None:
+    typical, probes, ref = pool(gpu)
+    print(f"{gpu}: calibration host launches (µs) {ref}")
+    print(f"  {'result file':40s} {'issue x':>8s} {'plan ms':>8s}")
+    for p in probes:
+        k = host_pool.ratio(p.launch_us, ref)
+        plan = f"{1e3 * p.plan_s:8.1f}" if p.plan_s is not None else f"{'-':>8s}"
+        print(f"  {p.source:40s} {f'{k:8.2f}' if k else f'{chr(45):>8s}'} {plan}")
+    k = f"{typical.factor:.3f}" if typical.factor else "-"
+    plan = f"{1e3 * typical.plan_s:.1f} ms" if typical.plan_s else "-"
+    print(f"  median host: issues {k}x as slowly as the calibration host "
+          f"({len(typical.factors)} machines), plans in {plan} "
+          f"({len(typical.plans_s)})")  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    bad = []
+    for gpu in GPUS:
+        show(gpu)
+        if "--write" in argv:
+            write(gpu)
+        else:
+            bad += mismatches(gpu)
+    for line in bad:
+        print(line)
+    return 1 if bad and "--check" in argv else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,149 @@
+"""The host a GPU profile describes: the median machine of the pool its results came from.
+
+Eager PyTorch is host-bound at small batches (decode above all): a step costs about the CPU time
+of issuing its kernels plus, on a new kv length, cuDNN's plan of the attention. That CPU time is
+the machine's, not the GPU's, and the machines a GPU kind is lent on differ: twelve H100 hosts
+issued the same tiny kernels 0.93-1.56x as slowly as the host whose Hugging Face runs were fitted,
+and planned the same attention in 33-63 ms. A profile fitted on one fast host predicts every
+other host's eager steps too fast.
+
+So the fitted host constants are moved to the pool's median host:
+- `factor`: the median over the pool's hosts of each one's host factor (the median, over the tiny
+  kernels both timed, of its issue time over the calibration host's), which multiplies the
+  per-kernel host constants fitted on the calibration host (host_dispatch_s,
+  host_decode_layer_s);
+- `plan_s`: the median of the cuDNN plan times the pool's hosts measured (host_attn_plan_s).
+
+Every result file that carries a host probe is one host of the pool (e2e_hf.py's `launch`
+costs and plan, a serving run's `attn_plan_ms`, sdpa_shape_probe.py's timed SDPA calls). The
+numbers are probes of the machines, not fitted to any model run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from gpuperf.fileio import read_json_object
+from gpuperf.hardware.spec import ModelParams
+
+MIN_HOSTS = 3  # fewer probed hosts than this: no pool, the calibration host stays
+
+
+@dataclass(frozen=True, slots=True)
+class HostProbe:
+    """One machine's probes: its tiny eager kernels' issue time (µs, by kernel) and its cuDNN
+    plan time of a new attention shape (s); None for what it did not measure."""
+
+    source: str
+    launch_us: dict[str, float] | None
+    plan_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class TypicalHost:
+    """The pool's median host against the calibration host."""
+
+    factor: float | None  # None: too few hosts timed their launches
+    plan_s: float | None  # None: too few hosts timed a plan
+    factors: tuple[float, ...]
+    plans_s: tuple[float, ...]
+
+
+def launch_host(launch: Any) -> tuple[dict[str, float] | None, float | None]:
+    """A run file's host (e2e_hf.launch_costs): dispatch per tiny kernel (µs) by kernel name,
+    and the cuDNN plan time (s); None for what it did not measure."""
+    if not isinstance(launch, dict):
+        return None, None
+    pre = "host_dispatch_us/"
+    us = {k[len(pre):]: float(v) for k, v in launch.items()
+          if k.startswith(pre) and isinstance(v, int | float) and v > 0}  # fmt: skip
+    return us or None, _plan_s(launch.get("attn_plan_ms"))
+
+
+def _plan_s(ms: Any) -> float | None:
+    ok = isinstance(ms, int | float) and not isinstance(ms, bool) and ms > 0
+    return ms * 1e-3 if ok else None
+
+
+def attn_plan_s(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """host_attn_plan_s from SDPA calls timed on the host (sdpa_shape_probe.json rows, or the live
+    calibration's): the median host time of the default backend on kv lengths it had not met,
+    less the median on lengths it had. The first call of all is left out (one-time start-up).
+    None when there are no such rows."""
+    calls = [r for r in rows if r.get("backend") == "default" and "host_ms" in r]
+    new = [r["host_ms"] for r in calls if not r["seen_before"]][1:]
+    seen = [r["host_ms"] for r in calls if r["seen_before"]]
+    if not new or not seen:
+        return None
+    return max(0.0, statistics.median(new) - statistics.median(seen)) / 1e3
+
+
+def probe_of(data: Mapping[str, Any], source: str) -> HostProbe | None:
+    """The host probe a result file carries, if any."""
+    launch_us, plan_s = launch_host(data.get("launch"))
+    plan_s = plan_s if plan_s is not None else _plan_s(data.get("attn_plan_ms"))
+    rows = data.get("rows")
+    if plan_s is None and isinstance(rows, list) and all(isinstance(r, dict) for r in rows):
+        plan_s = attn_plan_s(rows)  # sdpa_shape_probe.json: SDPA calls timed on the host
+    if launch_us is None and plan_s is None:
+        return None
+    return HostProbe(source, launch_us, plan_s)
+
+
+def probes(files: Iterable[Path]) -> list[HostProbe]:
+    """The host probe of every result file that has one (one file, one host)."""
+    out = []
+    for path in files:
+        probe = probe_of(read_json_object(path, "results file"), path.name)
+        if probe is not None:
+            out.append(probe)
+    return out
+
+
+def ratio(launch_us: Mapping[str, float] | None, ref: Mapping[str, float] | None) -> float | None:
+    """How much slower `launch_us`'s machine issues kernels than `ref`'s: the median over the tiny
+    kernels both timed of its time over ref's (one kernel alone is noisy: an eager add read 2.0x
+    where five others read 1.3-1.7x on one machine)."""
+    if not launch_us or not ref:
+        return None
+    ratios = [launch_us[k] / ref[k] for k in ref if k in launch_us and ref[k] > 0]
+    return statistics.median(ratios) if ratios else None
+
+
+def mean_launch(found: Iterable[HostProbe]) -> dict[str, float] | None:
+    """The calibration host's launch costs: the mean over its files of each kernel's."""
+    by: dict[str, list[float]] = {}
+    for p in found:
+        for k, v in (p.launch_us or {}).items():
+            by.setdefault(k, []).append(v)
+    return {k: statistics.fmean(v) for k, v in by.items()} or None
+
+
+def typical(found: Iterable[HostProbe], ref_launch: Mapping[str, float] | None) -> TypicalHost:
+    """The pool's median host (module docstring) against the calibration host's launches."""
+    found = list(found)
+    factors = tuple(sorted(f for p in found if (f := ratio(p.launch_us, ref_launch)) is not None))
+    plans = tuple(sorted(p.plan_s for p in found if p.plan_s is not None))
+    return TypicalHost(
+        statistics.median(factors) if len(factors) >= MIN_HOSTS else None,
+        statistics.median(plans) if len(plans) >= MIN_HOSTS else None,
+        factors,
+        plans,
+    )
+
+
+def moved(params: ModelParams, host: TypicalHost) -> ModelParams:
+    """Host constants fitted on the calibration host, moved to the pool's median host: the
+    per-kernel ones times its factor (recorded as host_pool_factor), the plan its median."""
+    out = params
+    if host.factor is not None:
+        out = replace(out, host_dispatch_s=out.host_dispatch_s * host.factor,
+                      host_decode_layer_s=out.host_decode_layer_s * host.factor,
+                      extra={**out.extra, "host_pool_factor": host.factor})  # fmt: skip
+    if host.plan_s is not None:
+        out = replace(out, host_attn_plan_s=host.plan_s)
+    return out
