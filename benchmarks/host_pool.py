@@ -17,6 +17,8 @@ from pathlib import Path
 
 from gpuperf.hardware.loader import load_gpu
 from gpuperf.perfmodel import host_pool
+from gpuperf.perfmodel.accuracy import load_e2e
+from gpuperf.perfmodel.calibrate import E2E_CALIBRATION_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -28,17 +30,15 @@ SOURCE = (
 )
 
 
-# The files whose llama2-7b runs the shipped profiles' host constants were fitted on (the
-# calibration machine; `gpuperf calibrate --from` takes every file with such runs that it fits).
-FITTED = {"h100-sxm5-80gb": ("e2e_eager_host.json", "e2e_hf_run1.json", "e2e_hf_run2.json"),
-          "h200-sxm-141gb": ("e2e_eager_host.json", "e2e_hf_run1.json")}  # fmt: skip
-
-
 def pool(gpu: str) -> tuple[host_pool.TypicalHost, list[host_pool.HostProbe], dict | None]:
-    """The typical host of `gpu`'s result files, its probes, the calibration host's launches
-    (the mean over the FITTED files that timed them, as `gpuperf calibrate` takes them)."""
-    probes = host_pool.probes(sorted((RESULTS / gpu).glob("*.json")))
-    ref = host_pool.mean_launch(p for p in probes if p.source in FITTED[gpu])
+    """The typical host of `gpu`'s result files, its probes, the calibration host's launches:
+    the mean over the files whose calibration-model runs are fitted, as `gpuperf calibrate
+    --from` takes them."""
+    files = sorted((RESULTS / gpu).glob("*.json"))
+    runs = load_e2e(f for f in files if f.name.startswith("e2e"))
+    fitted = {r.source for r in runs if r.model in E2E_CALIBRATION_MODELS}
+    probes = host_pool.probes(files)
+    ref = host_pool.mean_launch(p for p in probes if p.source in fitted)
     return host_pool.typical(probes, ref), probes, ref
 
 
@@ -73,8 +73,10 @@ def write(gpu: str) -> None:
         pattern = re.compile(rf"^{name} = .*$", re.M)
         if pattern.search(text):
             text = pattern.sub(line, text, count=1)
-        else:  # host_pool_factor, first time: the head of [model.extra]
+        elif "[model.extra]\n" in text:  # host_pool_factor, first time: [model.extra]'s head
             text = text.replace("[model.extra]\n", f"[model.extra]\n{line}\n", 1)
+        else:
+            raise SystemExit(f"{path}: no [model.extra] table to record host_pool_factor in")
     path.write_text(text)
     print(f"updated {path.relative_to(ROOT)}")
 

@@ -79,7 +79,8 @@ def calibrate(
         used = {s.source for s in samples} | {r.source for r in runs}
         for f in files:
             if f.name == "sdpa_shape_probe.json":
-                plan_s = host_pool.attn_plan_s(read_json_object(f, "results file")["rows"])
+                rows = read_json_object(f, "results file").get("rows", [])
+                plan_s = host_pool.attn_plan_s(rows if isinstance(rows, list) else [])
                 used.add(f.name)
         pool = host_pool.probes(files)  # each file with a host probe: one machine of the pool
         folders = sorted({f.parent.name for f in files})
@@ -113,25 +114,19 @@ def calibrate(
         params = cal.fit_host(runs, fitted)
     fitted_names = [*(fit_names or cal.OP_PARAMS)] if samples else []
     fitted_names += [*cal.HOST_PARAMS] if runs else []
-    if runs and pool:  # --from: the fitted host constants moved to the pool's median machine
-        calibration_host = {r.source for r in runs}
-        typical = host_pool.typical(
-            pool, host_pool.mean_launch(p for p in pool if p.source in calibration_host)
-        )
+    if runs:  # the fitted host constants: the fitted runs' machine's, or the pool's median
+        typical = _pool_host(pool, runs, all_shapes, plan_known=plan_s is not None)
         params = host_pool.moved(params, typical)
-        source += f"; host probes: {', '.join(sorted({p.source for p in pool}))}"
-        if typical.factor is not None:
-            fitted_names.append("host_pool_factor")
-            click.echo(f"host: the median of {len(typical.factors)} probed machines issues "
-                       f"kernels {typical.factor:.3g}x as slowly as the fitted runs' host",
-                       err=True)  # fmt: skip
+        fitted_names.append("host_pool_factor")
+        if typical.factors or typical.plans_s:
+            source += f"; host probes: {', '.join(sorted({p.source for p in pool}))}"
         if typical.plan_s is not None:
             plan_s = typical.plan_s
-            click.echo(f"host: cuDNN plan {1e3 * plan_s:.1f} ms, the median of "
-                       f"{len(typical.plans_s)} machines", err=True)  # fmt: skip
-    if host_s is not None:
-        params = cal.dataclasses.replace(params, host_dispatch_s=host_s)
-        fitted_names.append("host_dispatch_s")
+    if host_s is not None:  # live: this machine's own dispatch (the profile is this machine)
+        params = cal.dataclasses.replace(
+            params, host_dispatch_s=host_s, extra={**params.extra, "host_pool_factor": 1.0}
+        )
+        fitted_names += ["host_dispatch_s", "host_pool_factor"]
     if plan_s is not None:
         fitted_names.append("host_attn_plan_s")
     write_text(output, cal.params_toml(params, base.name, source, fitted_names))
@@ -139,3 +134,40 @@ def calibrate(
     for name, lo_hi in {**cal.OP_PARAMS, **cal.HOST_PARAMS}.items():
         value = cal.param_value(params, name)
         click.echo(f"  {name:22s} {value:.4g}   (bounds {lo_hi[0]:g} .. {lo_hi[1]:g})")
+
+
+def _pool_host(pool: list, runs: list, all_shapes: bool, plan_known: bool):  # noqa: ANN202
+    """The pool's median machine against the fitted runs' one (gpuperf.perfmodel.host_pool),
+    saying what moves and why not; nothing moves with --all-shapes (the fit already spans the
+    machines), without launch costs in the fitted runs' files, or with fewer than three probed
+    machines. The plan moves only when the fitted machine's own plan was known (else the fit
+    absorbed it into host_decode_layer_s)."""
+    from gpuperf.perfmodel import host_pool
+
+    nothing = host_pool.TypicalHost(None, None, (), ())
+    if all_shapes or not pool:
+        if all_shapes and pool:
+            click.echo("host: not moved to the pool's median machine (--all-shapes fits the "
+                       "runs of every machine)", err=True)  # fmt: skip
+        return nothing
+    fitted = {r.source for r in runs}
+    ref = host_pool.mean_launch(p for p in pool if p.source in fitted)
+    typical = host_pool.typical(pool, ref)
+    if not plan_known:
+        typical = host_pool.TypicalHost(typical.factor, None, typical.factors, ())
+    if ref is None:
+        click.echo("host: per-kernel costs not moved: the fitted runs' files carry no launch "
+                   "costs to compare the probed machines with", err=True)  # fmt: skip
+    elif typical.factor is None:
+        click.echo(f"host: per-kernel costs not moved: {len(typical.factors)} probed machine(s), "
+                   f"fewer than {host_pool.MIN_HOSTS}", err=True)  # fmt: skip
+    else:
+        click.echo(
+            f"host: the median of {len(typical.factors)} probed machines issues kernels "
+            f"{typical.factor:.3g}x as slowly as the fitted runs' host",
+            err=True,
+        )
+    if typical.plan_s is not None:
+        click.echo(f"host: cuDNN plan {1e3 * typical.plan_s:.1f} ms, the median of "
+                   f"{len(typical.plans_s)} machines", err=True)  # fmt: skip
+    return typical

@@ -193,7 +193,8 @@ def reset_fitted(gpu: GpuSpec) -> GpuSpec:
     """`gpu` with every fitted parameter back at its default, so a fit never depends on the
     previous calibration (fixed facts set in the profile, such as attn_exp_overlap, stay)."""
     defaults = ModelParams()
-    names = [*OP_PARAMS, *HOST_PARAMS, "host_attn_plan_s"]  # the plan is measured, never kept
+    # the plan is measured, never kept; the pool factor is the fit's (host_pool.moved)
+    names = [*OP_PARAMS, *HOST_PARAMS, "host_attn_plan_s", "host_pool_factor"]
     fields = {n: getattr(defaults, n) for n in names if n in _FIELDS}
     extra = {k: v for k, v in gpu.params.extra.items() if k not in names}
     params = dataclasses.replace(gpu.params, **fields, extra=extra)

@@ -2,10 +2,10 @@
 
 Eager PyTorch is host-bound at small batches (decode above all): a step costs about the CPU time
 of issuing its kernels plus, on a new kv length, cuDNN's plan of the attention. That CPU time is
-the machine's, not the GPU's, and the machines a GPU kind is lent on differ: twelve H100 hosts
-issued the same tiny kernels 0.93-1.56x as slowly as the host whose Hugging Face runs were fitted,
-and planned the same attention in 33-63 ms. A profile fitted on one fast host predicts every
-other host's eager steps too fast.
+the machine's, not the GPU's, and the machines a GPU kind is lent on differ: 14 H100 machines
+issued the same tiny kernels 0.93-1.56x as slowly as the one whose Hugging Face runs were
+fitted, and 12 planned the same attention in 33-63 ms. A profile fitted on one fast host
+predicts every other host's eager steps too fast.
 
 So the fitted host constants are moved to the pool's median host:
 - `factor`: the median over the pool's hosts of each one's host factor (the median, over the tiny
@@ -21,6 +21,7 @@ numbers are probes of the machines, not fitted to any model run.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -53,30 +54,38 @@ class TypicalHost:
     plans_s: tuple[float, ...]
 
 
+def _time(v: Any) -> float | None:
+    """A measured time: a positive, finite number (not a bool); None for anything else."""
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < math.inf
+    return float(v) if ok else None
+
+
 def launch_host(launch: Any) -> tuple[dict[str, float] | None, float | None]:
     """A run file's host (e2e_hf.launch_costs): dispatch per tiny kernel (µs) by kernel name,
-    and the cuDNN plan time (s); None for what it did not measure."""
+    and the cuDNN plan time (s); None for what it did not measure (or measured as no time)."""
     if not isinstance(launch, dict):
         return None, None
     pre = "host_dispatch_us/"
-    us = {k[len(pre):]: float(v) for k, v in launch.items()
-          if k.startswith(pre) and isinstance(v, int | float) and v > 0}  # fmt: skip
+    us = {k[len(pre):]: t for k, v in launch.items()
+          if k.startswith(pre) and (t := _time(v)) is not None}  # fmt: skip
     return us or None, _plan_s(launch.get("attn_plan_ms"))
 
 
 def _plan_s(ms: Any) -> float | None:
-    ok = isinstance(ms, int | float) and not isinstance(ms, bool) and ms > 0
-    return ms * 1e-3 if ok else None
+    t = _time(ms)
+    return None if t is None else t * 1e-3
 
 
-def attn_plan_s(rows: Sequence[Mapping[str, Any]]) -> float | None:
+def attn_plan_s(rows: Sequence[Any]) -> float | None:
     """host_attn_plan_s from SDPA calls timed on the host (sdpa_shape_probe.json rows, or the live
     calibration's): the median host time of the default backend on kv lengths it had not met,
     less the median on lengths it had. The first call of all is left out (one-time start-up).
-    None when there are no such rows."""
-    calls = [r for r in rows if r.get("backend") == "default" and "host_ms" in r]
-    new = [r["host_ms"] for r in calls if not r["seen_before"]][1:]
-    seen = [r["host_ms"] for r in calls if r["seen_before"]]
+    None when there are no such rows; rows without a time or a seen_before flag are not calls."""
+    calls = [(r["seen_before"], t) for r in rows if isinstance(r, dict)
+             and r.get("backend") == "default" and isinstance(r.get("seen_before"), bool)
+             and (t := _time(r.get("host_ms"))) is not None]  # fmt: skip
+    new = [t for seen, t in calls if not seen][1:]
+    seen = [t for s, t in calls if s]
     if not new or not seen:
         return None
     return max(0.0, statistics.median(new) - statistics.median(seen)) / 1e3
@@ -87,7 +96,7 @@ def probe_of(data: Mapping[str, Any], source: str) -> HostProbe | None:
     launch_us, plan_s = launch_host(data.get("launch"))
     plan_s = plan_s if plan_s is not None else _plan_s(data.get("attn_plan_ms"))
     rows = data.get("rows")
-    if plan_s is None and isinstance(rows, list) and all(isinstance(r, dict) for r in rows):
+    if plan_s is None and isinstance(rows, list):
         plan_s = attn_plan_s(rows)  # sdpa_shape_probe.json: SDPA calls timed on the host
     if launch_us is None and plan_s is None:
         return None
@@ -95,7 +104,8 @@ def probe_of(data: Mapping[str, Any], source: str) -> HostProbe | None:
 
 
 def probes(files: Iterable[Path]) -> list[HostProbe]:
-    """The host probe of every result file that has one (one file, one host)."""
+    """The host probe of every result file that has one (one file, one machine: files of one
+    device session may share a machine, which the pool cannot tell)."""
     out = []
     for path in files:
         probe = probe_of(read_json_object(path, "results file"), path.name)
@@ -138,12 +148,13 @@ def typical(found: Iterable[HostProbe], ref_launch: Mapping[str, float] | None) 
 
 def moved(params: ModelParams, host: TypicalHost) -> ModelParams:
     """Host constants fitted on the calibration host, moved to the pool's median host: the
-    per-kernel ones times its factor (recorded as host_pool_factor), the plan its median."""
-    out = params
+    per-kernel ones times its factor, the plan its median. host_pool_factor records the factor
+    (1 when nothing moved)."""
+    out = replace(params, extra={**params.extra, "host_pool_factor": 1.0})
     if host.factor is not None:
         out = replace(out, host_dispatch_s=out.host_dispatch_s * host.factor,
                       host_decode_layer_s=out.host_decode_layer_s * host.factor,
-                      extra={**out.extra, "host_pool_factor": host.factor})  # fmt: skip
+                      extra={**params.extra, "host_pool_factor": host.factor})  # fmt: skip
     if host.plan_s is not None:
         out = replace(out, host_attn_plan_s=host.plan_s)
     return out

@@ -146,8 +146,10 @@ def test_calibrate_cli_on_cpu_writes_a_profile(capsys, tmp_path):
     # Measured on the host like host_dispatch_s; the CPU's SDPA builds no plan per shape: far
     # below cuDNN's 23-32 ms per new shape (what is left is the noise of a loaded CI host).
     assert 0 <= model["host_attn_plan_s"] < 2e-2
-    measured = {"host_dispatch_s", "host_attn_plan_s"}
+    measured = {"host_dispatch_s", "host_attn_plan_s", "extra"}
     assert set(model) - measured <= set(cal.OP_PARAMS) - calib.MULTI_GPU_PARAMS
+    # the profile describes this machine: not the base profile's pool of machines
+    assert model["extra"]["host_pool_factor"] == 1
     assert "wrote" in stdout
 
 
