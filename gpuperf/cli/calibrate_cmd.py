@@ -7,7 +7,9 @@ from pathlib import Path
 import click
 
 from gpuperf.errors import InputError
-from gpuperf.fileio import check_writable, read_json_object, write_text
+from gpuperf.fileio import check_writable, write_text
+
+PLAN_PROBE = "sdpa_shape_probe.json"  # SDPA calls timed on the fitted machine (host_pool)
 
 
 @click.command(
@@ -77,12 +79,10 @@ def calibrate(
         samples = load_samples(f for f in files if not f.name.startswith("e2e"))
         runs = load_e2e(f for f in files if f.name.startswith("e2e"))
         used = {s.source for s in samples} | {r.source for r in runs}
-        for f in files:
-            if f.name == "sdpa_shape_probe.json":
-                rows = read_json_object(f, "results file").get("rows", [])
-                plan_s = host_pool.attn_plan_s(rows if isinstance(rows, list) else [])
-                used.add(f.name)
         pool = host_pool.probes(files)  # each file with a host probe: one machine of the pool
+        if any(f.name == PLAN_PROBE for f in files):  # the fitted machine's own cuDNN plan
+            used.add(PLAN_PROBE)
+            plan_s = next((p.plan_s for p in pool if p.source == PLAN_PROBE), None)
         folders = sorted({f.parent.name for f in files})
         source = f"fitted to {', '.join(folders)}: {', '.join(sorted(used))}"
     else:
@@ -142,6 +142,8 @@ def _pool_host(pool: list, runs: list, all_shapes: bool, plan_known: bool):  # n
     machines), without launch costs in the fitted runs' files, or with fewer than three probed
     machines. The plan moves only when the fitted machine's own plan was known (else the fit
     absorbed it into host_decode_layer_s)."""
+    from dataclasses import replace
+
     from gpuperf.perfmodel import host_pool
 
     nothing = host_pool.TypicalHost(None, None, (), ())
@@ -154,7 +156,7 @@ def _pool_host(pool: list, runs: list, all_shapes: bool, plan_known: bool):  # n
     ref = host_pool.mean_launch(p for p in pool if p.source in fitted)
     typical = host_pool.typical(pool, ref)
     if not plan_known:
-        typical = host_pool.TypicalHost(typical.factor, None, typical.factors, ())
+        typical = replace(typical, plan_s=None, plans_s=())
     if ref is None:
         click.echo("host: per-kernel costs not moved: the fitted runs' files carry no launch "
                    "costs to compare the probed machines with", err=True)  # fmt: skip
