@@ -415,6 +415,42 @@ def launch_costs(n: int = 2000) -> dict:
     from gpuperf.measure.calibration import measure_attn_plan
 
     out["attn_plan_ms"] = measure_attn_plan(DEV) * 1e3
+    out.update(python_costs(x))
+    return out
+
+
+def python_costs(x, n: int = 20000) -> dict:
+    """Host work a Hugging Face step does besides launching kernels, per call in µs: a pure
+    Python call with an attribute and a dict lookup, an nn.Module __call__ of a module that
+    launches nothing, and a view of a CUDA tensor (no kernel). Recorded to see whether machines
+    that run HF steps slower than their launch costs imply are slower here (not a model input)."""
+    import torch
+
+    class Probe:
+        def __init__(self) -> None:
+            self.table = {"k": 1}
+
+        def step(self, v: int) -> int:
+            return self.table["k"] + v
+
+    class Nothing(torch.nn.Module):
+        def forward(self, t):
+            return t
+
+    p, mod = Probe(), Nothing()
+    calls = {
+        "python_call_us": lambda: p.step(1),
+        "module_call_us": lambda: mod(x),
+        "view_us": lambda: x.view(4096),
+    }
+    out = {}
+    for name, fn in calls.items():
+        for _ in range(1000):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        out[f"python/{name}"] = (time.perf_counter() - t0) / n * 1e6
     return out
 
 
