@@ -23,3 +23,36 @@ def test_a_group_without_a_subcommand_prints_its_help(capsys, group):
     assert out.startswith(f"Usage: gpuperf {' '.join(group)}".rstrip() + " ")
     assert "\nCommands:\n" in out  # the help as -h prints it, one line per subcommand
     assert run(capsys, *group, "--help") == (0, out, "")
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "allgather", "reducescatter", "broadcast"])
+def test_an_unknown_nccl_algorithm_is_refused_naming_the_choices(capsys, coll):
+    refused(capsys, "predict", coll, "--bytes", "1G", "--system", "dgx-h100", "--algo", "bogus",
+            match="unknown algorithm 'bogus'; expected one of: tree, ring, nvls")  # fmt: skip
+
+
+@pytest.mark.parametrize("option", [("--algo", "bogus"), ("--algo", "ring"), ("--proto", "LL"),
+                                    ("--nvls",)])  # fmt: skip
+def test_alltoall_offers_no_nccl_algorithm_protocol_or_nvls(capsys, option):
+    # NCCL runs alltoall as grouped send/recv (as sendrecv): nothing of these reaches it
+    refused(capsys, "predict", "alltoall", "--bytes", "1G", "--system", "dgx-h100", *option,
+            match=f"No such option '{option[0]}'")  # fmt: skip
+
+
+def test_a_collective_refuses_another_gpu_than_the_systems(capsys):
+    args = ("predict", "allreduce", "--bytes", "1G", "--system", "dgx-h100")
+    refused(capsys, *args, "--gpu", "a100", match="dgx-h100 is built of h100-sxm5-80gb; --gpu a1")
+    refused(capsys, *args, "--gpu", "h200", match="is another GPU")
+    code, own, err = run(capsys, *args, "--gpu", "h100", "--format", "json")
+    assert code == 0, err
+    assert run(capsys, *args, "--format", "json")[1] == own  # the system's own GPU: the same
+
+
+def test_the_api_refuses_another_gpu_than_the_systems_for_an_op():
+    from gpuperf import api
+    from gpuperf.errors import InputError
+
+    for kind, sizes in (("allreduce", dict(nbytes=1 << 30, ranks=8)), ("gemm", dict(m=4096))):
+        with pytest.raises(InputError, match="is another GPU"):
+            api.predict_op(kind, gpu="a100", system="dgx-h100", **sizes)
+        assert api.predict_op(kind, gpu="h100", system="dgx-h100", **sizes).total_ms > 0
