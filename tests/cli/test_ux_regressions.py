@@ -56,3 +56,23 @@ def test_the_api_refuses_another_gpu_than_the_systems_for_an_op():
         with pytest.raises(InputError, match="is another GPU"):
             api.predict_op(kind, gpu="a100", system="dgx-h100", **sizes)
         assert api.predict_op(kind, gpu="h100", system="dgx-h100", **sizes).total_ms > 0
+
+
+@pytest.mark.parametrize(
+    "option, match",
+    [(("--cuda-graphs",), "CUDA graphs are modelled for inference steps"),
+     (("--dtype", "int8"), "training runs in bf16, fp16, fp32, tf32, fp8, fp64, not int8")],
+)  # fmt: skip
+def test_training_refuses_what_it_does_not_model(capsys, option, match):
+    refused(capsys, "predict", "llama2-7b", "--mode", "train", *option, match=match)
+    code, _, err = run(capsys, "predict", "llama2-7b", "--mode", "prefill", *option)
+    assert code == 0, err  # inference takes them
+
+
+def test_the_api_refuses_training_with_cuda_graphs_or_int8():
+    from gpuperf import api
+    from gpuperf.errors import InputError
+
+    for kw in ({"cuda_graphs": True}, {"dtype": "int8"}):
+        with pytest.raises(InputError, match="training|CUDA graphs"):
+            api.predict("llama2-7b", mode="train", **kw)
