@@ -76,3 +76,17 @@ def test_the_api_refuses_training_with_cuda_graphs_or_int8():
     for kw in ({"cuda_graphs": True}, {"dtype": "int8"}):
         with pytest.raises(InputError, match="training|CUDA graphs"):
             api.predict("llama2-7b", mode="train", **kw)
+
+
+def test_a_search_with_no_split_of_its_gpus_says_which_rule_each_breaks(capsys):
+    refused(capsys, "search", "llama3-8b", "--gpus", "3", "--system", "dgx-h100",
+            match="no plan of llama3-8b can be built on 3 GPUs of dgx-h100, as every split of "
+            "them into tp·pp·dp breaks a rule: tp=3 does not divide its 32 heads; pp=3 does not "
+            "divide its 32 layers; dp=3 does not divide the --global-batch 1024")  # fmt: skip
+    refused(capsys, "search", "llama3-8b", "--gpus", "24", "--system", "dgx-h100", "--mode",
+            "decode", "--batch", "4",
+            match="pp=3, 6, 12 or 24 does not divide its 32 layers; dp=3, 6, 12 or 24 does not "
+            "divide the --batch 4")  # fmt: skip
+    # plans that were built but do not fit keep their message
+    refused(capsys, "search", "llama3-70b", "--gpus", "1", "--system", "dgx-h100",
+            match="no plan of llama3-70b fits on 1 GPUs of dgx-h100 (")  # fmt: skip
