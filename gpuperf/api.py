@@ -298,7 +298,7 @@ def serve_plan(
     system: SystemLike | None = None,
     engine: str | os.PathLike[str] = "vllm",
     gpus: int | None = None,
-    tp: int = 1,
+    tp: int | None = None,
     isl: str | int = 512,
     osl: str | int = 128,
     requests: int | None = None,
@@ -310,10 +310,10 @@ def serve_plan(
     **engine_options: Any,
 ) -> Any:
     """The highest request rate that meets `slo` ("ttft=500ms,tpot=50ms"; p90 unless a key
-    says ttft_p99 ...) on one replica of `tp` GPUs, or with `gpus`, the best split of them into
-    tensor-parallel replicas and the Pareto frontier of tokens/s per GPU against tokens/s per
-    user. Each rate is simulated with `requests` (default 300) Poisson arrivals. Returns a
-    gpuperf.step.serve_run.ServePlan.
+    says ttft_p99 ...) on one replica of `tp` GPUs (default 1), or with `gpus` (not with `tp`:
+    the search picks it), the best split of them into tensor-parallel replicas and the Pareto
+    frontier of tokens/s per GPU against tokens/s per user. Each rate is simulated with
+    `requests` (default 300) Poisson arrivals. Returns a gpuperf.step.serve_run.ServePlan.
 
     Example:
         >>> p = serve_plan("llama3-70b", "ttft=1s,tpot=60ms", system="dgx-h100", gpus=8)

@@ -90,3 +90,17 @@ def test_a_search_with_no_split_of_its_gpus_says_which_rule_each_breaks(capsys):
     # plans that were built but do not fit keep their message
     refused(capsys, "search", "llama3-70b", "--gpus", "1", "--system", "dgx-h100",
             match="no plan of llama3-70b fits on 1 GPUs of dgx-h100 (")  # fmt: skip
+
+
+def test_serve_refuses_tp_beside_gpus_whose_search_picks_tp(capsys):
+    from gpuperf import api
+    from gpuperf.errors import InputError
+
+    args = ("serve", "llama3.2-1b", "--gpu", "h100", "--slo", "ttft=2s", "--gpus", "2")
+    for tp in ("1", "2"):  # --tp 1 was as silent as --tp 2
+        refused(capsys, *args, "--tp", tp, match=f"tp={tp} and gpus=2: with gpus the search")
+    with pytest.raises(InputError, match="tp=2 and gpus=2"):
+        api.serve_plan("llama3.2-1b", "ttft=2s", gpu="h100", gpus=2, tp=2, requests=20)
+    text = " ".join(run(capsys, "serve", "--help")[1].split())
+    assert "[default: 1]; not with --gpus." in text and "(so not with --tp)" in text, text
+
