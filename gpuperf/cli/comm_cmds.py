@@ -138,7 +138,7 @@ def _render(result: dict[str, Any], fmt: str) -> None:
         return
     from rich.table import Table
 
-    from gpuperf.reports.console import console as make_console
+    from gpuperf.reports.console import table_console
 
     where = result["system"] or result["gpu"]
     nvls = ", NVLS on" if result["nvls"] else ""
@@ -151,7 +151,7 @@ def _render(result: dict[str, Any], fmt: str) -> None:
         table.add_column(header, justify="left" if key in ("algo", "proto") else "right")
     for r in rows:
         table.add_row(*[_fmt(r[k]) for k in COLUMNS])
-    console = make_console()
+    console = table_console()
     console.print(table)
     # Measured slow-downs start at a few MiB (3 H200s); below that the call floor hides them.
     odd = [_fmt(r["bytes"]) for r in rows if r["misaligned"] and r["bytes"] >= 4 * 2**20]

@@ -104,3 +104,17 @@ def test_serve_refuses_tp_beside_gpus_whose_search_picks_tp(capsys):
     text = " ".join(run(capsys, "serve", "--help")[1].split())
     assert "[default: 1]; not with --gpus." in text and "(so not with --tp)" in text, text
 
+
+@pytest.mark.parametrize(
+    "args, headers",
+    [(("search", "llama3-8b", "--gpus", "3", "--system", "dgx-h100", "--global-batch", "3"),
+      ("step (s)", "tok/s", "TFLOP/s/GPU", "MFU %", "bubble %", "comm %", "GiB/GPU")),
+     (("predict", "allreduce", "--bytes", "1G", "--system", "dgx-h100"),
+      ("latency (µs)", "copy tail (µs)", "algbw (GB/s)", "busbw (GB/s)"))],
+)  # fmt: skip
+def test_a_piped_table_keeps_every_column_whole(capsys, args, headers):
+    code, out, err = run(capsys, *args)  # captured: not a terminal, as `| less` or `> file`
+    assert code == 0, err
+    assert "…" not in out, out
+    for header in headers:
+        assert f" {header} " in out, (header, out)
