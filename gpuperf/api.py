@@ -134,7 +134,7 @@ def predict(
         raise InputError(f"unknown argument {unknown[0]!r}{hint}")
     if nodes is not None and (not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1):
         raise InputError(f"nodes must be a positive integer, got {nodes!r}")
-    gpu_spec, sys_spec = _hardware(gpu, system)
+    gpu_spec, sys_spec = hardware(gpu, system)
     cfg = resolve_model(model)
     scenario = Scenario(
         mode=mode,  # type: ignore[arg-type]
@@ -162,8 +162,9 @@ def _dtype_required(value: Any) -> Any:
     return parse_dtype(value)
 
 
-def _hardware(gpu: GpuLike | None, system: SystemLike | None) -> tuple[GpuSpec, SystemSpec | None]:
-    """The GPU and system named, the GPU checked against the system's own."""
+def hardware(gpu: GpuLike | None, system: SystemLike | None) -> tuple[GpuSpec, SystemSpec | None]:
+    """The GPU and system named, the GPU checked against the system's own: every command that
+    takes --gpu beside --system refuses another GPU than the system's."""
     sys_spec = resolve_system(system)
     gpu_spec = resolve_gpu(gpu, sys_spec)
     _check_gpu_in_system(gpu_spec, sys_spec)
@@ -240,10 +241,10 @@ def predict_op(
         elif key == "causal" and not isinstance(value, bool):
             raise InputError(f"{kind}: causal must be True or False, got {shown(value)}")
     op = builder(**params)
-    sys_spec = resolve_system(system)
+    gpu_spec, sys_spec = hardware(gpu, system)
     if op.kind == "collective":
         single_op.group(sys_spec, None, op.ranks)  # the ranks fit the GPU or system (as the CLI)
-    return predict_ops([op], resolve_gpu(gpu, sys_spec), None, sys_spec)
+    return predict_ops([op], gpu_spec, None, sys_spec)
 
 
 def serve(
@@ -281,7 +282,7 @@ def serve(
     """
     from gpuperf.step.serve_run import run_serve
 
-    gpu_spec, sys_spec = _hardware(gpu, system)
+    gpu_spec, sys_spec = hardware(gpu, system)
     return run_serve(
         resolve_model(model), gpu_spec, sys_spec, engine, tp=tp, isl=isl, osl=osl,
         requests=requests, rate=rate, concurrency=concurrency, trace=trace, seed=seed,
@@ -297,7 +298,7 @@ def serve_plan(
     system: SystemLike | None = None,
     engine: str | os.PathLike[str] = "vllm",
     gpus: int | None = None,
-    tp: int = 1,
+    tp: int | None = None,
     isl: str | int = 512,
     osl: str | int = 128,
     requests: int | None = None,
@@ -309,10 +310,10 @@ def serve_plan(
     **engine_options: Any,
 ) -> Any:
     """The highest request rate that meets `slo` ("ttft=500ms,tpot=50ms"; p90 unless a key
-    says ttft_p99 ...) on one replica of `tp` GPUs, or with `gpus`, the best split of them into
-    tensor-parallel replicas and the Pareto frontier of tokens/s per GPU against tokens/s per
-    user. Each rate is simulated with `requests` (default 300) Poisson arrivals. Returns a
-    gpuperf.step.serve_run.ServePlan.
+    says ttft_p99 ...) on one replica of `tp` GPUs (default 1), or with `gpus` (not with `tp`:
+    the search picks it), the best split of them into tensor-parallel replicas and the Pareto
+    frontier of tokens/s per GPU against tokens/s per user. Each rate is simulated with
+    `requests` (default 300) Poisson arrivals. Returns a gpuperf.step.serve_run.ServePlan.
 
     Example:
         >>> p = serve_plan("llama3-70b", "ttft=1s,tpot=60ms", system="dgx-h100", gpus=8)
@@ -320,7 +321,7 @@ def serve_plan(
     """
     from gpuperf.step.serve_run import plan_serving
 
-    gpu_spec, sys_spec = _hardware(gpu, system)
+    gpu_spec, sys_spec = hardware(gpu, system)
     if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or
                              not 0 < gpus <= 4096):  # fmt: skip
         raise InputError(f"gpus must be a whole number from 1 to 4096, got {shown(gpus)}")

@@ -86,6 +86,9 @@ def _main(argv: list[str] | None) -> None:
     except GpuperfError as exc:
         click.echo(f"gpuperf: error: {_one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `gpuperf hw`: the group's help, as -h
+        click.echo(exc.ctx.get_help(), color=exc.ctx.color)
+        sys.exit(0)
     except click.exceptions.Abort as exc:
         term = isinstance(exc.__cause__ or exc.__context__, Terminated)
         click.echo(f"gpuperf: aborted ({'SIGTERM' if term else 'SIGINT'})", err=True)

@@ -35,6 +35,8 @@ _HELP = {
     "broadcast": "Broadcast --bytes from one rank to all (nccl-tests broadcast).",
     "sendrecv": "One send/recv of --bytes to a neighbour; across nodes with --nodes 2.",
 }
+# Run as NCCL's send/recv: no NCCL_ALGO, NCCL_PROTO or NVLS choice to offer.
+_SEND_RECV = ("sendrecv", "alltoall")
 _EXAMPLES = {
     "allreduce": [
         "gpuperf predict allreduce --bytes 1G --system dgx-h100 --nodes 4",
@@ -48,12 +50,12 @@ _EXAMPLES = {
 def _resolve(
     system: str | None, gpu: str | None, nodes: int | None, nproc: int | None
 ) -> tuple[Any, Any, int, int]:
-    """(GpuSpec, SystemSpec | None, ranks, nodes) from the command-line choices."""
-    from gpuperf.hardware.loader import load_gpu, load_system
+    """(GpuSpec, SystemSpec | None, ranks, nodes) from the command-line choices; --gpu beside
+    --system must be the system's GPU, as for a model."""
+    from gpuperf.api import hardware
     from gpuperf.workloads.single_op import group
 
-    sys_spec = load_system(system) if system else None
-    gpu_spec = load_gpu(gpu) if gpu else (sys_spec.gpu if sys_spec else load_gpu("h100"))
+    gpu_spec, sys_spec = hardware(gpu, system)
     try:
         ranks, n = group(sys_spec, nodes, nproc)
     except InputError as exc:  # say it in the command's words
@@ -136,7 +138,7 @@ def _render(result: dict[str, Any], fmt: str) -> None:
         return
     from rich.table import Table
 
-    from gpuperf.reports.console import console as make_console
+    from gpuperf.reports.console import table_console
 
     where = result["system"] or result["gpu"]
     nvls = ", NVLS on" if result["nvls"] else ""
@@ -149,7 +151,7 @@ def _render(result: dict[str, Any], fmt: str) -> None:
         table.add_column(header, justify="left" if key in ("algo", "proto") else "right")
     for r in rows:
         table.add_row(*[_fmt(r[k]) for k in COLUMNS])
-    console = make_console()
+    console = table_console()
     console.print(table)
     # Measured slow-downs start at a few MiB (3 H200s); below that the call floor hides them.
     odd = [_fmt(r["bytes"]) for r in rows if r["misaligned"] and r["bytes"] >= 4 * 2**20]
@@ -178,14 +180,18 @@ def _command(coll: str) -> click.Command:
         ),
         click.option("--system", default=None, help="System profile (dgx-h100) or a .toml."),
         click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes (--system)."),
-        click.option("--gpu", default=None, help="GPU profile; without --system: one node."),
+        click.option(
+            "--gpu",
+            default=None,
+            help="GPU profile; without --system: one node; with it: the system's GPU only.",
+        ),
         click.option(
             "--nproc", type=click.IntRange(min=1), default=None, help="Ranks [default: 8 / node]."
         ),
         dtype_option(),
         output_options,
     ]
-    if coll != "sendrecv":
+    if coll not in _SEND_RECV:
         decorators += [
             click.option(
                 "--nvls/--no-nvls",

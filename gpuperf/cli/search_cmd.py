@@ -102,7 +102,7 @@ def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batc
         return
     from rich.table import Table
 
-    from gpuperf.reports.console import console as make_console
+    from gpuperf.reports.console import table_console
 
     table = Table(
         caption="comm %: exposed TP/CP/EP/PP/DP communication",
@@ -114,7 +114,7 @@ def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batc
         )
     for row in rows:
         table.add_row(*(_cell(k, row[k]) for k in COLUMNS))
-    console = make_console()
+    console = table_console()
     console.print(table)
     for line in res.why:
         console.print(line, markup=False)

@@ -28,7 +28,8 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
 @click.argument("model")
 @click.option("--gpu", default=None, help="GPU profile (h100) or a .toml; default: the system's.")
 @click.option("--system", default=None, help="System profile (dgx-h100) or a .toml.")
-@click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs.")
+@click.option("--tp", type=SIZE, default=None,
+              help="Tensor-parallel GPUs of a replica [default: 1]; not with --gpus.")  # fmt: skip
 @click.option("--engine", default="vllm", show_default=True,
               help="hf, vllm, sglang, trtllm, or an engine .toml (see step/engines).")  # fmt: skip
 @click.option("--isl", default="512", show_default=True, help=ISL_HELP)
@@ -68,13 +69,14 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
               help="Latency targets, e.g. ttft=500ms,tpot=50ms (p90; ttft_p99=...): find the "
               "highest request rate that meets them.")  # fmt: skip
 @click.option("--gpus", type=SIZE, default=None,
-              help="With --slo: split these GPUs into TP groups and replicas.")  # fmt: skip
+              help="With --slo: split these GPUs into TP groups and replicas, trying every "
+              "TP size (so not with --tp).")  # fmt: skip
 @click.option("-o", "--output", default=None,
               help="Write an HTML page: batch and KV cache over time and latencies, or with "
               "--slo the Pareto frontier.")  # fmt: skip
 @click.option("--per-request", is_flag=True, help="json: add every request's numbers.")
 @output_options
-def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str, isl: str,
+def serve(model: str, gpu: str | None, system: str | None, tp: int | None, engine: str, isl: str,
           osl: str, requests: int | None, rate: float | None, concurrency: int | None,
           trace: str | None, seed: int, dtype: str, kv_dtype: str | None,
           cuda_graphs: bool | None, chunked_prefill: bool | None, mixed_prefill: bool | None,
@@ -130,8 +132,8 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int, engine: str,
                 state["pct"] += 1
                 advance(f"{done:,}/{total:,} requests")
 
-        rep = api.serve(model, gpu=gpu, system=system, engine=engine, tp=tp, isl=isl, osl=osl,
-                        requests=requests, rate=rate, concurrency=concurrency, trace=trace,
+        rep = api.serve(model, gpu=gpu, system=system, engine=engine, tp=tp or 1, isl=isl,
+                        osl=osl, requests=requests, rate=rate, concurrency=concurrency, trace=trace,
                         seed=seed, dtype=dtype, kv_dtype=kv_dtype, progress=tick,
                         **opts)  # fmt: skip
     if output is not None:

@@ -52,7 +52,6 @@ def _unsupported(sc: Any) -> str:
         (sc.tp > 1 and sc.dp > 1, "tensor and data parallelism together"),
         (sc.tp > 1 and sc.sequence_parallel, "sequence parallelism (--no-sequence-parallel)"),
         (sc.mode != "train" and sc.dp > 1, "data parallelism outside training"),
-        (sc.mode == "train" and sc.cuda_graphs, "CUDA graphs in training"),
         (sc.cuda_graphs and sc.mode != "decode", "CUDA graphs outside decode"),
         (sc.cuda_graphs and sc.tp > 1 and sc.tp_impl == "dtensor", "CUDA graphs with DTensor"),
         (sc.microbatches > 1 and sc.pp == 1, "several micro-batches outside a pipeline"),

@@ -217,6 +217,14 @@ def collective_time(
     algo/proto force NCCL_ALGO/NCCL_PROTO; NVLS is considered only with nvls=True. The choice is
     NCCL's argmin on its own (uncalibrated) model; the reported time applies `params`.
     """
+    if op.coll == "alltoall" and (algo is not None or proto is not None):
+        forced = f"--algo {algo!r}" if algo is not None else f"--proto {proto!r}"
+        raise InputError(  # NCCL_ALGO and NCCL_PROTO do not reach NCCL's alltoall
+            "alltoall has no NCCL algorithm or protocol to force (NCCL runs it as grouped "
+            f"send/recv, algo p2p, and picks LL or Simple by size): drop {forced}"
+        )
+    algo = _parse(algo, nccl.ALGOS, "algorithm")
+    proto = _parse(proto, nccl.PROTOS, "protocol")
     params = params or comm_params(gpu)
     nodes = nodes if nodes is not None else (op.nodes or None)
     topo = topology(op.ranks, gpu, system, nodes=nodes, cpu=params.cpu, tables=params.tables)
@@ -224,8 +232,6 @@ def collective_time(
         return _optime(op.coll, op.nbytes, 1, 0.0, 0.0, 0.0, "none", "none", topo, 0)
     if op.coll == "alltoall":
         return _alltoall(op, topo, params)
-    algo = _parse(algo, nccl.ALGOS, "algorithm")
-    proto = _parse(proto, nccl.PROTOS, "protocol")
     graph = nccl.search_graph(topo, params.tables)
     func: nccl.Func = op.coll  # type: ignore[assignment]
     best = None

@@ -40,5 +40,18 @@ def _console_class() -> type[Console]:
     return SafeConsole
 
 
+# Columns a table gets when the output is not a terminal (a pipe, a file): rich would take 80 and
+# cut the columns to "…"; a terminal keeps its own width.
+PIPED_WIDTH = 160
+
+
 def console(**kw: Any) -> Console:
     return _console_class()(markup=False, highlight=False, **kw)
+
+
+def table_console(**kw: Any) -> Console:
+    """The console a table prints on: at least PIPED_WIDTH columns wide when not a terminal."""
+    con = console(**kw)
+    if not con.is_terminal:
+        con.width = max(con.width, PIPED_WIDTH)
+    return con

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
-from gpuperf.reports.console import console as make_console
+from gpuperf.reports.console import table_console
 from gpuperf.step.columns import Columns, as_columns, div, isna
 from gpuperf.step.columns import to_csv as columns_csv
 from gpuperf.step.columns import total as column_total
@@ -255,9 +255,7 @@ def render(result: Any, fmt: str = "table", *, view: Any = None, file: IO | None
     elif fmt == "csv":
         out.write(to_csv(rows_of(result, view)))
     elif fmt == "table":
-        console = make_console(file=out)
-        if not console.is_terminal:
-            console.width = max(console.width, 160)
+        console = table_console(file=out)
         console.print(rich_table(result, view))
         for line in summary_lines(result):
             console.print(line)

@@ -474,6 +474,13 @@ def throughput(pred: Prediction, gpu: GpuSpec, sc: Scenario, tokens: int, out_to
     got = rates(gpu, sc, total_s, tokens, out_tokens, per_token, redo_per_token)
     pred.tokens_per_s, pred.mfu, pred.hfu = got
     pred.extra["tokens_per_s_per_gpu"] = pred.tokens_per_s / sc.gpus
+    if (pred.hfu or 0.0) > 1.0:  # the convention's count, not the kernels': see step.mfu
+        pred.warnings.append(
+            f"MFU {pred.mfu:.0%} / HFU {pred.hfu:.0%} is over 100% by the convention, not the "
+            "GPU: PaLM's count includes the masked half of causal attention, which the kernel "
+            "skips and which long sequences are mostly made of; the ops' own FLOPs stay under "
+            "the peak"
+        )
 
 
 def _finish(pred: Prediction, cfg: ModelConfig, sc: Scenario, where: Placement) -> None:

@@ -138,6 +138,34 @@ def plan_specs(
                                            virtual_stages=v)  # fmt: skip
 
 
+def no_split(cfg: ModelConfig, system: SystemSpec, gpus: int, mode: str, global_batch: int,
+             batch: int) -> str:  # fmt: skip
+    """Why plan_specs has no plan: the degrees that break each of its rules (tp must divide the
+    heads, pp the layers, dp the batch it splits), from every split of `gpus` into tp·pp·dp.
+    For the error message only: the search never calls it."""
+    gpn = system.gpus_per_node
+    total, what = (global_batch, "global-batch") if mode == "train" else (batch, "batch")
+    bad: dict[str, set[int]] = {"tp": set(), "pp": set(), "dp": set()}
+    for tp in _divisors(min(gpus, gpn)):
+        for pp in _divisors(gpus // tp):
+            dp = gpus // (tp * pp)
+            rule = (
+                "tp" if cfg.heads % tp else "pp" if cfg.layers % pp else "dp" if total % dp else ""
+            )
+            if rule:
+                bad[rule].add({"tp": tp, "pp": pp, "dp": dp}[rule])
+    whole = {"tp": f"its {cfg.heads} heads", "pp": f"its {cfg.layers} layers",
+             "dp": f"the --{what} {total}"}  # fmt: skip
+    return "; ".join(f"{k}={_either(sorted(v))} does not divide {whole[k]}"
+                     for k, v in bad.items() if v)  # fmt: skip
+
+
+def _either(values: list[int]) -> str:
+    """'3', '3 or 6', '3, 6 or 12'."""
+    *head, last = values
+    return f"{', '.join(map(str, head))} or {last}" if head else str(last)
+
+
 def _scenario(spec: dict) -> Scenario | None:
     try:
         return Scenario(**spec)
@@ -233,6 +261,10 @@ def search(
         except InputError as exc:
             raise InputError(f"no plan of {cfg.name} can run on {gpus} GPUs of {system.name}: "
                              f"{exc}") from None  # fmt: skip
+    if not specs:
+        raise InputError(f"no plan of {cfg.name} can be built on {gpus} GPUs of {system.name}, "
+                         "as every split of them into tp·pp·dp breaks a rule: "
+                         f"{no_split(cfg, system, gpus, mode, global_batch, batch)}")  # fmt: skip
     if not results:
         raise InputError(
             f"no plan of {cfg.name} fits on {gpus} GPUs of {system.name} "

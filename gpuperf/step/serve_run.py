@@ -190,13 +190,14 @@ class ServePlan:
 
 def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
                  engine: str | os.PathLike[str] | EngineProfile, slo: str, *,
-                 gpus: int | None = None, tp: int = 1, isl: str | int = 512,
+                 gpus: int | None = None, tp: int | None = None, isl: str | int = 512,
                  osl: str | int = 128, requests: int | None = None, seed: int = 0,
                  dtype: str = "bf16", kv_dtype: str | None = None,
                  weight_dtype: str | None = None, progress: Any = None,
                  **options: Any) -> ServePlan:  # fmt: skip
-    """The highest Poisson rate within `slo` on one replica of `tp` GPUs, or, with `gpus`, for
-    every split of them into tensor-parallel replicas (step.serve_slo)."""
+    """The highest Poisson rate within `slo` on one replica of `tp` GPUs (default 1), or, with
+    `gpus`, for every split of them into tensor-parallel replicas (step.serve_slo): the split
+    sets tp, so giving both is refused."""
     from gpuperf.step.plan import check_model
     from gpuperf.step.serve import DoesNotFit
     from gpuperf.step.serve_load import count_of, make_workload, parse_lengths
@@ -210,12 +211,18 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
     )
     from gpuperf.workloads.scenario import Scenario
 
+    if gpus is not None and tp is not None:
+        raise InputError(
+            f"tp={tp} and gpus={gpus}: with gpus the search tries every tensor-parallel size that "
+            "splits them into replicas; give one of tp (one replica) and gpus (--tp, --gpus)"
+        )
     targets = parse_slo(slo)
     _seed(seed)
     prof = engine_profile(engine, options)  # bad options are the user's: exit 2, not a note
     n = 300 if requests is None else count_of(requests, "--requests")
     lengths = parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl")
     if gpus is None:
+        tp = 1 if tp is None else tp
         sizes, total = [tp], tp
     else:
         limit = system.gpus_per_node if system is not None else 8

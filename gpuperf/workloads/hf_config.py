@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpuperf.errors import InputError
 
@@ -104,11 +104,14 @@ class _Reader:
             raise self.fail(key, f"must be a list of layer indices in [0, {n}), not {v!r}")
         return set(v)
 
-    def step(self, *keys: str, default: int) -> int:
-        """A positive integer: a period such as decoder_sparse_step."""
+    def count(self, *keys: str, default: int, low: Literal[0, 1] = 1) -> int:
+        """An integer of at least `low`: a period (decoder_sparse_step), a number of experts, an
+        expert's width. 0 is no MoE model's number of experts, nor its experts' width (which
+        ModelConfig would read as "the dense width"): refused here, naming the key."""
         v = self.get(*keys, default=default)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise self.fail(keys[0], f"must be a positive integer, not {v!r}")
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
+            what = "a positive" if low else "a non-negative"
+            raise self.fail(keys[0], f"must be {what} integer, not {v!r}")
         return v
 
     def layer_types(self, n: int) -> tuple[int, ...] | None:
@@ -174,18 +177,18 @@ def _llama_like(f: _Reader) -> dict[str, Any]:
         kw |= _window(window, layers)
     if t == "mixtral":
         kw |= dict(
-            num_experts=f.get("num_local_experts", default=8),
-            num_experts_per_tok=f.get("num_experts_per_tok", default=2),
+            num_experts=f.count("num_local_experts", default=8),
+            num_experts_per_tok=f.count("num_experts_per_tok", default=2),
             norm_topk_prob=True,  # MixtralSparseMoeBlock renormalises the top-k weights
         )
     elif t in ("qwen2_moe", "qwen3_moe"):
         q2 = t == "qwen2_moe"
-        step, only = f.step("decoder_sparse_step", default=1), f.indices("mlp_only_layers", L)
-        shared = f.get("shared_expert_intermediate_size", default=5632) if q2 else 0
+        step, only = f.count("decoder_sparse_step", default=1), f.indices("mlp_only_layers", L)
+        shared = f.count("shared_expert_intermediate_size", default=5632, low=0) if q2 else 0
         kw |= dict(
-            num_experts=f.get("num_experts", default=60 if q2 else 128),
-            num_experts_per_tok=f.get("num_experts_per_tok", default=4 if q2 else 8),
-            moe_intermediate_size=f.get("moe_intermediate_size", default=1408 if q2 else 768),
+            num_experts=f.count("num_experts", default=60 if q2 else 128),
+            num_experts_per_tok=f.count("num_experts_per_tok", default=4 if q2 else 8),
+            moe_intermediate_size=f.count("moe_intermediate_size", default=1408 if q2 else 768),
             shared_intermediate_size=shared,
             shared_expert_gate=q2 and bool(shared),
             norm_topk_prob=f.flag("norm_topk_prob", False),
@@ -205,7 +208,7 @@ def _gemma(f: _Reader) -> dict[str, Any]:
     L = f.layers()
     cap = f.opt("attn_logit_softcapping", None if g3 else 50.0)
     if (layers := f.layer_types(L)) is None:  # all but every 2nd (Gemma2) or pattern-th layer
-        every = f.step("sliding_window_pattern", "_sliding_window_pattern", default=6) if g3 else 2
+        every = f.count("sliding_window_pattern", "_sliding_window_pattern", default=6) if g3 else 2
         layers = tuple(i for i in range(L) if (i + 1) % every)
     kw |= dict(
         tie_word_embeddings=f.flag("tie_word_embeddings", True),
@@ -307,27 +310,30 @@ def _deepseek(f: _Reader) -> dict[str, Any]:
         rotary_frac=rope / (nope + rope) if ints else 1.0,
         rope_theta=f.rope("rope_theta", default=10000.0),
     )
-    experts = f.opt("n_routed_experts", 256 if v3 else 64)
-    if not experts:
+    if f.opt("n_routed_experts", 0) is None:  # DeepSeek's modeling code: null, no MoE layer
         return kw
+    experts = f.count("n_routed_experts", default=256 if v3 else 64)
     router = "sigmoid" if v3 else "softmax"  # what DeepseekV3TopkRouter / DeepseekV2Moe run
     if f.get("scoring_func", default=router) != router:
         raise f.fail("scoring_func", f"must be {router!r} for {f.mtype} (transformers runs it)")
-    if v3:
-        groups = f.get("n_group", default=8), f.get("topk_group", default=4)
+    if v3:  # DeepSeek-V3's MoEGate runs noaux_tc alone (NotImplementedError for the others)
+        if (method := f.get("topk_method", default="noaux_tc")) != "noaux_tc":
+            raise f.fail("topk_method", f"{method!r} is not modelled (deepseek_v3: noaux_tc)")
+        groups = f.count("n_group", default=8), f.count("topk_group", default=4)
     elif (method := f.get("topk_method", default="greedy")) == "group_limited_greedy":
-        groups = f.get("n_group"), f.get("topk_group")
+        groups = f.count("n_group", default=_MISSING), f.count("topk_group", default=_MISSING)
     elif method == "greedy":
         groups = 1, 1
     else:
         raise f.fail("topk_method", f"{method!r} is not modelled (greedy, group_limited_greedy)")
-    width = f.get("moe_intermediate_size", default=2048 if v3 else 1407)
-    shared = f.opt("n_shared_experts", 1 if v3 else 2) or 0
-    first = f.get("first_k_dense_replace", default=3 if v3 else 0)
-    freq = f.step("moe_layer_freq", default=1)  # DeepSeek's own modeling code; HF reads only first
+    width = f.count("moe_intermediate_size", default=2048 if v3 else 1407)
+    shared = f.opt("n_shared_experts", 1 if v3 else 2)  # null: none
+    shared = 0 if shared is None else f.count("n_shared_experts", default=shared, low=0)
+    first = f.count("first_k_dense_replace", default=3 if v3 else 0, low=0)
+    freq = f.count("moe_layer_freq", default=1)  # DeepSeek's own modeling code; HF reads only first
     kw |= dict(
         num_experts=experts,
-        num_experts_per_tok=f.get("num_experts_per_tok", default=8 if v3 else _MISSING),
+        num_experts_per_tok=f.count("num_experts_per_tok", default=8 if v3 else _MISSING),
         moe_intermediate_size=width,
         shared_intermediate_size=shared * width,  # HF builds the shared experts as one MLP
         dense_layers=tuple(i for i in range(L) if i < first or i % freq),

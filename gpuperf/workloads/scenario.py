@@ -33,6 +33,9 @@ TP_ALLREDUCES: tuple[TpAllreduce, ...] = ("nccl", "custom")
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
 SCHEDULES: tuple[Schedule, ...] = ("1f1b", "interleaved")
 ATTN_IMPLS: tuple[AttnImpl, ...] = ("flash", "math")
+# What training runs in: int8 GEMMs are an inference format (W8A8 serving), and no framework
+# trains a Transformer in them. fp8 trains as Transformer Engine does (fp8 GEMMs, bf16 elsewhere).
+TRAIN_DTYPES: tuple[DType, ...] = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
 DEGREES = ("tp", "pp", "dp", "cp", "ep")
 # The parallel options (api.predict's keyword arguments, the CLI's --tp ... --nvls).
 PARALLEL_FIELDS = (*DEGREES, "micro_batch", "global_batch", "zero", "dp_overlap", "recompute",
@@ -203,6 +206,14 @@ class Scenario:
                 raise InputError("weight-only quantization is an inference format (not train)")
 
     def _check_combinations(self) -> None:
+        if self.mode == "train" and self.dtype not in TRAIN_DTYPES:
+            raise InputError(f"training runs in {', '.join(TRAIN_DTYPES)}, not {self.dtype} "
+                             "(an inference format)")  # fmt: skip
+        if self.mode == "train" and self.cuda_graphs:
+            raise InputError(
+                "CUDA graphs are modelled for inference steps (prefill, decode, generate), "
+                "not for training: drop cuda_graphs (--cuda-graphs)"
+            )
         if self.kv_lengths == "seen" and self.mode not in ("decode", "generate"):
             raise InputError("kv_lengths=seen describes decode steps (--mode decode or generate)")
         if self.sequence_parallel and self.tp == 1:

@@ -106,9 +106,9 @@ def test_dev_zero_is_refused_not_read_to_the_end(capsys, tmp_path, args):
      ({"intermediate_size": 10**400}, "intermediate_size must be a positive integer"),
      ({"tie_word_embeddings": "false"}, "'tie_word_embeddings' must be true or false"),
      ({"model_type": "mixtral", "num_local_experts": 7.5, "num_experts_per_tok": 2},
-      "num_experts must be"),
+      "'num_local_experts' must be a positive integer"),
      ({"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 1.5},
-      "num_experts_per_tok must be"),
+      "'num_experts_per_tok' must be a positive integer"),
      ({"hidden_size": "256"}, "hidden_size must be")],
 )  # fmt: skip
 def test_hostile_config_fields_are_one_line_errors(capsys, tmp_path, fields, match):

@@ -89,3 +89,22 @@ def test_attention_eff_scales_compute_bound_time():
     slow = dataclasses.replace(H100, params=ModelParams(attn_eff=0.275))
     t1, t2 = op_time(attn(), H100), op_time(attn(), slow)
     assert (t2.time - t2.t_overhead) == pytest.approx(2 * (t1.time - t1.t_overhead))
+
+
+@pytest.mark.parametrize("mode", ["prefill", "train"])
+@pytest.mark.parametrize("seq", [2**15, 2**19, 2**20])
+def test_long_sequences_run_under_the_peak_on_the_flops_they_execute(mode, seq):
+    """MFU's convention (PaLM: every query-key pair, causal or not) passes 100% on long causal
+    prefills, where the count is twice the attention the kernel runs, and says so in a warning.
+    What the kernels run never passes the peak: the time model and the FLOP count agree."""
+    from gpuperf import api
+
+    p = api.predict("llama2-7b", gpu="h100", seq=seq, mode=mode)
+    cols, peak = p.columns, load_gpu("h100").peak("bf16")
+    for name, flops, ms in zip(cols["name"], cols["flops"], cols["time_ms"], strict=True):
+        assert flops <= ms * 1e-3 * peak, name
+    assert 0.3 < sum(cols["flops"]) / (p.total_ms * 1e-3 * peak) < 0.7
+    over = [w for w in p.warnings if "over 100% by the convention" in w]
+    assert len(over) == (p.hfu > 1.0)
+    if (seq, mode) == (2**20, "prefill"):  # the case the sweep found: 102%
+        assert p.mfu > 1.0 and over

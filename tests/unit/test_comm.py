@@ -254,6 +254,18 @@ def test_one_rank_is_free_and_bad_shapes_are_input_errors():
         collective_time(_ar(1 << 20, 8), H100, DGX_H100, algo="butterfly")
 
 
+@pytest.mark.parametrize("ranks", [1, 8])
+def test_a_forced_algorithm_is_checked_for_every_collective(ranks):
+    with pytest.raises(InputError, match="expected one of: tree, ring"):
+        collective_time(_ar(1 << 20, ranks), H100, DGX_H100, algo="butterfly")
+    with pytest.raises(InputError, match="expected one of: LL, LL128, Simple"):
+        collective_time(_ar(1 << 20, ranks), H100, DGX_H100, proto="LL256")
+    # NCCL runs alltoall as grouped send/recv: NCCL_ALGO and NCCL_PROTO do not reach it
+    for forced in ({"algo": "butterfly"}, {"algo": "ring"}, {"proto": "LL"}):
+        with pytest.raises(InputError, match="alltoall has no NCCL algorithm or protocol"):
+            collective_time(_ar(1 << 20, ranks, "alltoall"), H100, DGX_H100, **forced)
+
+
 def test_one_rank_per_node_uses_tree_latency_on_the_network():
     # DP group under TP=8: 4 ranks on 4 nodes. Tree AR: 8.4 + 2·(0 + log2(4)·14) = 64.4 µs.
     t = collective_time(_ar(64, 4), H100, DGX_H100, nodes=4, algo="tree", proto="Simple")

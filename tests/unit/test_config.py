@@ -195,7 +195,7 @@ def test_sizes_are_bounded_integers(field, value):
     from gpuperf.workloads.config import from_hf_dict, hf_config
 
     d = {**hf_config("mixtral-8x7b")[0], field: value}
-    with pytest.raises(InputError, match="integer up to"):
+    with pytest.raises(InputError, match=f"{field}'? must be a positive integer"):
         from_hf_dict(d, name="x")
 
 
@@ -465,7 +465,27 @@ def test_string_booleans_are_refused(name, key, value):
      ("qwen3-30b-a3b", "moe_intermediate_size", 767.5)],
 )  # fmt: skip
 def test_fractional_experts_are_refused(name, key, value):
-    _refused(name, "integer up to", **{key: value})
+    _refused(name, f"'{key}' must be a (positive|non-negative) integer", **{key: value})
+
+
+@pytest.mark.parametrize(
+    "name, key, value",
+    [("deepseek-v3", "n_routed_experts", 0), ("deepseek-v2-lite", "n_routed_experts", 0),
+     ("deepseek-v3", "n_routed_experts", -4), ("qwen3-30b-a3b", "num_experts", 0),
+     ("qwen1.5-moe-a2.7b", "num_experts", 0), ("mixtral-8x7b", "num_local_experts", 0),
+     ("qwen3-30b-a3b", "num_experts_per_tok", 0), ("deepseek-v3", "moe_intermediate_size", 0),
+     ("qwen3-30b-a3b", "moe_intermediate_size", 0), ("deepseek-v3", "n_group", 0),
+     ("deepseek-v3", "n_shared_experts", -1), ("deepseek-v3", "first_k_dense_replace", -1)],
+)  # fmt: skip
+def test_an_moe_family_without_experts_is_refused_naming_the_key(name, key, value):
+    # 0 experts (or an expert 0 wide, which ModelConfig reads as the dense width) is no MoE
+    _refused(name, f"'{key}' must be a (positive|non-negative) integer, not {value}",
+             **{key: value})  # fmt: skip
+
+
+def test_a_null_routed_expert_count_is_a_dense_deepseek():
+    # DeepSeek's modeling code builds a dense MLP in every layer when n_routed_experts is null
+    assert _load("deepseek-v2-lite", n_routed_experts=None).is_moe is False
 
 
 def test_alibi_falcon_is_refused():
@@ -523,6 +543,8 @@ def test_mla_derives_head_dim_and_kv_heads():
      ("deepseek-v2-lite", (), {"attention_bias": True}, "MLA projection biases are not modelled"),
      ("deepseek-v2-lite", (), {"scoring_func": "sigmoid"}, "'scoring_func' must be 'softmax'"),
      ("deepseek-v2-lite", (), {"topk_method": "noaux_tc"}, "'topk_method' 'noaux_tc' is not"),
+     ("deepseek-v3", (), {"topk_method": "bogus"}, "'topk_method' 'bogus' is not modelled"),
+     ("deepseek-v3", (), {"topk_method": "greedy"}, "'topk_method' 'greedy' is not modelled"),
      ("deepseek-v3", (), {"num_key_value_heads": 1}, "an MLA model has head_dim"),
      ("gemma-3-4b-pt", (), {"text_config": []}, "'text_config' must be an object")],
 )  # fmt: skip
