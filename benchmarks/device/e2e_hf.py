@@ -2,7 +2,7 @@
 
 Run on the device machine from the repository root:
 
-    python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan llama|moe|ckpt|swa] [--only NAMES]
+    python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan llama|moe|ckpt|swa|families|hosts|trainfam] [--only NAMES]
 
 Writes e2e_<plan>.json (e2e_hf.json for the llama plan): for each run the model config (HF
 config.json form), the scenario, the measured time per step (median of per-iteration CUDA-event
@@ -19,6 +19,8 @@ Plans:
   shared expert, a first dense layer), a few layers each; prefill and eager decode.
 - ckpt: training steps with and without gradient checkpointing
   (model.gradient_checkpointing_enable()).
+- trainfam: the same for seven families (Llama-3.2, Gemma-3, Phi-3, GPT-2, Qwen2, Qwen3,
+  GPT-NeoX) no training run had met.
 - swa: a Mistral-shaped prefill with and without its 4096-token sliding window.
 - families: dense families other than Llama at their published sizes (Qwen2, Qwen3, Gemma 2 and
   3, Phi-3, Falcon, Nemotron, GPT-BigCode, GPT-2, GPT-NeoX), after Llama-3-8B on the same host:
@@ -203,6 +205,10 @@ CONFIGS = {
     "starcoder": lambda: _hf("starcoder"),
     "gpt2-xl": lambda: dict(GPT2_XL),
     "pythia-6.9b": lambda: dict(PYTHIA_6_9B),
+    "llama3.2-1b": lambda: _preset("llama3.2-1b"),
+    "qwen2-7b-8l": lambda: _few_layers(_preset("qwen2-7b"), 8),
+    "qwen3-8b-8l": lambda: _few_layers(dict(QWEN3_8B), 8),
+    "pythia-6.9b-8l": lambda: _few_layers(dict(PYTHIA_6_9B), 8),
 }
 
 
@@ -597,8 +603,19 @@ HOSTS_PLAN = [
         + [("llama3-8b", 4096)]  # the length of e2e_hf_run*.json's Llama-3-8B decode
     )
 ]  # fmt: skip
+# Training steps of families no training fit has met (GPU-bound: the host hardly matters), each
+# with and without gradient checkpointing; the 7-8B shapes cut to 8 layers to leave AdamW room.
+TRAIN_FAMILIES_PLAN = [
+    (model, "train", "eager", False, batch, seq, 0, ckpt)
+    for model, batch, seq in (("llama3.2-1b", 4, 2048), ("gemma-3-1b", 4, 2048),
+                              ("phi-3-mini", 2, 2048), ("gpt2-xl", 4, 1024),
+                              ("qwen2-7b-8l", 2, 2048), ("qwen3-8b-8l", 2, 2048),
+                              ("pythia-6.9b-8l", 2, 2048))
+    for ckpt in (False, True)
+]  # fmt: skip
 PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN,
-         "families": FAMILIES_PLAN, "hosts": HOSTS_PLAN}  # fmt: skip
+         "families": FAMILIES_PLAN, "hosts": HOSTS_PLAN,
+         "trainfam": TRAIN_FAMILIES_PLAN}  # fmt: skip
 
 
 def main() -> int:
