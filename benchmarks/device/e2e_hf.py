@@ -2,7 +2,9 @@
 
 Run on the device machine from the repository root:
 
-    python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan llama|moe|ckpt|swa|families|hosts|trainfam] [--only NAMES]
+    python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan PLAN] [--only NAMES]
+
+(PLAN: llama, moe, ckpt, swa, families, hosts or trainfam.)
 
 Writes e2e_<plan>.json (e2e_hf.json for the llama plan): for each run the model config (HF
 config.json form), the scenario, the measured time per step (median of per-iteration CUDA-event
