@@ -350,7 +350,9 @@ def run_decode_graph(model, batch: int, ctx: int, iters: int) -> list[float]:
     return time_iters(graph.replay, iters, warmup=warmup)
 
 
-def run_train(model, batch: int, seq: int, iters: int, ckpt: bool = False) -> list[float]:
+def run_train(model, batch: int, seq: int, iters: int, ckpt: bool = False,
+              profile: dict | None = None) -> list[float]:  # fmt: skip
+    """Timed training steps; with `profile` (a dict), one more step's kernel profile into it."""
     import torch
 
     model.train()
@@ -365,7 +367,10 @@ def run_train(model, batch: int, seq: int, iters: int, ckpt: bool = False) -> li
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return time_iters(step, iters, warmup=2)
+    samples = time_iters(step, iters, warmup=2)
+    if profile is not None:
+        profile.update(kernel_profile(step))
+    return samples
 
 
 def launch_costs(n: int = 2000) -> dict:
@@ -714,7 +719,10 @@ def main() -> int:
                 samples = run_decode_graph(model, batch, ctx, args.iters)
                 run["note"] = "StaticCache (max_cache_len = ctx + steps + 8), CUDA graph replay"
             else:
-                samples = run_train(model, batch, seq, args.iters, ckpt)
+                prof = {} if args.profile else None
+                samples = run_train(model, batch, seq, args.iters, ckpt, prof)
+                if prof:
+                    run["profile"] = prof
                 run["note"] = "bf16 params, default (foreach) AdamW with bf16 states, HF loss" + (
                     ", gradient_checkpointing_enable()" if ckpt else ""
                 )
