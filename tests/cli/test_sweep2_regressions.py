@@ -53,3 +53,26 @@ def test_calibrate_says_default_for_a_parameter_no_row_constrains(capsys, tmp_pa
     issue = next(line for line in stdout.splitlines() if line.strip().startswith("issue_gelu"))
     assert issue.split()[1] == "default", issue
     assert "nan" not in stdout
+
+
+def test_serve_takes_weight_dtype_as_api_serve_does(capsys):
+    kv = {}
+    for extra in ((), ("--weight-dtype", "int4")):
+        code, out, err = run(capsys, "serve", "llama3-8b", "--requests", "4", "--osl", "8",
+                             "--format", "json", *extra)  # fmt: skip
+        assert code == 0, err
+        kv[extra] = json.loads(out)["summary"]["kv_cache_tokens"]
+    assert kv[("--weight-dtype", "int4")] > kv[()]  # 4-bit weights leave more room for the cache
+
+
+def test_serve_dtype_int4_names_the_option_serve_has(capsys):
+    err = refused(capsys, "serve", "llama3-8b", "--requests", "4", "--dtype", "int4",
+                  match="int4 is a weight format")  # fmt: skip
+    assert "serve" in err
+
+
+def test_serve_table_prints_no_nan_when_no_request_decodes(capsys):
+    code, out, err = run(capsys, "serve", "llama3-8b", "--requests", "4", "--osl", "1")
+    assert code == 0, err
+    assert "nan" not in out.lower(), out
+    assert "- tok/s per user" in " ".join(out.split())
