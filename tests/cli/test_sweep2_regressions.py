@@ -76,3 +76,15 @@ def test_serve_table_prints_no_nan_when_no_request_decodes(capsys):
     assert code == 0, err
     assert "nan" not in out.lower(), out
     assert "- tok/s per user" in " ".join(out.split())
+
+
+def test_fp8_scales_without_fp8_is_refused_not_ignored(capsys):
+    refused(capsys, "predict", "llama3.2-1b", "--fp8-scales", "row", match="needs dtype=fp8")
+    refused(capsys, "predict", "gemm", "4096", "--scales", "row", match="apply to fp8 GEMMs")
+    code, _, err = run(capsys, "predict", "gemm", "4096", "--dtype", "fp8", "--scales", "row")
+    assert code == 0, err
+
+
+def test_moe_imbalance_without_expert_parallelism_is_refused_not_ignored(capsys):
+    refused(capsys, "predict", "llama3.2-1b", "--moe-imbalance", "2", match="needs ep > 1")
+    refused(capsys, "predict", "mixtral-8x7b", "--moe-imbalance", "2", match="needs ep > 1")
