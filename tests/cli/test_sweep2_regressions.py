@@ -88,3 +88,10 @@ def test_fp8_scales_without_fp8_is_refused_not_ignored(capsys):
 def test_moe_imbalance_without_expert_parallelism_is_refused_not_ignored(capsys):
     refused(capsys, "predict", "llama3.2-1b", "--moe-imbalance", "2", match="needs ep > 1")
     refused(capsys, "predict", "mixtral-8x7b", "--moe-imbalance", "2", match="needs ep > 1")
+
+
+def test_csv_keeps_its_rows_on_stdout_and_says_its_warnings_on_stderr(capsys):
+    code, out, err = run(capsys, "predict", "llama2-7b", "--seq", "1M", "--format", "csv")
+    assert code == 0, err
+    assert "does not fit" in err and "does not fit" not in out
+    assert out.splitlines()[0].startswith("name,")
