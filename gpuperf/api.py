@@ -177,8 +177,7 @@ def _check_gpu_in_system(gpu: GpuSpec, system: SystemSpec | None) -> None:
     if system is None or gpu is system.gpu:
         return
     own = system.gpu
-    same = (gpu.arch, gpu.sms, gpu.hbm_bytes) == (own.arch, own.sms, own.hbm_bytes)
-    if not same:
+    if not gpu.same_chip(own):
         raise InputError(
             f"{system.name} is built of {own.name}; --gpu {gpu.name} is another GPU "
             "(drop --gpu, or describe a system of those GPUs in a .toml)"

@@ -54,6 +54,6 @@ def refuse_weight_only(dtype: str, what: str = "dtype") -> None:
     int4 activations)."""
     if dtype in WEIGHT_ONLY:
         raise InputError(
-            f"{what} {dtype} is a weight format: give weight_dtype={dtype} "
-            "(--weight-dtype) with bf16 activations"
+            f"{what} {dtype} is a weight format: kernels take bf16 or fp16 activations, with "
+            f"weight_dtype={dtype} (--weight-dtype of predict MODEL, predict gemm and serve)"
         )

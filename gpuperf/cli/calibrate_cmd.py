@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -60,7 +61,7 @@ def calibrate(
     from gpuperf.hardware.loader import load_gpu
     from gpuperf.perfmodel import calibrate as cal
     from gpuperf.perfmodel import host_pool
-    from gpuperf.perfmodel.accuracy import load_e2e, load_samples
+    from gpuperf.perfmodel.accuracy import check_measured_on, load_e2e, load_samples
 
     if output.suffix != ".toml":
         raise InputError(f"output {output} must end in .toml")
@@ -76,6 +77,7 @@ def calibrate(
         if gpu is None:
             raise InputError("--from needs --gpu (the profile the measurements were taken on)")
         base = load_gpu(gpu)
+        check_measured_on(files, base)
         samples = load_samples(f for f in files if not f.name.startswith("e2e"))
         runs = load_e2e(f for f in files if f.name.startswith("e2e"))
         used = {s.source for s in samples} | {r.source for r in runs}
@@ -133,7 +135,8 @@ def calibrate(
     click.echo(f"wrote {output}")
     for name, lo_hi in {**cal.OP_PARAMS, **cal.HOST_PARAMS}.items():
         value = cal.param_value(params, name)
-        click.echo(f"  {name:22s} {value:.4g}   (bounds {lo_hi[0]:g} .. {lo_hi[1]:g})")
+        shown_value = "default" if math.isnan(value) else f"{value:.4g}"  # no rows constrain it
+        click.echo(f"  {name:22s} {shown_value}   (bounds {lo_hi[0]:g} .. {lo_hi[1]:g})")
 
 
 def _pool_host(pool: list, runs: list, all_shapes: bool, plan_known: bool):  # noqa: ANN202

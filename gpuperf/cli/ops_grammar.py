@@ -108,7 +108,12 @@ def op_commands(run: RunOps, common: Sequence[Decorator], verb: str) -> list[cli
         if len(sizes) not in (1, 3):
             raise click.UsageError("gemm takes M (square) or M N K")
         dims = [parse_sweep(s, name) for s, name in zip(sizes, "MNK", strict=False)]
-        fmt = {"wdtype": weight_dtype, "scales": "" if dtype != "fp8" else scales}
+        # --scales tensor is the default, meaningless but harmless beside another dtype; an
+        # asked-for --scales row goes through, and single_op.gemm refuses it without fp8
+        fmt = {
+            "wdtype": weight_dtype,
+            "scales": scales if dtype == "fp8" or scales != "tensor" else "",
+        }
         if len(dims) == 1:
             ops: list[Op] = [single_op.gemm(m, dtype=dtype, **fmt) for m in dims[0]]
         else:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from gpuperf.cli.common import SIZE, Finite, output_options
+from gpuperf.cli.ops_grammar import weight_dtype_option
 
 EXAMPLE = ("Example: gpuperf serve llama3-8b --gpu h100 --engine vllm --isl 512 --osl 128 "
            "--rate 10")  # fmt: skip
@@ -46,6 +47,7 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
 )
 @click.option("--dtype", default="bf16", show_default=True, help="Weights and activations.")
 @click.option("--kv-dtype", default=None, help="KV cache format (default: --dtype).")
+@weight_dtype_option()
 @click.option("--cuda-graphs/--no-cuda-graphs", default=None,
               help="Decode steps as CUDA graphs (default: the engine's).")  # fmt: skip
 @click.option("--chunked-prefill/--no-chunked-prefill", default=None,
@@ -79,8 +81,8 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
 def serve(model: str, gpu: str | None, system: str | None, tp: int | None, engine: str, isl: str,
           osl: str, requests: int | None, rate: float | None, concurrency: int | None,
           trace: str | None, seed: int, dtype: str, kv_dtype: str | None,
-          cuda_graphs: bool | None, chunked_prefill: bool | None, mixed_prefill: bool | None,
-          token_budget: int | None,
+          weight_dtype: str | None, cuda_graphs: bool | None, chunked_prefill: bool | None,
+          mixed_prefill: bool | None, token_budget: int | None,
           max_seqs: int | None, block_size: int | None, mem_fraction: float | None,
           batch_wait_iters: int | None, batch_wait_tokens: float | None, slo: str | None,
           gpus: int | None, output: str | None, per_request: bool, fmt: str) -> None:  # fmt: skip
@@ -115,7 +117,7 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int | None, engin
         with progress(1, "splits") as advance:
             plan = api.serve_plan(model, slo, gpu=gpu, system=system, engine=engine, gpus=gpus,
                                   tp=tp, isl=isl, osl=osl, requests=requests, seed=seed,
-                                  dtype=dtype, kv_dtype=kv_dtype,
+                                  dtype=dtype, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
                                   progress=lambda i, n: advance(f"{i}/{n}"), **opts)  # fmt: skip
         if output is not None:
             from gpuperf.reports.html_serve import write_serve_report
@@ -134,7 +136,8 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int | None, engin
 
         rep = api.serve(model, gpu=gpu, system=system, engine=engine, tp=tp or 1, isl=isl,
                         osl=osl, requests=requests, rate=rate, concurrency=concurrency, trace=trace,
-                        seed=seed, dtype=dtype, kv_dtype=kv_dtype, progress=tick,
+                        seed=seed, dtype=dtype, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
+                        progress=tick,
                         **opts)  # fmt: skip
     if output is not None:
         from gpuperf.reports.html_serve import write_run_report
@@ -179,7 +182,7 @@ def render(rep: Any, fmt: str, per_request: bool = False) -> None:
     console.print(table)
     lines = [
         f"output {s['output_tokens_per_s']:,.0f} tok/s ({s['output_tokens_per_s_per_gpu']:,.0f} "
-        f"per GPU), total {s['total_tokens_per_s']:,.0f} tok/s, {s['tokens_per_s_per_user']:,.1f} "
+        f"per GPU), total {s['total_tokens_per_s']:,.0f} tok/s, {_ms(s['tokens_per_s_per_user'])} "
         f"tok/s per user, {s['requests_per_s']:,.2f} req/s over {s['wall_s']:,.2f} s",
         f"batch {s['mean_batch']:.1f} sequences on average; KV cache {s['kv_cache_tokens']:,} "
         f"tokens, {100 * s['mean_kv_occupancy']:.1f}% used on average, "

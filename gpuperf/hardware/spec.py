@@ -124,6 +124,11 @@ class GpuSpec:
         that borrows another GPU's fitted parameters (params_from) is not calibrated."""
         return not self.params_from and self.params != ModelParams()
 
+    def same_chip(self, other: GpuSpec) -> bool:
+        """Whether `other` describes the same GPU: the same architecture, SMs and memory (a
+        calibrated profile of a chip is that chip; another SKU or generation is not)."""
+        return (self.arch, self.sms, self.hbm_bytes) == (other.arch, other.sms, other.hbm_bytes)
+
     def peak(self, dtype: DType) -> float:
         """Dense peak FLOP/s for `dtype`; InputError when the GPU lacks it (fp8 on A100)."""
         try:

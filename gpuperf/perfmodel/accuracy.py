@@ -82,9 +82,37 @@ def _list(data: dict[str, Any], key: str, path: Path) -> list[dict[str, Any]]:
 def _ms(value: Any, path: Path) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(f"{path}: measured_ms must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InputError(f"{path}: measured_ms must be a finite number, got {value!r}")
     return float(value)
+
+
+def check_measured_on(files: Iterable[Path], gpu: GpuSpec) -> None:
+    """InputError for a result file whose env names a GPU other than `gpu`: measurements of one
+    GPU never calibrate another. A file that names no GPU, or one without a built-in profile,
+    cannot be told apart and is read as `gpu`'s."""
+    from gpuperf.errors import EnvironmentUnavailable
+    from gpuperf.hardware.detect import match_profile
+
+    for path in files:
+        env = read_json(path).get("env")
+        if not isinstance(env, dict):
+            continue
+        name = env.get("gpu") or env.get("name")
+        if not isinstance(name, str) or not name.strip():
+            continue
+        memory = env.get("gpu_memory_bytes") or env.get("memory_total_bytes") or 0
+        if isinstance(memory, bool) or not isinstance(memory, int | float):
+            memory = 0
+        try:
+            spec = match_profile(name, float(memory))
+        except EnvironmentUnavailable:
+            continue
+        if not spec.same_chip(gpu):
+            raise InputError(
+                f"{path} was measured on {name} ({spec.name}), not on {gpu.name} (--gpu): "
+                "calibrate each GPU from its own results"
+            )
 
 
 def load_samples(files: Iterable[Path]) -> list[Sample]:

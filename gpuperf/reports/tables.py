@@ -254,6 +254,8 @@ def render(result: Any, fmt: str = "table", *, view: Any = None, file: IO | None
         out.write(to_json(result) + "\n")
     elif fmt == "csv":
         out.write(to_csv(rows_of(result, view)))
+        for warning in getattr(result, "warnings", None) or []:  # rows only on stdout
+            sys.stderr.write(f"warning: {warning}\n")
     elif fmt == "table":
         console = table_console(file=out)
         console.print(rich_table(result, view))

@@ -214,6 +214,10 @@ class Scenario:
                 "CUDA graphs are modelled for inference steps (prefill, decode, generate), "
                 "not for training: drop cuda_graphs (--cuda-graphs)"
             )
+        if self.fp8_scales == "row" and self.dtype != "fp8":
+            raise InputError("fp8_scales=row scales fp8 GEMMs: it needs dtype=fp8 (--dtype fp8)")
+        if self.moe_imbalance != 1 and self.ep == 1:
+            raise InputError("moe_imbalance skews expert-parallel ranks: it needs ep > 1 (--ep)")
         if self.kv_lengths == "seen" and self.mode not in ("decode", "generate"):
             raise InputError("kv_lengths=seen describes decode steps (--mode decode or generate)")
         if self.sequence_parallel and self.tp == 1:

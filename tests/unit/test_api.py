@@ -138,3 +138,10 @@ def test_counts_beyond_2_31_are_refused_not_predicted():
         api.predict("llama2-7b", gpu="h100", batch=10**30)  # predicted 4.9e31 ms before
     with pytest.raises(InputError, match="up to 2147483648"):
         api.predict("llama2-7b", gpu="h100", seq=9007199254740993)
+
+
+def test_api_refuses_the_options_the_cli_refuses_without_fp8_or_ep():
+    with pytest.raises(InputError, match="needs dtype=fp8"):
+        api.predict("llama3.2-1b", fp8_scales="row")
+    with pytest.raises(InputError, match="needs ep > 1"):
+        api.predict("mixtral-8x7b", moe_imbalance=1.5)

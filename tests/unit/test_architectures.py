@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gpuperf import api
+from gpuperf.errors import InputError
 from gpuperf.perfmodel.ops import Attention, Gemm, GroupedGemm
 from gpuperf.step.memory import kv_cache_bytes, weight_bytes
 from gpuperf.workloads.config import load_model
@@ -151,7 +152,7 @@ def test_moe_host_cost_is_measured_per_family():
 
 def test_moe_imbalance_slows_the_busiest_expert_parallel_rank():
     """With ep=8 the busiest rank gets 1.5x the mean token copies: its grouped GEMMs and its
-    all-to-alls carry 1.5x the rows; on one GPU (no ep) the imbalance changes nothing."""
+    all-to-alls carry 1.5x the rows; without ep it would change nothing, so it is refused."""
     cfg = load_model("mixtral-8x7b")
     plan = {"system": "dgx-h100", "seq": 4096, "ep": 8, "dp": 8}
 
@@ -163,8 +164,8 @@ def test_moe_imbalance_slows_the_busiest_expert_parallel_rank():
     (f1, b1), (f2, b2) = rows(even), rows(uneven)
     assert f2 == pytest.approx(1.5 * f1, rel=1e-3) and b2 == pytest.approx(1.5 * b1, rel=1e-3)
     assert uneven.total_ms > even.total_ms
-    one = api.predict(cfg, gpu="h100", seq=4096).total_ms
-    assert api.predict(cfg, gpu="h100", seq=4096, moe_imbalance=1.5).total_ms == one
+    with pytest.raises(InputError, match="needs ep > 1"):
+        api.predict(cfg, gpu="h100", seq=4096, moe_imbalance=1.5)
     with pytest.raises(Exception, match="moe_imbalance"):
         Scenario(moe_imbalance=0.5)
 

@@ -1,0 +1,97 @@
+"""The second hostile-input sweep (branch sweep2), one named case each, through the CLI's entry
+point: options that were silently ignored are refused, result files of another GPU never
+calibrate this one, and no NaN reaches a table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from clirun import run
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def refused(capsys, *args: str, match: str = "") -> str:  # noqa: ANN001
+    code, out, err = run(capsys, *args)
+    assert code == 2, (args, code, err[-2000:])
+    assert err.count("\n") == 1 and err.startswith("gpuperf: error: "), err
+    assert match in err, err
+    return err
+
+
+def test_calibrate_refuses_results_measured_on_another_gpu(capsys, tmp_path):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for gpu, name in (("h100-sxm5-80gb", "gemm.json"), ("h200-sxm-141gb", "attention.json")):
+        (folder / name).write_text((RESULTS / gpu / name).read_text())
+    out = tmp_path / "h100.toml"
+    err = refused(capsys, "calibrate", "--from", str(folder), "--gpu", "h100", "-o", str(out),
+                  match="attention.json was measured on NVIDIA H200")  # fmt: skip
+    assert "not on h100-sxm5-80gb" in err
+    assert not out.exists()
+
+
+def test_calibrate_refuses_a_measurement_that_is_not_a_number(capsys, tmp_path):
+    data = json.loads((RESULTS / "h100-sxm5-80gb" / "gemm.json").read_text())
+    for row in data["rows"]:
+        row["measured_ms"] = float("nan")  # json writes NaN, which Python's reader takes
+    f = tmp_path / "gemm.json"
+    f.write_text(json.dumps(data))
+    out = tmp_path / "h100.toml"
+    refused(capsys, "calibrate", "--from", str(f), "--gpu", "h100", "-o", str(out),
+            match="measured_ms must be a finite number, got nan")  # fmt: skip
+    assert not out.exists()
+
+
+def test_calibrate_says_default_for_a_parameter_no_row_constrains(capsys, tmp_path):
+    out = tmp_path / "h100.toml"
+    gemm = RESULTS / "h100-sxm5-80gb" / "gemm.json"
+    code, stdout, err = run(capsys, "calibrate", "--from", str(gemm), "--gpu", "h100", "-o",
+                            str(out))  # fmt: skip
+    assert code == 0, err
+    issue = next(line for line in stdout.splitlines() if line.strip().startswith("issue_gelu"))
+    assert issue.split()[1] == "default", issue
+    assert "nan" not in stdout
+
+
+def test_serve_takes_weight_dtype_as_api_serve_does(capsys):
+    kv = {}
+    for extra in ((), ("--weight-dtype", "int4")):
+        code, out, err = run(capsys, "serve", "llama3-8b", "--requests", "4", "--osl", "8",
+                             "--format", "json", *extra)  # fmt: skip
+        assert code == 0, err
+        kv[extra] = json.loads(out)["summary"]["kv_cache_tokens"]
+    assert kv[("--weight-dtype", "int4")] > kv[()]  # 4-bit weights leave more room for the cache
+
+
+def test_serve_dtype_int4_names_the_option_serve_has(capsys):
+    err = refused(capsys, "serve", "llama3-8b", "--requests", "4", "--dtype", "int4",
+                  match="int4 is a weight format")  # fmt: skip
+    assert "serve" in err
+
+
+def test_serve_table_prints_no_nan_when_no_request_decodes(capsys):
+    code, out, err = run(capsys, "serve", "llama3-8b", "--requests", "4", "--osl", "1")
+    assert code == 0, err
+    assert "nan" not in out.lower(), out
+    assert "- tok/s per user" in " ".join(out.split())
+
+
+def test_fp8_scales_without_fp8_is_refused_not_ignored(capsys):
+    refused(capsys, "predict", "llama3.2-1b", "--fp8-scales", "row", match="needs dtype=fp8")
+    refused(capsys, "predict", "gemm", "4096", "--scales", "row", match="apply to fp8 GEMMs")
+    code, _, err = run(capsys, "predict", "gemm", "4096", "--dtype", "fp8", "--scales", "row")
+    assert code == 0, err
+
+
+def test_moe_imbalance_without_expert_parallelism_is_refused_not_ignored(capsys):
+    refused(capsys, "predict", "llama3.2-1b", "--moe-imbalance", "2", match="needs ep > 1")
+    refused(capsys, "predict", "mixtral-8x7b", "--moe-imbalance", "2", match="needs ep > 1")
+
+
+def test_csv_keeps_its_rows_on_stdout_and_says_its_warnings_on_stderr(capsys):
+    code, out, err = run(capsys, "predict", "llama2-7b", "--seq", "1M", "--format", "csv")
+    assert code == 0, err
+    assert "does not fit" in err and "does not fit" not in out
+    assert out.splitlines()[0].startswith("name,")
