@@ -58,6 +58,9 @@ class ModelConfig:
     qk_norm: bool = False  # RMSNorm over each head of q and k (Qwen3, Gemma3)
     sandwich_norm: bool = False  # norms after attention and after the MLP too (Gemma2/3)
     embed_scale: bool = False  # embeddings times sqrt(hidden_size) (Gemma)
+    # Gemma's RMSNorm scales by (1 + weight) in fp32 and casts back after it; Llama's casts back,
+    # then scales in the model's dtype (eager kernels only: their bytes differ).
+    norm_weight_fp32: bool = False
     parallel_residual: bool = False  # GPT-NeoX / Falcon: x + attn(ln1(x)) + mlp(ln2(x))
     shared_input_norm: bool = False  # parallel_residual with one norm for both (Falcon-7B)
     sliding_window: int = 0  # tokens a sliding layer attends to (0: none)

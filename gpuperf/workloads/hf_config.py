@@ -217,6 +217,7 @@ def _gemma(f: _Reader) -> dict[str, Any]:
         qk_norm=g3,
         sandwich_norm=True,
         embed_scale=True,
+        norm_weight_fp32=True,  # Gemma2RMSNorm / Gemma3RMSNorm: output * (1.0 + weight.float())
         attn_softcap=0.0 if cap is None else cap,
         rope_theta=f.rope("rope_theta", default=1e6 if g3 else 10000.0),
         **_window(f.opt("sliding_window", 4096), layers),

@@ -392,7 +392,8 @@ def fused_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
 
 
 def eager_norm(cfg: ModelConfig, name: str, rows: int, cols: int, act: DType) -> list[Op]:
-    """LlamaRMSNorm in eager PyTorch: to(fp32), pow, mean, add eps, rsqrt, mul, to(dtype), mul w.
+    """LlamaRMSNorm in eager PyTorch: to(fp32), pow, mean, add eps, rsqrt, mul, to(dtype), mul w;
+    Gemma's (cfg.norm_weight_fp32) multiplies by 1 + w in fp32, then casts back.
 
     The casts vanish when the model runs in fp32. nn.LayerNorm is one kernel.
     """
@@ -410,9 +411,13 @@ def eager_norm(cfg: ModelConfig, name: str, rows: int, cols: int, act: DType) ->
         _ew(f"{name}/rsqrt", "rsqrt", rows, "fp32"),
         _ew(f"{name}/mul", "mul", n, "fp32"),
     ]
+    weight = _ew(f"{name}/mul_weight", "mul", n, "fp32" if cfg.norm_weight_fp32 else act)
+    if cfg.norm_weight_fp32:
+        ops.append(weight)
     if cast:
         ops.append(_ew(f"{name}/cast_back", "cast", n, "fp32", out=act, flops=0.0))
-    ops.append(_ew(f"{name}/mul_weight", "mul", n, act))
+    if not cfg.norm_weight_fp32:
+        ops.append(weight)
     return ops
 
 

@@ -91,15 +91,21 @@ def fused_backward(op: Op) -> list[Op]:
 
 
 def eager_norm_backward(cfg: ModelConfig, name: str, rows: int, cols: int, a: str) -> list[Op]:
-    """Autograd of LlamaRMSNorm's 8 eager kernels: 16 kernels (weight grad, then input grad)."""
+    """Autograd of LlamaRMSNorm's 8 eager kernels: 16 kernels (weight grad, then input grad);
+    Gemma's weight grad runs in fp32, after the cast back's."""
     if cfg.norm == "layernorm":
         return [Norm(name + ".bwd", "layernorm", rows, cols, a, backward=True)]  # type: ignore[arg-type]
     n, f = rows * cols, "fp32"
+    w = f if cfg.norm_weight_fp32 else a
+    weight = [
+        _ew(f"{name}/mul_weight.bwd_w", "mul", n, w, 2),
+        _ew(f"{name}/mul_weight.bwd_x", "mul", n, w, 2),
+        Reduce(f"{name}/weight.grad", "sum", cols, rows, 1, w),  # type: ignore[arg-type]
+    ]
+    cast_back = [_ew(f"{name}/cast_back.bwd", "cast", n, a, out=f, flops=0.0)]
+    first = cast_back + weight if cfg.norm_weight_fp32 else weight + cast_back
     return [
-        _ew(f"{name}/mul_weight.bwd_w", "mul", n, a, 2),
-        _ew(f"{name}/mul_weight.bwd_x", "mul", n, a, 2),
-        Reduce(f"{name}/weight.grad", "sum", cols, rows, 1, a),  # type: ignore[arg-type]
-        _ew(f"{name}/cast_back.bwd", "cast", n, a, out=f, flops=0.0),
+        *first,
         _ew(f"{name}/mul.bwd_x", "mul", n, f, 2),
         _ew(f"{name}/mul.bwd_r", "mul", n, f, 2),
         Reduce(f"{name}/rsqrt.grad_sum", "sum", rows, cols, 1, f),  # type: ignore[arg-type]
@@ -137,11 +143,40 @@ def _fwd_gemm(layer: list[Op], name: str) -> Gemm:
     return next(op for op in layer if op.name == name)  # type: ignore[return-value]
 
 
+def _eager_norms(layer: list[Op]) -> dict[str, tuple[int, int]]:
+    """The eager RMSNorms among a layer's kernels (eager_norm's pow, mean and rsqrt under one
+    name): name -> (rows, cols)."""
+    rows = {op.name[: -len("/rsqrt")]: op.numel for op in layer
+            if isinstance(op, Elementwise) and op.name.endswith("/rsqrt")}  # fmt: skip
+    out = {}
+    for op in layer:
+        name = op.name[: -len("/pow")]
+        if op.name.endswith("/pow") and name in rows and isinstance(op, Elementwise):
+            out[name] = (rows[name], op.numel // rows[name])
+    return out
+
+
+def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
+    norms, done = _eager_norms(layer), set()
+    out: list[Op] = []
+    for op in reversed(layer):
+        name = op.name.rpartition("/")[0]
+        if name in norms:
+            if name not in done:  # its last kernel comes first: the norm's backward, once
+                done.add(name)
+                out += eager_norm_backward(cfg, name, *norms[name], d.act)
+            continue
+        out += fused_backward(op)
+    return out
+
+
 def eager_layer_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
     """Autograd's kernels for one eager Llama layer, in the order it runs them."""
     if cfg.unlike_llama():
-        # Not traced: derive from the forward kernels with the fused rules.
-        return [b for op in reversed(layer) for b in fused_backward(op)]
+        # Not traced: derive from the forward kernels with the fused rules, but each eager
+        # RMSNorm (transformer_layers.eager_norm: the same module code in every family) by
+        # autograd's kernels for it, as traced on Llama's.
+        return _derived_backward(cfg, d, layer)
     T, h, a = d.T, d.hidden, d.act
     g = {n: _fwd_gemm(layer, f"{n}") for n in ("mlp/down", "mlp/up", "mlp/gate", "attn/out",
                                                  "attn/v", "attn/k", "attn/q")}  # fmt: skip

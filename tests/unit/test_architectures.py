@@ -244,3 +244,42 @@ def test_pipeline_stages_hold_the_parameters_of_their_own_layers(pp):
         dense += p.dense * st.count
     assert expert == pytest.approx(b["mlp"])
     assert dense == pytest.approx(cfg.param_count() - b["mlp"])
+
+
+def test_gemma_norm_scales_in_fp32_before_the_cast_back():
+    """Gemma2/3RMSNorm: output * (1.0 + weight.float()), then type_as(x); LlamaRMSNorm casts
+    back first and scales in bf16. The eager op lists follow each (forward and backward)."""
+    from dataclasses import replace
+
+    gemma = load_model("gemma2-9b")
+    assert gemma.norm_weight_fp32 and not load_model("llama3-8b").norm_weight_fp32
+    llama_like = replace(gemma, norm_weight_fp32=False)
+    sc = Scenario(mode="train", seq=256, impl="eager")
+    names = [op.name for op in build_ops(gemma, sc) if op.name.startswith("L0/attn/norm/")]
+    assert names.index("L0/attn/norm/mul_weight") < names.index("L0/attn/norm/cast_back")
+    assert names.index("L0/attn/norm/cast_back.bwd") < names.index("L0/attn/norm/mul_weight.bwd_w")
+    g, ll = by_name(build_ops(gemma, sc)), by_name(build_ops(llama_like, sc))
+    n = 256 * gemma.hidden_size
+    for op in ("L0/attn/norm/mul_weight", "L0/attn/norm/mul_weight.bwd_x"):
+        assert g[op].dtype == "fp32" and ll[op].dtype == "bf16"
+        # an fp32 multiply moves twice the bytes of the bf16 one
+        assert g[op].cost().bytes == pytest.approx(2 * ll[op].cost().bytes)
+        assert g[op].cost().bytes >= 8 * n
+
+
+@pytest.mark.parametrize("model", ["gemma2-9b", "qwen3-32b"])
+def test_non_llama_eager_norms_take_autograds_rmsnorm_kernels(model):
+    """Families whose layer is not Llama's derive their eager backward from the forward
+    kernels, but an eager RMSNorm's backward is autograd's 16 kernels there too (its mean and
+    the rsqrt's sum have gradients; the generic per-kernel rule gave it 7, none of them reduces)."""
+    cfg = load_model(model)
+    assert cfg.unlike_llama()
+    ops = build_ops(cfg, Scenario(mode="train", seq=256, impl="eager"))
+    for norm in ("L0/attn/norm", "L0/attn/q_norm", "L0/mlp/norm"):
+        if not any(op.name.startswith(norm + "/") for op in ops):
+            continue
+        bwd = [op.name for op in ops if op.name.startswith(norm + "/") and ".bwd" in op.name
+               or op.name in (norm + "/weight.grad", norm + "/rsqrt.grad_sum",
+                              norm + "/grad_add")]  # fmt: skip
+        assert len(bwd) == 16, (norm, bwd)
+        assert norm + "/mean.bwd" in bwd and norm + "/pow.bwd" not in bwd
