@@ -95,3 +95,46 @@ def test_csv_keeps_its_rows_on_stdout_and_says_its_warnings_on_stderr(capsys):
     assert code == 0, err
     assert "does not fit" in err and "does not fit" not in out
     assert out.splitlines()[0].startswith("name,")
+
+
+# --- sweep3 -------------------------------------------------------------------------------------
+
+SEARCH = ("search", "llama3-8b", "--system", "dgx-h100", "--gpus", "8")
+
+
+def test_search_json_is_api_search_with_the_best_plan_as_predict_writes_it(capsys):
+    import pytest
+
+    from gpuperf import api
+
+    code, out, err = run(capsys, *SEARCH, "--global-batch", "64", "--top", "2", "--format", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    res = api.search("llama3-8b", system="dgx-h100", gpus=8, global_batch=64, top=2)
+    assert [p["label"] for p in got["plans"]] == [r.label() for r in res.ranked]
+    assert got["plans"][0]["step_time_ms"] == res.ranked[0].step_time * 1e3
+    # the contract of every command: total_ms and ops (the best plan's), as predict writes them
+    assert got["total_ms"] == got["plans"][0]["step_time_ms"] == res.best.total_ms
+    assert got["ops"] and {"name", "kind", "flops", "bytes", "bound", "time_ms"} <= set(
+        got["ops"][0]
+    )
+    assert got["mfu"] == pytest.approx(got["plans"][0]["mfu"])
+    assert got["extra"]["plan"] == got["plans"][0]["label"]
+
+
+def test_search_refuses_sizes_its_mode_does_not_use(capsys):
+    import pytest
+
+    from gpuperf import api
+    from gpuperf.errors import InputError
+
+    cases = [("prefill", "--global-batch", "global_batch"), ("decode", "--global-batch", ""),
+             ("train", "--batch", "batch"), ("train", "--ctx", "ctx"),
+             ("prefill", "--ctx", ""), ("decode", "--seq", "seq")]  # fmt: skip
+    for mode, flag, arg in cases:
+        refused(capsys, *SEARCH, "--mode", mode, flag, "8", match=f"({flag}) applies to mode")
+        if arg:
+            with pytest.raises(InputError, match="applies to mode"):
+                api.search("llama3-8b", system="dgx-h100", gpus=8, mode=mode, **{arg: 8})
+    with pytest.raises(InputError, match="gpus must be a whole number"):
+        api.search("llama3-8b", system="dgx-h100", gpus=0)
