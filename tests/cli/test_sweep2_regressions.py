@@ -138,3 +138,25 @@ def test_search_refuses_sizes_its_mode_does_not_use(capsys):
                 api.search("llama3-8b", system="dgx-h100", gpus=8, mode=mode, **{arg: 8})
     with pytest.raises(InputError, match="gpus must be a whole number"):
         api.search("llama3-8b", system="dgx-h100", gpus=0)
+
+
+def test_a_reader_that_leaves_early_ends_the_program_quietly_with_exit_0():
+    """`gpuperf hw list | head -1`: the pipe's reader is gone before gpuperf writes (its end
+    closed first, so every write meets a broken pipe, whatever the timing)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    for args in (["hw", "list"], ["predict", "llama2-7b", "--gpu", "h100"], ["--help"],
+                 ["predict", "llama2-7b", "--format", "json"]):  # fmt: skip
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            cmd = [sys.executable, "-m", "gpuperf", *args]
+            done = subprocess.run(cmd, stdout=write, stderr=subprocess.PIPE, env=env, cwd=root,
+                                  timeout=120)  # fmt: skip
+        finally:
+            os.close(write)
+        assert (done.returncode, done.stderr.decode()) == (0, ""), args
