@@ -68,8 +68,8 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
               "(TensorRT-LLM's batch_wait_max_tokens_ratio; engine's default). Both above 0 "
               "to hold anything.")  # fmt: skip
 @click.option("--slo", default=None,
-              help="Latency targets, e.g. ttft=500ms,tpot=50ms (p90; ttft_p99=...): find the "
-              "highest request rate that meets them.")  # fmt: skip
+              help="Latency targets, e.g. ttft=500ms,tpot=50ms (times in ms or s; p90; "
+              "ttft_p99=...): find the highest request rate that meets them.")  # fmt: skip
 @click.option("--gpus", type=SIZE, default=None,
               help="With --slo: split these GPUs into TP groups and replicas, trying every "
               "TP size (so not with --tp).")  # fmt: skip

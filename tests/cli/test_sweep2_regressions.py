@@ -160,3 +160,17 @@ def test_a_reader_that_leaves_early_ends_the_program_quietly_with_exit_0():
         finally:
             os.close(write)
         assert (done.returncode, done.stderr.decode()) == (0, ""), args
+
+
+def test_slo_time_without_a_unit_is_refused_not_taken_for_ms(capsys):
+    import pytest
+
+    from gpuperf import api
+    from gpuperf.errors import InputError
+
+    for slo, got in (("ttft=5", "no unit"), ("ttft=2s,tpot=50", "no unit"), ("e2e=5us", "'us'")):
+        err = refused(capsys, "serve", "llama3.2-1b", "--slo", slo, "--requests", "20",
+                      match=got)  # fmt: skip
+        assert "ms or s" in err
+        with pytest.raises(InputError, match="give the time in ms or s"):
+            api.serve_plan("llama3.2-1b", slo, requests=20)
