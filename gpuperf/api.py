@@ -314,13 +314,13 @@ def serve(
     system: SystemLike | None = None,
     engine: str | os.PathLike[str] = "vllm",
     tp: int = 1,
-    isl: str | int = 512,
-    osl: str | int = 128,
+    isl: str | int | None = None,
+    osl: str | int | None = None,
     requests: int | None = None,
     rate: float | None = None,
     concurrency: int | None = None,
     trace: str | os.PathLike[str] | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     dtype: str = "bf16",
     kv_dtype: str | None = None,
     weight_dtype: str | None = None,
@@ -332,7 +332,8 @@ def serve(
     engine: "hf", "vllm", "sglang", "trtllm" or an engine .toml; engine_options override its
     fields (token_budget, max_seqs, block_size, mem_fraction, chunked_prefill, mixed_prefill,
     cuda_graphs, batch_wait_iters, batch_wait_tokens, step_overhead, per_seq). isl/osl: token
-    counts or distributions ("uniform:256:1024", "normal:512:64", "lognormal:512:256").
+    counts or distributions ("uniform:256:1024", "normal:512:64", "lognormal:512:256"),
+    default 512 and 128, drawn with `seed` (default 0); not with a `trace` (its own lengths).
     Arrivals: `requests` all at once, Poisson at `rate` requests/s, a closed loop of
     `concurrency` users, or a JSONL `trace`. Returns a
     gpuperf.step.serve_run.ServeReport (.summary: TTFT/TPOT/E2E percentiles in ms, tokens/s...).
@@ -360,10 +361,10 @@ def serve_plan(
     engine: str | os.PathLike[str] = "vllm",
     gpus: int | None = None,
     tp: int | None = None,
-    isl: str | int = 512,
-    osl: str | int = 128,
+    isl: str | int | None = None,
+    osl: str | int | None = None,
     requests: int | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     dtype: str = "bf16",
     kv_dtype: str | None = None,
     weight_dtype: str | None = None,

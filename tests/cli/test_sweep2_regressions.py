@@ -174,3 +174,57 @@ def test_slo_time_without_a_unit_is_refused_not_taken_for_ms(capsys):
         assert "ms or s" in err
         with pytest.raises(InputError, match="give the time in ms or s"):
             api.serve_plan("llama3.2-1b", slo, requests=20)
+
+
+def test_scenario_options_that_cannot_mean_anything_are_refused_not_ignored(capsys):
+    import pytest
+
+    from gpuperf import api
+    from gpuperf.errors import InputError
+
+    cases = [
+        (("--mla", "absorbed"), {"mla": "absorbed"}, "llama2-7b has no MLA"),
+        (("--dp-overlap",), {"dp_overlap": True}, "training only"),
+        (("--no-dp-overlap", "--mode", "decode"), {"dp_overlap": False, "mode": "decode"},
+         "training only"),
+        (("--mode", "train", "--dp-overlap"), {"mode": "train", "dp_overlap": True}, "dp·cp > 1"),
+        (("--tp-impl", "dtensor"), {"tp_impl": "dtensor"}, "needs tp > 1"),
+        (("--mode", "train", "--kv-dtype", "fp8"), {"mode": "train", "kv_dtype": "fp8"},
+         "keeps no cache"),
+    ]  # fmt: skip
+    for flags, kwargs, match in cases:
+        refused(capsys, "predict", "llama2-7b", *flags, match=match)
+        with pytest.raises(InputError, match=match):
+            api.predict("llama2-7b", **kwargs)
+    # where they mean something they still work
+    api.predict("llama2-7b", mode="train", dp=8, dp_overlap=True, system="dgx-h100")
+    api.predict("llama2-7b", tp=2, tp_impl="dtensor", kv_dtype="fp8")
+
+
+def test_serve_refuses_options_a_trace_or_the_table_ignores(capsys, tmp_path):
+    import pytest
+
+    from gpuperf import api
+    from gpuperf.errors import InputError
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5}\n')
+    for flags in (("--isl", "100"), ("--osl", "100"), ("--seed", "3")):
+        refused(capsys, "serve", "llama3.2-1b", "--trace", str(trace), *flags,
+                match=f"so {flags[0]} would be ignored")  # fmt: skip
+    with pytest.raises(InputError, match="so --isl would be ignored"):
+        api.serve("llama3.2-1b", trace=str(trace), isl=100)
+    code, out, err = run(capsys, "serve", "llama3.2-1b", "--trace", str(trace), "--format", "json")
+    assert code == 0 and json.loads(out)["summary"], err
+    for fmt in ("table", "csv"):
+        refused(capsys, "serve", "llama3.2-1b", "--requests", "4", "--per-request", "--format",
+                fmt, match="--per-request adds every request")  # fmt: skip
+
+
+def test_calibrate_from_files_refuses_the_options_of_a_live_run(capsys, tmp_path):
+    gemm = RESULTS / "h100-sxm5-80gb" / "gemm.json"
+    out = tmp_path / "h100.toml"
+    for flags in (("--device", "cuda"), ("--no-collectives",), ("--allow-cpu",)):
+        refused(capsys, "calibrate", "--from", str(gemm), "--gpu", "h100", "-o", str(out), *flags,
+                match=f"{flags[0]} would be ignored")  # fmt: skip
+    assert not out.exists()
