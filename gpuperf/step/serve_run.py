@@ -86,6 +86,7 @@ class Server:
                         weight_dtype=weight_dtype, tp=tp,  # type: ignore[arg-type]
                         tp_allreduce=prof.tp_allreduce if tp > 1 else "nccl")  # type: ignore[arg-type]  # fmt: skip
         self.timer = StepTimer(cfg, gpu, system, prof, base)
+        self.base = base
         cap, self.memory = kv_capacity_tokens(cfg, gpu, prof, base)
         self.kv_tokens = cap if kv_tokens is None else kv_tokens
         if self.kv_tokens <= 0:
@@ -101,6 +102,7 @@ class Server:
 
     def run(self, work: Any, progress: Any = None) -> ServeReport:
         from gpuperf.step.serve import simulate
+        from gpuperf.workloads.config import quantization_warning
 
         cfg, kv_tokens = self.cfg, self.kv_tokens
         result = simulate(work, self.timer, self.engine, kv_tokens, progress)
@@ -113,6 +115,9 @@ class Server:
                 "full; their requests were prefilled again (more --tp, a lower rate or shorter "
                 "requests)"
             )
+        quant = quantization_warning(cfg, self.base.dtype, self.base.weight_dtype, train=False)
+        if quant:
+            report.warnings.append(quant)
         limit = getattr(cfg, "max_position_embeddings", None)
         longest = max(p + o for p, o in zip(result.prompt, result.output, strict=True))
         if limit and longest > limit:

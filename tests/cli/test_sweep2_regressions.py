@@ -228,3 +228,24 @@ def test_calibrate_from_files_refuses_the_options_of_a_live_run(capsys, tmp_path
         refused(capsys, "calibrate", "--from", str(gemm), "--gpu", "h100", "-o", str(out), *flags,
                 match=f"{flags[0]} would be ignored")  # fmt: skip
     assert not out.exists()
+
+
+def test_a_quantized_checkpoint_is_not_predicted_in_bf16_without_a_word(capsys, tmp_path):
+    """quantization_config is not read (a warning, not a mapping): it says how to model it."""
+    from gpuperf import api
+
+    preset = Path(__file__).resolve().parents[2] / "gpuperf/workloads/presets/llama3-8b.json"
+    config = json.loads(preset.read_text())
+    for qc, hint in (({"quant_method": "awq", "bits": 4}, "--weight-dtype int4"),
+                     ({"quant_method": "gptq", "bits": 8}, "--weight-dtype int8"),
+                     ({"quant_method": "fp8"}, "--dtype fp8")):  # fmt: skip
+        path = tmp_path / f"{qc['quant_method']}.json"
+        path.write_text(json.dumps({**config, "quantization_config": qc}))
+        code, out, err = run(capsys, "predict", str(path), "--format", "json")
+        assert code == 0, err
+        said = " ".join(json.loads(out)["warnings"])
+        assert f"quantization_config ({qc['quant_method']}" in said and hint in said, said
+        assert not api.predict(str(path), weight_dtype="int4" if "int4" in hint else "int8",
+                               dtype="bf16").warnings  # fmt: skip
+        assert any("quantization_config" in w for w in api.serve(str(path), requests=2).warnings)
+    assert not api.predict("llama3-8b").warnings  # no quantization_config: no word
