@@ -432,6 +432,10 @@ def load_model(spec: str) -> ModelConfig:
 def hf_config(spec: str) -> tuple[dict[str, Any], str, str]:
     """(the Hugging Face config dict, a name, where it came from) of a preset or a file: what a
     real run builds the model from."""
+    if not isinstance(spec, str) or not spec.strip():  # Path("") is ".", the current folder
+        raise InputError("the model name is empty; give a preset "
+                         f"({', '.join(preset_names()[:3])}, ...: gpuperf models list) or the "
+                         "path of a Hugging Face config.json")  # fmt: skip
     names = {n.lower(): n for n in preset_names()}
     key = spec.strip().lower()
     if key in names:

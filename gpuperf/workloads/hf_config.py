@@ -456,3 +456,6 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
         )
     except TypeError as exc:  # e.g. a string where a number belongs
         raise InputError(f"{source}: malformed config ({exc})") from None
+    except InputError as exc:  # ModelConfig's checks name the model; the reader needs the file
+        message = str(exc).removeprefix(f"{name}: ")
+        raise InputError(f"{source}: {message}") from None

@@ -249,3 +249,43 @@ def test_a_quantized_checkpoint_is_not_predicted_in_bf16_without_a_word(capsys, 
                                dtype="bf16").warnings  # fmt: skip
         assert any("quantization_config" in w for w in api.serve(str(path), requests=2).warnings)
     assert not api.predict("llama3-8b").warnings  # no quantization_config: no word
+
+
+PRESET = Path(__file__).resolve().parents[2] / "gpuperf/workloads/presets/llama3-8b.json"
+
+
+def test_an_empty_model_name_is_called_empty(capsys):
+    refused(capsys, "predict", "", match="the model name is empty")
+
+
+def test_a_bad_config_is_named_by_its_path(capsys, tmp_path):
+    bad = tmp_path / "float.json"
+    bad.write_text(json.dumps({**json.loads(PRESET.read_text()), "hidden_size": 1.5}))
+    refused(capsys, "predict", str(bad), match=f"error: {bad}: hidden_size must be")
+
+
+def test_a_results_row_whose_op_lacks_its_type_names_the_file_and_row(capsys, tmp_path):
+    data = json.loads((RESULTS / "h100-sxm5-80gb" / "gemm.json").read_text())
+    del data["rows"][0]["op"]["type"]
+    rows = tmp_path / "bad.json"
+    rows.write_text(json.dumps(data))
+    out = str(tmp_path / "x.toml")
+    refused(capsys, "calibrate", "--from", str(rows), "--gpu", "h100", "-o", out, "--all-shapes",
+            match=f"{rows}: rows[0]: op record")  # fmt: skip
+
+
+def test_report_measured_names_the_file_that_is_not_a_results_file(capsys, tmp_path):
+    refused(capsys, "report", "llama2-7b", "--measured", str(PRESET), "-o",
+            str(tmp_path / "r.html"), match=f"{PRESET}: expected a results file")  # fmt: skip
+
+
+def test_attention_head_dim_is_bounded_with_the_limit_named(capsys):
+    import pytest
+
+    from gpuperf import api
+    from gpuperf.errors import InputError
+
+    refused(capsys, "predict", "attention", "--seq", "4096", "--head-dim", "1000000",
+            match="head-dim must be at most 1024")  # fmt: skip
+    with pytest.raises(InputError, match="at most 1024"):
+        api.predict_op("attention", batch=1, heads=8, seq=128, head_dim=2048)
