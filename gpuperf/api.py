@@ -246,19 +246,81 @@ def predict_op(
     return predict_ops([op], gpu_spec, None, sys_spec)
 
 
+# search's sizes where the caller gives none, and the modes each one applies to.
+SEARCH_DEFAULTS = {"global_batch": 1024, "seq": 4096, "batch": 1, "ctx": 4096}
+_SEARCH_SIZES = {"global_batch": ("train",), "seq": ("train", "prefill"),
+                 "batch": ("prefill", "decode"), "ctx": ("decode",)}  # fmt: skip
+SEARCH_MODES = ("train", "prefill", "decode")
+MAX_SEARCH_GPUS = 65536
+
+
+def search(
+    model: ModelLike,
+    system: SystemLike,
+    gpus: int,
+    mode: str = "train",
+    global_batch: int | None = None,
+    seq: int | None = None,
+    batch: int | None = None,
+    ctx: int | None = None,
+    top: int = 10,
+    impl: str = "fused",
+) -> Any:
+    """Rank the parallel plans (tp, pp, dp, ep, micro-batch, ZeRO stage, recomputation,
+    schedule) of `model` on `gpus` GPUs of `system` by step time; plans that do not fit are
+    dropped. Sizes by mode: train splits `global_batch` (default 1024) sequences of `seq` (4096)
+    over the replicas; prefill `batch` (1) sequences of `seq`; decode `batch` sequences against
+    a KV cache of `ctx` (4096). A size the mode does not use is refused. Returns a
+    gpuperf.step.search.SearchResult: .ranked (the `top` fastest), .why, .best (the fastest plan
+    as `predict` predicts it: the same step time).
+
+    Example:
+        >>> r = search("llama2-70b", system="dgx-h100", gpus=64, global_batch=1024, seq=4096)
+        >>> r.ranked[0].label(), r.best.total_ms                    # doctest: +SKIP
+    """
+    from gpuperf.step.search import search as run_search
+
+    if not isinstance(mode, str) or mode not in SEARCH_MODES:
+        raise InputError(f"unknown mode {shown(mode)}; expected one of: {', '.join(SEARCH_MODES)}")
+    if not isinstance(impl, str) or impl not in ("fused", "eager"):
+        raise InputError(f"unknown impl {shown(impl)}; expected one of: fused, eager")
+    sizes = {"global_batch": global_batch, "seq": seq, "batch": batch, "ctx": ctx}
+    for name, value in sizes.items():
+        if value is None:
+            continue
+        if mode not in _SEARCH_SIZES[name]:
+            modes = " and ".join(_SEARCH_SIZES[name])
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{name} ({flag}) applies to mode {modes}, not {mode}")
+        _whole(name, value, MAX_VALUE)
+    _whole("gpus", gpus, MAX_SEARCH_GPUS)
+    _whole("top", top, MAX_VALUE)
+    sizes = {k: SEARCH_DEFAULTS[k] if v is None else v for k, v in sizes.items()}
+    sys_spec = resolve_system(system)
+    if sys_spec is None:
+        raise InputError("search needs a system (e.g. system='dgx-h100'): its nodes and links")
+    return run_search(resolve_model(model), sys_spec, gpus, mode=mode, top=top, impl=impl,
+                      **sizes)  # fmt: skip
+
+
+def _whole(name: str, value: Any, limit: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
+        raise InputError(f"{name} must be a whole number from 1 to {limit:,}, got {shown(value)}")
+
+
 def serve(
     model: ModelLike,
     gpu: GpuLike | None = None,
     system: SystemLike | None = None,
     engine: str | os.PathLike[str] = "vllm",
     tp: int = 1,
-    isl: str | int = 512,
-    osl: str | int = 128,
+    isl: str | int | None = None,
+    osl: str | int | None = None,
     requests: int | None = None,
     rate: float | None = None,
     concurrency: int | None = None,
     trace: str | os.PathLike[str] | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     dtype: str = "bf16",
     kv_dtype: str | None = None,
     weight_dtype: str | None = None,
@@ -270,7 +332,8 @@ def serve(
     engine: "hf", "vllm", "sglang", "trtllm" or an engine .toml; engine_options override its
     fields (token_budget, max_seqs, block_size, mem_fraction, chunked_prefill, mixed_prefill,
     cuda_graphs, batch_wait_iters, batch_wait_tokens, step_overhead, per_seq). isl/osl: token
-    counts or distributions ("uniform:256:1024", "normal:512:64", "lognormal:512:256").
+    counts or distributions ("uniform:256:1024", "normal:512:64", "lognormal:512:256"),
+    default 512 and 128, drawn with `seed` (default 0); not with a `trace` (its own lengths).
     Arrivals: `requests` all at once, Poisson at `rate` requests/s, a closed loop of
     `concurrency` users, or a JSONL `trace`. Returns a
     gpuperf.step.serve_run.ServeReport (.summary: TTFT/TPOT/E2E percentiles in ms, tokens/s...).
@@ -298,10 +361,10 @@ def serve_plan(
     engine: str | os.PathLike[str] = "vllm",
     gpus: int | None = None,
     tp: int | None = None,
-    isl: str | int = 512,
-    osl: str | int = 128,
+    isl: str | int | None = None,
+    osl: str | int | None = None,
     requests: int | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     dtype: str = "bf16",
     kv_dtype: str | None = None,
     weight_dtype: str | None = None,

@@ -5,10 +5,14 @@ Subcommands are imported only when invoked, so `gpuperf predict` never pays for 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
@@ -29,7 +33,31 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class StdoutClosed(Exception):
+    """The reader of stdout went away (`gpuperf hw list | head -1`): not an error."""
+
+
+@contextlib.contextmanager
+def _reader_may_leave() -> Iterator[None]:
+    """A closed stdout as StdoutClosed: click turns a broken pipe into a silent exit 1 itself
+    (in its main, around parsing and the command), so it is caught before click sees it."""
+    try:
+        yield
+    except BrokenPipeError as exc:
+        if not _stdout_closed():
+            raise  # another pipe (a subprocess's): a bug, not the reader of stdout leaving
+        raise StdoutClosed() from exc
+
+
 class LazyGroup(click.Group):
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with _reader_may_leave():  # `gpuperf --help | head -1`: the help prints while parsing
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _reader_may_leave():
+            return super().invoke(ctx)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -64,15 +92,50 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns library errors into one-line messages and exit codes (0/1/2/3; 130 on
-    Ctrl-C, 143 on SIGTERM, which runs the same clean-up as Ctrl-C)."""
+    Ctrl-C, 143 on SIGTERM, which runs the same clean-up as Ctrl-C). A reader of stdout that
+    leaves early (`| head`) ends the program quietly with exit 0."""
     old = None
     if threading.current_thread() is threading.main_thread():
         old = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         _main(argv)
+    except StdoutClosed:
+        _drop_stdout()
+        sys.exit(0)
+    except SystemExit:
+        # Output still buffered goes now, while a closed pipe can be told apart; at the
+        # interpreter's exit it would print "Exception ignored ... BrokenPipeError".
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _drop_stdout()
+        raise
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe nobody reads any more (poll reports an error on its end)."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll, or no descriptor: trust the error
+        return True
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that what is left in its buffer goes nowhere quietly (the
+    recipe in Python's documentation of SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no descriptor (a captured stdout)
+        pass
 
 
 def _one_line(message: str) -> str:

@@ -43,8 +43,8 @@ The profile inherits the base GPU (base = "...") and sets [model] only.""",
 @click.option(
     "--all-shapes", is_flag=True, help="Fit on every row, not only the calibration split."
 )
-@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
-              show_default=True, help="Where a live calibration measures.")  # fmt: skip
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default=None,
+              help="Where a live calibration measures.  [default: auto]")  # fmt: skip
 @click.option("--no-collectives", is_flag=True,
               help="Live, several GPUs: skip the NCCL collectives (~2 min).")  # fmt: skip
 @click.option("--allow-cpu", is_flag=True,
@@ -54,7 +54,7 @@ def calibrate(
     gpu: str | None,
     output: Path,
     all_shapes: bool,
-    device: str = "auto",
+    device: str | None = None,
     allow_cpu: bool = False,
     no_collectives: bool = False,
 ) -> None:
@@ -71,6 +71,11 @@ def calibrate(
     pool: list = []  # --from: the probed machines (gpuperf.perfmodel.host_pool)
     plan_s: float | None = None  # attention plan per new shape (probe file, or measured live)
     if sources:
+        live_flags = {"--device": device is not None, "--no-collectives": no_collectives,
+                "--allow-cpu": allow_cpu}  # fmt: skip
+        if given := [flag for flag, on in live_flags.items() if on]:
+            raise InputError(f"{' and '.join(given)} would be ignored: they steer a live "
+                             "calibration, and --from fits files measured already")  # fmt: skip
         files: list[Path] = []
         for s in sources:
             files += sorted(s.glob("*.json")) if s.is_dir() else [s]
@@ -90,7 +95,8 @@ def calibrate(
     else:
         from gpuperf.measure.calibration import live_calibration
 
-        live = live_calibration(gpu, device, allow_cpu, lambda line: click.echo(line, err=True),
+        live = live_calibration(gpu, device or "auto", allow_cpu,
+                                lambda line: click.echo(line, err=True),
                                 collectives=not no_collectives)  # fmt: skip
         base, samples, runs, all_shapes = live.base, live.samples, [], True
         fit_names, host_s, plan_s = live.fit_names, live.host_dispatch_s, live.host_attn_plan_s

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -19,21 +18,6 @@ COLUMNS = {
     "comm_pct": "comm %",
     "memory_gib": "GiB/GPU",
 }
-
-
-def _row(r: Any) -> dict[str, Any]:
-    b = r.breakdown
-    comm = sum(v for k, v in b.items() if k.endswith("_comm"))
-    return {
-        "label": r.label(),
-        "step_time_s": r.step_time,
-        "tokens_per_s": r.tokens_per_s,
-        "tflops_per_gpu": r.tflops_per_gpu,
-        "mfu_pct": 100 * r.mfu,
-        "bubble_pct": 100 * b.get("bubble", 0.0) / r.step_time,
-        "comm_pct": 100 * comm / r.step_time,
-        "memory_gib": r.memory_total / 2**30,
-    }
 
 
 def _cell(key: str, value: Any) -> str:
@@ -55,42 +39,43 @@ def _cell(key: str, value: Any) -> str:
 )
 @click.option("--impl", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
               help="fused (Megatron / vLLM kernels) or eager PyTorch.")  # fmt: skip
-@click.option("--global-batch", type=SIZE, default="1024", show_default=True, help="Train: seqs.")
-@click.option("--seq", type=SIZE, default="4096", show_default=True, help="Sequence length.")
-@click.option("--batch", type=SIZE, default="1", show_default=True,
-              help="Inference: sequences over all replicas.")  # fmt: skip
-@click.option("--ctx", type=SIZE, default="4096", show_default=True, help="Decode: KV context.")
+@click.option(
+    "--global-batch",
+    type=SIZE,
+    default=None,
+    help="Train: sequences over all replicas.  [default: 1024]",
+)
+@click.option(
+    "--seq", type=SIZE, default=None, help="Train, prefill: sequence length.  [default: 4096]"
+)
+@click.option(
+    "--batch",
+    type=SIZE,
+    default=None,
+    help="Prefill, decode: sequences over all replicas.  [default: 1]",
+)
+@click.option("--ctx", type=SIZE, default=None, help="Decode: KV context.  [default: 4096]")
 @click.option("--top", type=SIZE, default="10", show_default=True, help="Plans to show.")
 @output_options
-def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batch: int, seq: int,
-           batch: int, ctx: int, top: int, fmt: str) -> None:  # fmt: skip
+def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batch: int | None,
+           seq: int | None, batch: int | None, ctx: int | None, top: int,
+           fmt: str) -> None:  # fmt: skip
     """Enumerate tp, pp, dp, ep, micro-batch, ZeRO stage and recomputation for MODEL on --gpus
     GPUs of --system; drop plans that do not fit; rank by step time; say why the best wins.
     Each plan is costed by the same engine as `gpuperf predict` (its time there is its time here).
 
     Example: gpuperf search llama2-70b --system dgx-h100 --gpus 64 --global-batch 1024 --seq 4096
     """
-    from gpuperf.hardware.loader import load_system
-    from gpuperf.step.search import search as run_search
-    from gpuperf.workloads.config import load_model
+    from gpuperf import api
 
-    cfg, sys_spec = load_model(model), load_system(system)
-    res = run_search(cfg, sys_spec, gpus, mode=mode, global_batch=global_batch, seq=seq,
-                     batch=batch, ctx=ctx, top=top, impl=impl)  # fmt: skip
-    rows = [_row(r) for r in res.ranked]
+    res = api.search(model, system=system, gpus=gpus, mode=mode, global_batch=global_batch,
+                     seq=seq, batch=batch, ctx=ctx, top=top, impl=impl)  # fmt: skip
     if fmt == "json":
-        out = {
-            "model": cfg.name,
-            "system": sys_spec.name,
-            "gpus": gpus,
-            "evaluated": res.evaluated,
-            "fitting": res.fitting,
-            "plans_per_s": res.plans_per_s,
-            "why": res.why,
-            "plans": [{**row, **r.to_dict()} for row, r in zip(rows, res.ranked, strict=True)],
-        }
-        click.echo(json.dumps(out, default=str))
+        from gpuperf.reports.tables import render
+
+        render(res, "json")
         return
+    rows = [r.summary() for r in res.ranked]
     if fmt == "csv":
         import csv
         import sys
@@ -106,7 +91,7 @@ def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batc
 
     table = Table(
         caption="comm %: exposed TP/CP/EP/PP/DP communication",
-        title=f"{cfg.name} on {gpus} GPUs of {sys_spec.name}, {mode}: best plans",
+        title=f"{res.model} on {gpus} GPUs of {res.system}, {mode}: best plans",
     )
     for key, header in COLUMNS.items():
         table.add_column(

@@ -33,17 +33,18 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
               help="Tensor-parallel GPUs of a replica [default: 1]; not with --gpus.")  # fmt: skip
 @click.option("--engine", default="vllm", show_default=True,
               help="hf, vllm, sglang, trtllm, or an engine .toml (see step/engines).")  # fmt: skip
-@click.option("--isl", default="512", show_default=True, help=ISL_HELP)
-@click.option(
-    "--osl", default="128", show_default=True, help="Output tokens per request (as --isl)."
-)
+@click.option("--isl", default=None, help=ISL_HELP + "  [default: 512]")
+@click.option("--osl", default=None, help="Output tokens per request (as --isl).  [default: 128]")
 @click.option("--requests", type=SIZE, default=None, help=REQUESTS_HELP)
 @click.option("--rate", type=float, default=None, help="Poisson arrivals, requests/s.")
 @click.option("--concurrency", type=SIZE, default=None, help=USERS_HELP)
 @click.option("--trace", default=None,
               help="JSONL of {arrival_s, input_tokens, output_tokens} per request.")  # fmt: skip
 @click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of lengths and arrivals."
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed of lengths and arrivals (not with --trace).  [default: 0]",
 )
 @click.option("--dtype", default="bf16", show_default=True, help="Weights and activations.")
 @click.option("--kv-dtype", default=None, help="KV cache format (default: --dtype).")
@@ -68,8 +69,8 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
               "(TensorRT-LLM's batch_wait_max_tokens_ratio; engine's default). Both above 0 "
               "to hold anything.")  # fmt: skip
 @click.option("--slo", default=None,
-              help="Latency targets, e.g. ttft=500ms,tpot=50ms (p90; ttft_p99=...): find the "
-              "highest request rate that meets them.")  # fmt: skip
+              help="Latency targets, e.g. ttft=500ms,tpot=50ms (times in ms or s; p90; "
+              "ttft_p99=...): find the highest request rate that meets them.")  # fmt: skip
 @click.option("--gpus", type=SIZE, default=None,
               help="With --slo: split these GPUs into TP groups and replicas, trying every "
               "TP size (so not with --tp).")  # fmt: skip
@@ -78,9 +79,10 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
               "--slo the Pareto frontier.")  # fmt: skip
 @click.option("--per-request", is_flag=True, help="json: add every request's numbers.")
 @output_options
-def serve(model: str, gpu: str | None, system: str | None, tp: int | None, engine: str, isl: str,
-          osl: str, requests: int | None, rate: float | None, concurrency: int | None,
-          trace: str | None, seed: int, dtype: str, kv_dtype: str | None,
+def serve(model: str, gpu: str | None, system: str | None, tp: int | None, engine: str,
+          isl: str | None, osl: str | None, requests: int | None, rate: float | None,
+          concurrency: int | None, trace: str | None, seed: int | None, dtype: str,
+          kv_dtype: str | None,
           weight_dtype: str | None, cuda_graphs: bool | None, chunked_prefill: bool | None,
           mixed_prefill: bool | None, token_budget: int | None,
           max_seqs: int | None, block_size: int | None, mem_fraction: float | None,
@@ -105,6 +107,11 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int | None, engin
     opts = {k: v for k, v in opts.items() if v is not None}
     if slo is None and gpus is not None:
         raise click.UsageError("--gpus goes with --slo")
+    if per_request and (fmt != "json" or slo is not None):
+        raise click.UsageError(
+            "--per-request adds every request's numbers to a run's JSON (--format json, not "
+            "with --slo); the CSV lists them already"
+        )
     if output is not None:
         from gpuperf.fileio import check_writable
 

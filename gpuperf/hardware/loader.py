@@ -24,7 +24,7 @@ from typing import Any
 
 from gpuperf.dtypes import DTYPES
 from gpuperf.errors import InputError, shown
-from gpuperf.hardware.spec import GpuSpec, ModelParams, SystemSpec
+from gpuperf.hardware.spec import ARCHS, GpuSpec, ModelParams, SystemSpec
 from gpuperf.units import MAX_VALUE
 
 if sys.version_info >= (3, 11):
@@ -425,12 +425,18 @@ def _gpu_from_raw(raw: dict, name: str, origin: str) -> GpuSpec:
     major, _, minor = cc.partition(".")
     if not (major.isdigit() and minor.isdigit()):
         raise InputError(f'{origin}: compute_capability must look like "9.0", got {cc!r}')
+    arch = _string(raw, "arch", origin).lower()
+    if arch not in ARCHS:
+        close = difflib.get_close_matches(arch, ARCHS, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise InputError(f"{origin}: unknown arch {arch!r}; {hint}expected one of: "
+                         f"{', '.join(ARCHS)}")  # fmt: skip
     peaks = _peaks(raw, origin)
     prior = _prior(raw, name, origin)
     return GpuSpec(
         name=name,
         display_name=_string(raw, "display_name", origin, default=name),
-        arch=_string(raw, "arch", origin).lower(),
+        arch=arch,
         compute_capability=cc,
         peak_flops=peaks,
         params=_model(raw, origin, prior.params if prior else None),

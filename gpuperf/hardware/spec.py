@@ -86,13 +86,18 @@ class ModelParams:
         return hash(tuple(v for k, v in sorted(_scalar_fields(self).items())))
 
 
+# The architectures gpuperf has numbers for (the collective model's NCCL tables are per
+# architecture; ada and cdna3 borrow Ampere's there, as their profiles' sources say).
+ARCHS = ("volta", "ampere", "ada", "hopper", "blackwell", "cdna3")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
     """One GPU model. Bandwidths are per direction unless named otherwise."""
 
     name: str  # canonical profile name, e.g. "h100-sxm5-80gb"
     display_name: str  # e.g. "NVIDIA H100 SXM5 80GB"
-    arch: str  # "ampere", "ada", "hopper", "blackwell"; "cdna3" (AMD MI300X)
+    arch: str  # one of ARCHS: "ampere", "ada", "hopper", "blackwell"; "cdna3" (AMD MI300X)
     compute_capability: str  # "9.0"
     sms: int
     boost_clock_mhz: float

@@ -120,11 +120,15 @@ def load_samples(files: Iterable[Path]) -> list[Sample]:
     out: list[Sample] = []
     for path in files:
         data = read_json(path)
-        for row in _list(data, "rows", path):
+        for i, row in enumerate(_list(data, "rows", path)):
             ms = _ms(row.get("measured_ms"), path)
             if not row.get("op") or not ms or ms <= 0 or row.get("wrong"):
                 continue
-            out.append(Sample(op_from_dict(row["op"]), ms / 1e3, path.name))
+            try:
+                op = op_from_dict(row["op"])
+            except InputError as exc:  # the op's own words, and where the reader finds it
+                raise InputError(f"{path}: rows[{i}]: {exc}") from None
+            out.append(Sample(op, ms / 1e3, path.name))
     return out
 
 

@@ -48,7 +48,7 @@ def op_to_dict(op: Op) -> dict[str, Any]:
 def op_from_dict(d: dict[str, Any]) -> Op:
     """The op that op_to_dict(op) described."""
     if not isinstance(d, dict) or "type" not in d:
-        raise InputError(f"op record needs a 'type' key, got {d!r}")
+        raise InputError(f"op record needs a 'type' key, got {shown(d)}")
     typename = d["type"]
     cls = OP_TYPES.get(typename)
     if cls is None:

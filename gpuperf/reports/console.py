@@ -12,6 +12,7 @@ safe for a terminal:
 
 from __future__ import annotations
 
+import errno
 import functools
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,11 @@ def _console_class() -> type[Console]:
                     if text != seg.text:
                         seg = Segment(text, seg.style)
                 yield seg
+
+        def on_broken_pipe(self) -> None:
+            # rich exits 1 here itself; the CLI's main decides what a closed pipe means (exit 0).
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader of the console's output went away")
 
     return SafeConsole
 

@@ -95,23 +95,25 @@ def achieved_tflops(flops: pd.Series, time_ms: pd.Series) -> pd.Series:
 def measured_frame(measured: Any) -> pd.DataFrame:
     """A table with at least name, kind, shape, measured_ms from: a DataFrame, a results file
     dict {"rows": [...]}, a measure JSON {"ops": [...]}, or a path to either."""
+    # errors name the file where there is one
+    where = os.fspath(measured) if isinstance(measured, str | os.PathLike) else "measurements"
     if isinstance(measured, pd.DataFrame):
         frame = measured
     else:
         data = read_json(measured) if isinstance(measured, str | os.PathLike) else measured
         if not isinstance(data, dict):
-            raise InputError(f"measurements: expected a JSON object with a 'rows' list, "
+            raise InputError(f"{where}: expected a JSON object with a 'rows' list, "
                              f"got {type(data).__name__}")  # fmt: skip
         rows = data.get("rows", data.get("ops"))
         if not isinstance(rows, list):
-            raise InputError("measurements: expected a results file with a 'rows' list")
+            raise InputError(f"{where}: expected a results file with a 'rows' list")
         for i, row in enumerate(rows):
-            _check_row(row, i)
+            _check_row(row, i, where)
         frame = pd.DataFrame(rows)
     if "measured_ms" not in frame.columns or "name" not in frame.columns:
-        raise InputError("measurements: rows need 'name' and 'measured_ms'")
+        raise InputError(f"{where}: rows need 'name' and 'measured_ms'")
     if frame["measured_ms"].map(lambda v: v is not None and not _is_time(v)).any():
-        raise InputError("measurements: measured_ms must be numbers of milliseconds > 0")
+        raise InputError(f"{where}: measured_ms must be numbers of milliseconds > 0")
     return frame
 
 
@@ -119,19 +121,19 @@ def _is_time(v: Any) -> bool:
     return not isinstance(v, bool) and isinstance(v, int | float) and 0 < v < math.inf
 
 
-def _check_row(row: Any, i: int) -> None:
+def _check_row(row: Any, i: int, where: str) -> None:
     """One measured row: an object with a string name and a positive measured_ms (or null)."""
     if not isinstance(row, dict):
-        raise InputError(f"measurements: row {i} is {type(row).__name__}, not an object")
+        raise InputError(f"{where}: row {i} is {type(row).__name__}, not an object")
     name, ms = row.get("name"), row.get("measured_ms")
     if not isinstance(name, str):
-        raise InputError(f"measurements: row {i} needs a string 'name', got {shown(name)}")
+        raise InputError(f"{where}: row {i} needs a string 'name', got {shown(name)}")
     if ms is not None and not _is_time(ms):
-        raise InputError(f"measurements: row {i} ({name[:60]}): measured_ms must be a number of "
+        raise InputError(f"{where}: row {i} ({name[:60]}): measured_ms must be a number of "
                          f"milliseconds > 0, got {shown(ms)}")  # fmt: skip
     for key in ("kind", "shape", "dtype"):
         if key in row and not isinstance(row[key], str | None):
-            raise InputError(f"measurements: row {i} ({name[:60]}): {key} must be a string")
+            raise InputError(f"{where}: row {i} ({name[:60]}): {key} must be a string")
 
 
 def join_measured(table: pd.DataFrame, measured: Any) -> pd.DataFrame:

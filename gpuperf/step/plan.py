@@ -53,6 +53,10 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
             f"the interleaved schedule needs the micro-batches ({sc.microbatches}) to be a "
             f"multiple of pp={sc.pp}"
         )
+    if sc.mla != "auto" and not cfg.is_mla:
+        raise InputError(f"mla={sc.mla} picks the attention form of an MLA model (DeepSeek); "
+                         f"{cfg.name} has no MLA (kv_lora_rank 0): leave it auto "
+                         "(drop --mla)")  # fmt: skip
     if sc.ep > 1:
         if not cfg.is_moe:
             raise InputError(f"ep={sc.ep} needs a mixture-of-experts model; {cfg.name} is dense")

@@ -487,6 +487,7 @@ def _finish(pred: Prediction, cfg: ModelConfig, sc: Scenario, where: Placement) 
     """Model name, scenario, the positions warning, memory against the one capacity rule."""
     from gpuperf.step.memory import total_bytes, usable_bytes
     from gpuperf.units import fmt_bytes
+    from gpuperf.workloads.config import quantization_warning
 
     pred.model = getattr(cfg, "name", "") or "model"
     pred.scenario = asdict(sc)
@@ -503,6 +504,9 @@ def _finish(pred: Prediction, cfg: ModelConfig, sc: Scenario, where: Placement) 
             f"sequences of {longest} tokens exceed the model's {limit} positions "
             "(max_position_embeddings): the prediction extrapolates"
         )
+    quant = quantization_warning(cfg, sc.dtype, sc.weight_dtype, sc.mode == "train")
+    if quant:
+        pred.warnings.append(quant)
     capacity = usable_bytes(where.gpu)
     pred.memory_capacity = capacity
     need = total_bytes(pred.memory)

@@ -14,16 +14,20 @@ import gc
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from gpuperf.errors import InputError
 from gpuperf.hardware.spec import SystemSpec
 from gpuperf.step.memory import total_bytes, usable_bytes
 from gpuperf.step.mfu import model_flops_per_token
 from gpuperf.step.plan import place
-from gpuperf.step.run import Engine, StepCost, rates
+from gpuperf.step.run import Engine, StepCost, predict, rates
 from gpuperf.step.search_workers import evaluate_all
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.scenario import RECOMPUTE, Scenario
+
+if TYPE_CHECKING:
+    from gpuperf.step.result import Prediction
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 ZERO_STAGES = (0, 1, 2, 3)
@@ -55,6 +59,21 @@ class Ranked:
     def label(self) -> str:
         return self.scenario.label()
 
+    def summary(self) -> dict[str, Any]:
+        """The numbers `gpuperf search` shows for the plan (seconds, percents, GiB)."""
+        b = self.breakdown
+        comm = sum(v for k, v in b.items() if k.endswith("_comm"))
+        return {
+            "label": self.label(),
+            "step_time_s": self.step_time,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu_pct": 100 * self.mfu,
+            "bubble_pct": 100 * b.get("bubble", 0.0) / self.step_time,
+            "comm_pct": 100 * comm / self.step_time,
+            "memory_gib": self.memory_total / 2**30,
+        }
+
     def to_dict(self) -> dict:
         from dataclasses import asdict
 
@@ -76,12 +95,31 @@ class SearchResult:
     ranked: list[Ranked]  # fitting plans, fastest first (at most `top`)
     evaluated: int
     fitting: int
-    seconds: float
+    seconds: float  # the plans' costing only (plans_per_s): not `best`'s prediction
     why: list[str]
+    model: str = ""
+    system: str = ""
+    gpus: int = 0
+    # The fastest plan as `gpuperf predict` predicts it (its total_ms is ranked[0]'s step time):
+    # its op rows, memory and MFU are what the JSON contract asks of every command.
+    best: Prediction | None = None
 
     @property
     def plans_per_s(self) -> float:
         return self.evaluated / self.seconds if self.seconds > 0 else float("inf")
+
+    def to_json(self) -> dict[str, Any]:
+        """The `--format json` object: the best plan's Prediction.to_json() (total_ms, ops,
+        memory, MFU, ...: the ARCHITECTURE contract), plus the search's own keys."""
+        from gpuperf.fileio import json_safe
+
+        best = self.best.to_json() if self.best is not None else {}
+        plans = [{**r.summary(), **r.to_dict()} for r in self.ranked]
+        return {**best, **json_safe({
+            "model": self.model, "system": self.system, "gpus": self.gpus,
+            "evaluated": self.evaluated, "fitting": self.fitting, "plans_per_s": self.plans_per_s,
+            "why": self.why, "plans": plans,
+        })}  # fmt: skip
 
 
 def _divisors(n: int) -> list[int]:
@@ -240,10 +278,7 @@ def search(
     impl: str = "fused",
 ) -> SearchResult:  # fmt: skip
     """Rank the plans that fit by step time (see module docstring)."""
-    gpn = system.gpus_per_node
-    if gpus > gpn and gpus % gpn:
-        raise InputError(f"--gpus {gpus} spans nodes but is not a multiple of {gpn} GPUs per node")
-    nodes = max(1, -(-gpus // gpn)) if gpus >= gpn else None
+    nodes = nodes_for(system, gpus)
     engine = Engine(cfg, system.gpu, system)
     _load_engine()
     start = time.perf_counter()
@@ -270,7 +305,18 @@ def search(
             f"no plan of {cfg.name} fits on {gpus} GPUs of {system.name} "
             f"({evaluated} tried); add GPUs or lower the batch"
         )
-    return SearchResult(results[:top], evaluated, fitting, seconds, explain(results))
+    best = results[0].scenario
+    prediction = predict(cfg, best, place(cfg, best, system.gpu, system, nodes))
+    return SearchResult(results[:top], evaluated, fitting, seconds, explain(results),
+                        cfg.name, system.name, gpus, prediction)  # fmt: skip
+
+
+def nodes_for(system: SystemSpec, gpus: int) -> int | None:
+    """The nodes `gpus` GPUs of `system` fill (None: part of one node)."""
+    gpn = system.gpus_per_node
+    if gpus > gpn and gpus % gpn:
+        raise InputError(f"--gpus {gpus} spans nodes but is not a multiple of {gpn} GPUs per node")
+    return max(1, -(-gpus // gpn)) if gpus >= gpn else None
 
 
 def explain(ranked: list[Ranked]) -> list[str]:

@@ -86,6 +86,7 @@ class Server:
                         weight_dtype=weight_dtype, tp=tp,  # type: ignore[arg-type]
                         tp_allreduce=prof.tp_allreduce if tp > 1 else "nccl")  # type: ignore[arg-type]  # fmt: skip
         self.timer = StepTimer(cfg, gpu, system, prof, base)
+        self.base = base
         cap, self.memory = kv_capacity_tokens(cfg, gpu, prof, base)
         self.kv_tokens = cap if kv_tokens is None else kv_tokens
         if self.kv_tokens <= 0:
@@ -101,6 +102,7 @@ class Server:
 
     def run(self, work: Any, progress: Any = None) -> ServeReport:
         from gpuperf.step.serve import simulate
+        from gpuperf.workloads.config import quantization_warning
 
         cfg, kv_tokens = self.cfg, self.kv_tokens
         result = simulate(work, self.timer, self.engine, kv_tokens, progress)
@@ -113,6 +115,9 @@ class Server:
                 "full; their requests were prefilled again (more --tp, a lower rate or shorter "
                 "requests)"
             )
+        quant = quantization_warning(cfg, self.base.dtype, self.base.weight_dtype, train=False)
+        if quant:
+            report.warnings.append(quant)
         limit = getattr(cfg, "max_position_embeddings", None)
         longest = max(p + o for p, o in zip(result.prompt, result.output, strict=True))
         if limit and longest > limit:
@@ -142,18 +147,36 @@ def _seed(seed: object) -> int:
     return seed
 
 
+def _drawn(
+    isl: str | int | None, osl: str | int | None, seed: int | None
+) -> tuple[str | int, str | int, int]:
+    """isl, osl and seed, with the defaults for those not given (512, 128 tokens; seed 0)."""
+    return 512 if isl is None else isl, 128 if osl is None else osl, 0 if seed is None else seed
+
+
 def run_serve(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
               engine: str | os.PathLike[str] | EngineProfile, *, tp: int = 1,
-              isl: str | int = 512, osl: str | int = 128, requests: int | None = None,
-              rate: float | None = None, concurrency: int | None = None,
-              trace: str | os.PathLike[str] | None = None, seed: int = 0, dtype: str = "bf16",
+              isl: str | int | None = None, osl: str | int | None = None,
+              requests: int | None = None, rate: float | None = None,
+              concurrency: int | None = None, trace: str | os.PathLike[str] | None = None,
+              seed: int | None = None, dtype: str = "bf16",
               kv_dtype: str | None = None, weight_dtype: str | None = None,
               progress: Any = None, kv_tokens: int | None = None, workload: Any = None,
               **options: Any) -> ServeReport:  # fmt: skip
     """Simulate (api.serve's docstring); kv_tokens: the cache's size instead of the memory
-    model's (a measured run's); workload: a serve_load.Workload instead of the options."""
+    model's (a measured run's); workload: a serve_load.Workload instead of the options. isl,
+    osl and seed (default 512, 128, 0) draw requests: a trace or a workload brings its own."""
     from gpuperf.step.serve_load import Workload, make_workload, parse_lengths
 
+    if trace is not None or workload is not None:
+        drawn = [k for k, v in (("isl", isl), ("osl", osl), ("seed", seed)) if v is not None]
+        if drawn:
+            flags = ", ".join(f"--{k}" for k in drawn)
+            source = "trace" if trace is not None else "workload"
+            them = "them" if len(drawn) > 1 else "it"
+            raise InputError(f"the {source} sets each request's lengths and arrival, so {flags} "
+                             f"would be ignored: drop {them}")  # fmt: skip
+    isl, osl, seed = _drawn(isl, osl, seed)
     _seed(seed)
     if workload is not None and not isinstance(workload, Workload):
         raise InputError(f"workload must be a serve_load.Workload, got {shown(workload)}")
@@ -190,8 +213,9 @@ class ServePlan:
 
 def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
                  engine: str | os.PathLike[str] | EngineProfile, slo: str, *,
-                 gpus: int | None = None, tp: int | None = None, isl: str | int = 512,
-                 osl: str | int = 128, requests: int | None = None, seed: int = 0,
+                 gpus: int | None = None, tp: int | None = None,
+                 isl: str | int | None = None, osl: str | int | None = None,
+                 requests: int | None = None, seed: int | None = None,
                  dtype: str = "bf16", kv_dtype: str | None = None,
                  weight_dtype: str | None = None, progress: Any = None,
                  **options: Any) -> ServePlan:  # fmt: skip
@@ -217,6 +241,7 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
             "splits them into replicas; give one of tp (one replica) and gpus (--tp, --gpus)"
         )
     targets = parse_slo(slo)
+    isl, osl, seed = _drawn(isl, osl, seed)
     _seed(seed)
     prof = engine_profile(engine, options)  # bad options are the user's: exit 2, not a note
     n = 300 if requests is None else count_of(requests, "--requests")

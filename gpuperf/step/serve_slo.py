@@ -1,12 +1,13 @@
 """Serving targets: the highest request rate that meets latency targets, and how to split GPUs.
 
 An SLO is "ttft=500ms,tpot=50ms": each key a metric (ttft, tpot, e2e) with an optional
-percentile (ttft_p99; p90 when none is given), each value a time (ms or s). The highest rate is
-found by bisection on the Poisson rate, each rate simulated with the same seeded requests. With
-a number of GPUs, every tensor-parallel size that divides it (and fits the model) is tried as
-GPUs / tp replicas behind a load balancer that spreads requests evenly; the best split serves
-the most requests/s within the SLO. The Pareto frontier is the set of (tokens/s per GPU,
-tokens/s per user) points, over splits and rates, that no other point beats on both.
+percentile (ttft_p99; p90 when none is given), each value a time with its unit (ms or s: a bare
+number is refused). The highest rate is found by bisection on the Poisson rate, each rate
+simulated with the same seeded requests. With a number of GPUs, every tensor-parallel size that
+divides it (and fits the model) is tried as GPUs / tp replicas behind a load balancer that
+spreads requests evenly; the best split serves the most requests/s within the SLO. The Pareto
+frontier is the set of (tokens/s per GPU, tokens/s per user) points, over splits and rates, that
+no other point beats on both.
 """
 
 from __future__ import annotations
@@ -30,15 +31,20 @@ def parse_slo(text: str) -> dict[str, float]:
         raise InputError("--slo needs targets such as ttft=500ms,tpot=50ms")
     out: dict[str, float] = {}
     for item in text.split(","):
-        m = re.fullmatch(r"\s*(ttft|tpot|e2e)(?:_p(50|90|99))?\s*=\s*([0-9.]+)\s*(ms|s)?\s*",
+        m = re.fullmatch(r"\s*(ttft|tpot|e2e)(?:_p(50|90|99))?\s*=\s*([0-9.]+)\s*([a-z]*)\s*",
                          item, re.IGNORECASE)  # fmt: skip
         if not m:
             raise InputError(
                 f"--slo {shown(item.strip())}: give metric=time, e.g. ttft=500ms, tpot_p99=50ms, "
                 "e2e=10s (metrics ttft, tpot, e2e; percentiles p50, p90, p99)"
             )
+        unit = m.group(4).lower()
+        if unit not in ("ms", "s"):  # a bare number is 5 ms to one reader and 5 s to another
+            got = f"unit {unit!r}" if unit else "no unit"
+            raise InputError(f"--slo {shown(item.strip())}: {got}; give the time in ms or s, "
+                             f"e.g. {m.group(1).lower()}={m.group(3)}ms")  # fmt: skip
         try:
-            value = float(m.group(3)) * (1e3 if (m.group(4) or "ms").lower() == "s" else 1.0)
+            value = float(m.group(3)) * (1e3 if unit == "s" else 1.0)
         except ValueError:
             raise InputError(f"--slo {shown(item.strip())}: {m.group(3)!r} is not a number") \
                 from None  # fmt: skip

@@ -12,6 +12,7 @@ import difflib
 import functools
 import math
 import os
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -90,6 +91,9 @@ class ModelConfig:
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     rope_theta: float = 10000.0
+    # The checkpoint's quantization_config ("awq 4-bit"): noted, not applied; a prediction warns
+    # (quantization_warning) unless the scenario picks a weight format itself.
+    quantization: str = ""
     source: str = ""  # where it was loaded from (preset name or file path)
 
     def __hash__(self) -> int:  # the engine's caches hash it per plan: once per object
@@ -341,6 +345,28 @@ class ModelConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def quantization_warning(cfg: ModelConfig, dtype: str, weight_dtype: str | None,
+                         train: bool) -> str | None:  # fmt: skip
+    """What a prediction says of a quantized checkpoint run in a 2-byte (or wider) format: the
+    quantization is not read from config.json, so the weights are costed in `dtype`."""
+    if not cfg.quantization or weight_dtype is not None or dtype in ("fp8", "int8"):
+        return None
+    bits = re.search(r"(\d+)-bit", cfg.quantization)
+    if train:
+        how = "training a quantized checkpoint (QLoRA) is not modelled"
+    elif "fp8" in cfg.quantization:
+        how = "pass --dtype fp8 (dtype='fp8') to model fp8 weights"
+    elif bits and bits.group(1) in ("4", "8"):
+        wd = "int4" if bits.group(1) == "4" else "int8"
+        how = f"pass --weight-dtype {wd} (weight_dtype='{wd}') to model {bits.group(1)}-bit weights"
+    else:
+        how = "--weight-dtype int4/int8 or --dtype fp8 model quantized weights"
+    return (
+        f"{cfg.source or cfg.name} has a quantization_config ({cfg.quantization}) that "
+        f"gpuperf does not read: the weights are predicted in {dtype}; {how}"
+    )
+
+
 MAX_SIZE = 2**31  # a width, count or length beyond this is a typo, and its sums overflow floats
 MAX_LAYERS = 4096  # 30x the deepest published LLM; the per-op table lists every layer
 
@@ -409,6 +435,10 @@ def load_model(spec: str) -> ModelConfig:
 def hf_config(spec: str) -> tuple[dict[str, Any], str, str]:
     """(the Hugging Face config dict, a name, where it came from) of a preset or a file: what a
     real run builds the model from."""
+    if not isinstance(spec, str) or not spec.strip():  # Path("") is ".", the current folder
+        raise InputError("the model name is empty; give a preset "
+                         f"({', '.join(preset_names()[:3])}, ...: gpuperf models list) or the "
+                         "path of a Hugging Face config.json")  # fmt: skip
     names = {n.lower(): n for n in preset_names()}
     key = spec.strip().lower()
     if key in names:

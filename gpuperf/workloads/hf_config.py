@@ -407,6 +407,23 @@ FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
 SUPPORTED_TYPES = tuple(FAMILIES)
 
 
+def _quantization(qc: Any) -> str:
+    """'awq 4-bit' from a config's quantization_config (transformers' quant_method and bits,
+    AutoAWQ's w_bit); '' when there is none."""
+    from gpuperf.fileio import printable
+
+    if not qc:
+        return ""
+    if not isinstance(qc, dict):
+        return "present"
+    method = qc.get("quant_method") or qc.get("quant_type") or "unnamed"
+    bits = qc.get("bits", qc.get("w_bit"))
+    text = printable(str(method))[:40]
+    if isinstance(bits, int) and not isinstance(bits, bool):
+        text += f" {bits}-bit"
+    return text
+
+
 def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConfig:
     """Map a Hugging Face config dict to ModelConfig; InputError names the missing or bad key."""
     from gpuperf.workloads.config import ModelConfig
@@ -431,6 +448,15 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
                     source, mtype, "text_config.")  # fmt: skip
     try:
         kw = family(f)
-        return ModelConfig(name=name, model_type=mtype, source=source, **kw)
+        return ModelConfig(
+            name=name,
+            model_type=mtype,
+            source=source,
+            quantization=_quantization(d.get("quantization_config")),
+            **kw,
+        )
     except TypeError as exc:  # e.g. a string where a number belongs
         raise InputError(f"{source}: malformed config ({exc})") from None
+    except InputError as exc:  # ModelConfig's checks name the model; the reader needs the file
+        message = str(exc).removeprefix(f"{name}: ")
+        raise InputError(f"{source}: {message}") from None

@@ -112,7 +112,9 @@ class Scenario:
     micro_batch: int | None = None  # None: one micro-batch of `batch`
     global_batch: int | None = None  # train: sequences over all replicas (sets batch = it / dp)
     zero: int = 0
-    dp_overlap: bool | None = None  # None: on for eager (PyTorch DDP), off for fused (Megatron)
+    # None: on for eager (PyTorch DDP), off for fused (Megatron); stays None where no gradients
+    # are reduced (inference, dp·cp = 1)
+    dp_overlap: bool | None = None
     recompute: Recompute = "none"
     sequence_parallel: bool | None = None  # None: on for fused megatron TP in training
     tp_impl: TpImpl = "megatron"
@@ -152,7 +154,7 @@ class Scenario:
         if isinstance(imb, bool) or not isinstance(imb, int | float) or not 1 <= imb <= 64:
             raise InputError(f"moe_imbalance must be a number from 1 to 64, got {shown(imb)}")
         sp = self.sequence_parallel
-        if self.dp_overlap is None:
+        if self.dp_overlap is None and self.mode == "train" and self.dp * self.cp > 1:
             object.__setattr__(self, "dp_overlap", self.impl == "eager")
         if not isinstance(self.zero, int) or isinstance(self.zero, bool) or self.zero not in (
             0, 1, 2, 3,
@@ -245,6 +247,18 @@ class Scenario:
             raise InputError("the interleaved schedule needs pp > 1")
         if self.virtual_stages > 1 and self.schedule != "interleaved":
             raise InputError("virtual_stages > 1 needs schedule=interleaved")
+        if self.tp_impl != "megatron" and self.tp == 1:
+            raise InputError(f"tp_impl={self.tp_impl} is a way to run tensor parallelism: it "
+                             "needs tp > 1 (--tp)")  # fmt: skip
+        if self.dp_overlap is not None and self.mode != "train":
+            raise InputError("dp_overlap overlaps the gradient reduction with the backward: "
+                             "training only (--mode train)")  # fmt: skip
+        if self.dp_overlap is not None and self.dp * self.cp == 1:
+            raise InputError("dp_overlap overlaps the gradient reduction with the backward: it "
+                             "needs data- or context-parallel ranks (dp·cp > 1)")  # fmt: skip
+        if self.kv_dtype is not None and self.mode == "train":
+            raise InputError("kv_dtype is the KV cache's format, and a training step keeps no "
+                             "cache: drop it (--kv-dtype) or use an inference mode")  # fmt: skip
         if self.mode != "train" and (self.zero or self.recompute != "none"):
             raise InputError("zero and recompute apply to training only")
         if self.zero and self.dp * self.cp == 1:

@@ -61,6 +61,11 @@ def gemm(m: int, n: int | None = None, k: int | None = None, dtype: DType = "bf1
     return Gemm(name=f"gemm/{m}x{n}x{k}", m=m, n=n, k=k, dtype=dtype, wdtype=wdtype, scales=scales)
 
 
+# A head wider than this is a typo: published models' widest are 256 (Gemma 2, MLA's 192 + 64)
+# and FlashAttention's kernels stop there; 1024 leaves room for experiments.
+MAX_HEAD_DIM = 1024
+
+
 def attention(
     *,
     batch: int,
@@ -73,6 +78,9 @@ def attention(
     dtype: DType = "bf16",
 ) -> Attention:
     """Prefill attention (q_len = seq); with --kv-len it is `seq` queries against kv_len keys."""
+    if head_dim > MAX_HEAD_DIM:
+        raise InputError(f"head-dim must be at most {MAX_HEAD_DIM} (the widest heads of "
+                         f"published models are 256), got {head_dim:,}")  # fmt: skip
     kv_heads = heads if kv_heads is None else kv_heads
     if heads % kv_heads:
         raise InputError(f"heads ({heads}) must be a multiple of kv-heads ({kv_heads})")

@@ -161,6 +161,15 @@ def test_every_arch_is_one_the_code_knows():
     assert mi300x.smem_per_sm_bytes == 64 * 2**10 and mi300x.nvlink_bw == 448e9  # 7 x 64 GB/s
 
 
+def test_an_arch_the_code_does_not_know_is_refused_with_the_known_ones(tmp_path):
+    """The collective model would take an unknown arch for Ampere without a word."""
+    message = input_error(write(tmp_path, 'base = "h100"\narch = "foo"\n'))
+    assert "my.toml: unknown arch 'foo'" in message
+    assert "volta, ampere, ada, hopper, blackwell, cdna3" in message
+    assert "did you mean hopper?" in input_error(write(tmp_path, 'base = "h100"\narch = "hoper"\n'))
+    assert load_gpu(write(tmp_path, 'base = "h100"\narch = "Ada"\n')).arch == "ada"
+
+
 def test_fp8_on_a100_is_a_clear_input_error():
     a100 = load_gpu("a100")
     assert "fp8" not in a100.peak_flops
