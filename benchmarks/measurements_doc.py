@@ -483,7 +483,8 @@ def e2e_tables(d: Path, gpu: GpuSpec) -> dict[str, str]:
 def _run_key(model: str, sc: dict[str, Any]) -> tuple[str, str]:
     where = f"ctx{sc.get('ctx')}" if sc.get("mode") == "decode" else f"s{sc.get('seq')}"
     how = "graph" if sc.get("cuda_graphs") else sc.get("impl", "eager")
-    return model, f"{sc.get('mode')} b{sc.get('batch')} {where} {how}"
+    ckpt = " ckpt" if sc.get("recompute") == "full" else ""
+    return model, f"{sc.get('mode')} b{sc.get('batch')} {where}{ckpt} {how}"
 
 
 def coll_rows(path: Path, gpu: GpuSpec) -> tuple[str, int, list[Row]]:

@@ -412,8 +412,10 @@ def eager_norm(cfg: ModelConfig, name: str, rows: int, cols: int, act: DType) ->
         _ew(f"{name}/mul", "mul", n, "fp32"),
     ]
     weight = _ew(f"{name}/mul_weight", "mul", n, "fp32" if cfg.norm_weight_fp32 else act)
-    if cfg.norm_weight_fp32:
-        ops.append(weight)
+    if cfg.norm_weight_fp32:  # 1.0 + self.weight.float(): two small kernels first
+        if cast:
+            ops.append(_ew(f"{name}/weight_f32", "cast", cols, act, out="fp32", flops=0.0))
+        ops += [_ew(f"{name}/weight_plus1", "add", cols, "fp32"), weight]
     if cast:
         ops.append(_ew(f"{name}/cast_back", "cast", n, "fp32", out=act, flops=0.0))
     if not cfg.norm_weight_fp32:

@@ -92,18 +92,23 @@ def fused_backward(op: Op) -> list[Op]:
 
 def eager_norm_backward(cfg: ModelConfig, name: str, rows: int, cols: int, a: str) -> list[Op]:
     """Autograd of LlamaRMSNorm's 8 eager kernels: 16 kernels (weight grad, then input grad);
-    Gemma's weight grad runs in fp32, after the cast back's."""
+    Gemma's (norm_weight_fp32) scales in fp32 after the cast back's gradient and casts the
+    weight's gradient back to the weight's dtype (17). No casts when the model runs in fp32."""
     if cfg.norm == "layernorm":
         return [Norm(name + ".bwd", "layernorm", rows, cols, a, backward=True)]  # type: ignore[arg-type]
     n, f = rows * cols, "fp32"
-    w = f if cfg.norm_weight_fp32 else a
-    weight = [
-        _ew(f"{name}/mul_weight.bwd_w", "mul", n, w, 2),
-        _ew(f"{name}/mul_weight.bwd_x", "mul", n, w, 2),
-        Reduce(f"{name}/weight.grad", "sum", cols, rows, 1, w),  # type: ignore[arg-type]
-    ]
-    cast_back = [_ew(f"{name}/cast_back.bwd", "cast", n, a, out=f, flops=0.0)]
-    first = cast_back + weight if cfg.norm_weight_fp32 else weight + cast_back
+    cast = a != f
+    g32 = cfg.norm_weight_fp32
+    w = f if g32 else a
+    bwd_x = _ew(f"{name}/mul_weight.bwd_x", "mul", n, w, 2)
+    bwd_w = _ew(f"{name}/mul_weight.bwd_w", "mul", n, w, 2)
+    weight: list[Op] = [bwd_x, bwd_w] if g32 else [bwd_w, bwd_x]  # autograd's operand order
+    weight.append(Reduce(f"{name}/weight.grad", "sum", cols, rows, 1, w))  # type: ignore[arg-type]
+    if g32 and cast:
+        weight.append(_ew(f"{name}/weight.grad_cast", "cast", cols, f, out=a, flops=0.0))
+    cast_back = [_ew(f"{name}/cast_back.bwd", "cast", n, a, out=f, flops=0.0)] if cast else []
+    first = cast_back + weight if g32 else weight + cast_back
+    tail = [_ew(f"{name}/cast_f32.bwd", "cast", n, f, out=a, flops=0.0)] if cast else []
     return [
         *first,
         _ew(f"{name}/mul.bwd_x", "mul", n, f, 2),
@@ -117,7 +122,7 @@ def eager_norm_backward(cfg: ModelConfig, name: str, rows: int, cols: int, a: st
         _ew(f"{name}/pow.bwd_mul", "mul", n, f, 2),
         _ew(f"{name}/pow.bwd_mul2", "mul", n, f, 2),
         _ew(f"{name}/grad_add", "add", n, f, 2),
-        _ew(f"{name}/cast_f32.bwd", "cast", n, f, out=a, flops=0.0),
+        *tail,
     ]
 
 
@@ -301,7 +306,12 @@ _COLUMN_GEMMS = frozenset({"attn/qkv", "mlp/gate_up", "mlp/up", "mlp/router"})
 
 
 _DTENSOR_COLUMNS = ("attn/q.dgrad", "attn/k.dgrad", "attn/v.dgrad", "mlp/gate.dgrad",
-                    "mlp/up.dgrad")  # fmt: skip
+                    "mlp/up.dgrad", "attn/qkv.dgrad", "mlp/gate_up.dgrad")  # fmt: skip
+# Megatron-style hooks all-reduce each block's input gradient once (eager layers).
+_MEGATRON_COLUMNS = {
+    "attn/qkv": ("attn/q.dgrad", "attn/k.dgrad", "attn/v.dgrad", "attn/qkv.dgrad"),
+    "mlp/gate_up": ("mlp/gate.dgrad", "mlp/up.dgrad", "mlp/gate_up.dgrad"),
+}
 
 
 def _eager_tp_backward(d: Dims, ops: list[Op]) -> tuple[list[Op], dict[str, tuple[str, ...]]]:
@@ -315,6 +325,12 @@ def _eager_tp_backward(d: Dims, ops: list[Op]) -> tuple[list[Op], dict[str, tupl
         after = {n: n.removesuffix(".dgrad") for n in _DTENSOR_COLUMNS}
     else:
         after = {"attn/q.grad_add": "attn/qkv", "mlp/grad_add": "mlp/gate_up"}
+        if not any(op.name in after for op in ops):  # a derived backward (not Llama's trace):
+            after = {}  # after each block's last column-parallel input gradient
+            for block, cols in _MEGATRON_COLUMNS.items():
+                last = [op.name for op in ops if op.name in cols]
+                if last:
+                    after[last[-1]] = block
     nbytes = d.T * d.hidden * BYTES[d.act]
     out: list[Op] = []
     for op in ops:

@@ -283,3 +283,35 @@ def test_non_llama_eager_norms_take_autograds_rmsnorm_kernels(model):
                               norm + "/grad_add")]  # fmt: skip
         assert len(bwd) == 16, (norm, bwd)
         assert norm + "/mean.bwd" in bwd and norm + "/pow.bwd" not in bwd
+
+
+def test_gemma_norm_weight_kernels_and_fp32_models_without_casts():
+    """1.0 + weight.float() is two small kernels (and the weight's gradient is cast back); a
+    model run in fp32 has no casts, forward or backward."""
+    gemma = load_model("gemma2-9b")
+    names = [op.name for op in build_ops(gemma, Scenario(mode="train", seq=256, impl="eager"))
+             if op.name.startswith("L0/attn/norm/")]  # fmt: skip
+    for k in ("weight_f32", "weight_plus1", "weight.grad_cast"):
+        assert f"L0/attn/norm/{k}" in names
+    assert len([n for n in names if ".bwd" in n or "grad" in n]) == 17
+    fp32 = build_ops(gemma, Scenario(mode="train", seq=256, impl="eager", dtype="fp32"))
+    assert not [op.name for op in fp32 if "/norm/" in op.name and "cast" in op.name]
+
+
+@pytest.mark.parametrize("model", ["gemma2-9b", "qwen3-32b", "phi-3-mini-like"])
+def test_eager_tp_backward_all_reduces_for_every_family(model):
+    """Megatron-style TP of eager layers all-reduces each block's input gradient once (qkv and
+    gate/up) for every family, not only where the backward follows Llama's trace."""
+    from dataclasses import replace
+
+    from gpuperf.perfmodel.ops import Collective
+    from gpuperf.workloads.groups import groups_for
+    from gpuperf.workloads.step_work import build
+
+    cfg = (replace(load_model("llama3-8b"), qkv_fused=True, gate_up_fused=True)
+           if model == "phi-3-mini-like" else load_model(model))  # fmt: skip
+    sc = Scenario(mode="train", seq=256, impl="eager", tp=2)
+    work = build(cfg, sc, groups_for(sc, 8))
+    layer = next(p for p in work.stages[0].bwd if p.layer0 is not None)
+    names = [op.name for op in layer.ops if isinstance(op, Collective)]
+    assert "attn/qkv.bwd_allreduce" in names and "mlp/gate_up.bwd_allreduce" in names
