@@ -4,7 +4,7 @@ Run on the device machine from the repository root:
 
     python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan PLAN] [--only NAMES]
 
-(PLAN: llama, moe, ckpt, swa, families, hosts or trainfam.)
+(PLAN: llama, moe, ckpt, swa, families, hosts, trainfam or trainfam2.)
 
 Writes e2e_<plan>.json (e2e_hf.json for the llama plan): for each run the model config (HF
 config.json form), the scenario, the measured time per step (median of per-iteration CUDA-event
@@ -211,6 +211,11 @@ CONFIGS = {
     "qwen2-7b-8l": lambda: _few_layers(_preset("qwen2-7b"), 8),
     "qwen3-8b-8l": lambda: _few_layers(dict(QWEN3_8B), 8),
     "pythia-6.9b-8l": lambda: _few_layers(dict(PYTHIA_6_9B), 8),
+    "gemma2-9b-6l": lambda: _few_layers(_preset("gemma2-9b"), 6),
+    "mistral-7b-8l": lambda: _few_layers(_preset("mistral-7b"), 8),
+    "minitron-8b-8l": lambda: _few_layers(_hf("minitron-8b-base"), 8),
+    "starcoder-6l": lambda: _few_layers(_hf("starcoder"), 6),
+    "falcon-7b-8l": lambda: _few_layers(_hf("falcon-7b"), 8),
 }
 
 
@@ -620,9 +625,18 @@ TRAIN_FAMILIES_PLAN = [
                               ("pythia-6.9b-8l", 2, 2048))
     for ckpt in (False, True)
 ]  # fmt: skip
+# Five more (run after the eager RMSNorm backward was fixed on trainfam's): Gemma-2, Mistral,
+# Nemotron (squared ReLU, LayerNorm1P), GPT-BigCode (multi-query), Falcon (parallel attention).
+TRAIN_FAMILIES_2_PLAN = [
+    (model, "train", "eager", False, batch, seq, 0, ckpt)
+    for model, batch, seq in (("gemma2-9b-6l", 2, 2048), ("mistral-7b-8l", 2, 2048),
+                              ("minitron-8b-8l", 2, 2048), ("starcoder-6l", 2, 2048),
+                              ("falcon-7b-8l", 2, 2048))
+    for ckpt in (False, True)
+]  # fmt: skip
 PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN,
          "families": FAMILIES_PLAN, "hosts": HOSTS_PLAN,
-         "trainfam": TRAIN_FAMILIES_PLAN}  # fmt: skip
+         "trainfam": TRAIN_FAMILIES_PLAN, "trainfam2": TRAIN_FAMILIES_2_PLAN}  # fmt: skip
 
 
 def main() -> int:
