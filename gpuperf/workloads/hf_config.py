@@ -49,6 +49,14 @@ class _Reader:
                              f"(model_type {self.mtype or '?'})")  # fmt: skip
         return default
 
+    def alias(self, native: str, generic: str, default: Any = _MISSING) -> Any:
+        """A family key that its config class maps a generic name onto (attribute_map: GPT-2's
+        n_layer for num_hidden_layers): given both, the generic one is set last and wins, as in
+        PretrainedConfig; missing, the family's own key is named."""
+        if self.d.get(generic) is not None:
+            return self.d[generic]
+        return self.get(native, default=default)
+
     def opt(self, key: str, default: Any) -> Any:
         """A key whose null means "none" (q_lora_rank, sliding_window): `default` only if absent."""
         return self.d.get(key, default)
@@ -348,14 +356,16 @@ def _deepseek(f: _Reader) -> dict[str, Any]:
 
 
 def _gpt2(f: _Reader) -> dict[str, Any]:
-    h = f.get("n_embd", "hidden_size")
+    # GPT2Config and GPTBigCodeConfig map the generic names onto n_* (attribute_map), and a
+    # generic key given beside its n_* key is set last (PretrainedConfig's kwargs): it wins.
+    h = f.alias("n_embd", "hidden_size")
     return dict(
         hidden_size=h,
-        num_hidden_layers=f.get("n_layer", "num_hidden_layers"),
-        num_attention_heads=f.get("n_head", "num_attention_heads"),
+        num_hidden_layers=f.alias("n_layer", "num_hidden_layers"),
+        num_attention_heads=f.alias("n_head", "num_attention_heads"),
         intermediate_size=f.get("n_inner", "intermediate_size", default=4 * h),
         vocab_size=f.get("vocab_size"),
-        max_position_embeddings=f.get("n_positions", "max_position_embeddings"),
+        max_position_embeddings=f.alias("n_positions", "max_position_embeddings"),
         tie_word_embeddings=f.flag("tie_word_embeddings", True),
         mlp="plain",
         hidden_act=f.act("activation_function", "gelu_new"),
@@ -372,7 +382,7 @@ def _gpt_bigcode(f: _Reader) -> dict[str, Any]:
     kw = _gpt2(f)
     kw |= dict(
         num_key_value_heads=1 if f.flag("multi_query", True) else None,
-        max_position_embeddings=f.get("n_positions", "max_position_embeddings", default=1024),
+        max_position_embeddings=f.alias("n_positions", "max_position_embeddings", default=1024),
         hidden_act=f.act("activation_function", "gelu_pytorch_tanh"),
         attention_dropout=f.num("attn_pdrop", default=0.1),  # GPTBigCodeConfig's defaults
         hidden_dropout=f.num("resid_pdrop", default=0.1),

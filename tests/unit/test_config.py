@@ -581,3 +581,21 @@ def test_reexports_and_presets_load():
     assert from_hf_dict is module.from_hf_dict
     for name in preset_names():
         assert load_model(name).source == f"preset {name}"
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "gpt_bigcode"])
+def test_gpt2_family_generic_keys_win_over_their_n_aliases(model_type):
+    """GPT2Config / GPTBigCodeConfig map num_hidden_layers, hidden_size, num_attention_heads and
+    max_position_embeddings onto n_layer, n_embd, n_head, n_positions; given both, the generic
+    key is set last and wins (a StarCoder cut to 6 layers by num_hidden_layers is 6 layers)."""
+    cfg = from_hf_dict({"model_type": model_type, "n_layer": 40, "num_hidden_layers": 6,
+                        "n_embd": 6144, "hidden_size": 1024, "n_head": 48,
+                        "num_attention_heads": 16, "n_positions": 8192,
+                        "max_position_embeddings": 2048, "vocab_size": 1000},
+                       name="cut")  # fmt: skip
+    assert (cfg.layers, cfg.hidden, cfg.heads) == (6, 1024, 16)
+    assert cfg.max_position_embeddings == 2048
+    only_n = from_hf_dict({"model_type": model_type, "n_layer": 40, "n_embd": 6144,
+                           "n_head": 48, "n_positions": 8192, "vocab_size": 1000},
+                          name="n")  # fmt: skip
+    assert (only_n.layers, only_n.hidden, only_n.heads) == (40, 6144, 48)
