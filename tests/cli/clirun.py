@@ -14,3 +14,12 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
         code = exc.code
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def refused(capsys, *args: str, match: str = "") -> str:  # noqa: ANN001
+    """Run; assert exit 2 with one "gpuperf: error:" line containing `match`; the error."""
+    code, out, err = run(capsys, *args)
+    assert code == 2, (args, code, err[-2000:])
+    assert err.count("\n") == 1 and err.startswith("gpuperf: error: "), err
+    assert match in err, err
+    return err

@@ -7,17 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clirun import run
+from clirun import refused, run
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-
-
-def refused(capsys, *args: str, match: str = "") -> str:  # noqa: ANN001
-    code, out, err = run(capsys, *args)
-    assert code == 2, (args, code, err[-2000:])
-    assert err.count("\n") == 1 and err.startswith("gpuperf: error: "), err
-    assert match in err, err
-    return err
 
 
 def test_calibrate_refuses_results_measured_on_another_gpu(capsys, tmp_path):

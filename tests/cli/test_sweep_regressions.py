@@ -10,18 +10,10 @@ import os
 import threading
 from pathlib import Path
 
-from clirun import run
+from clirun import refused, run
 
 PRESETS = Path(__file__).resolve().parents[2] / "gpuperf" / "workloads" / "presets"
 PROFILES = Path(__file__).resolve().parents[2] / "gpuperf" / "hardware" / "profiles"
-
-
-def refused(capsys, *args: str, match: str = "") -> str:  # noqa: ANN001
-    code, out, err = run(capsys, *args)
-    assert code == 2, (args, code, err[-2000:])
-    assert err.count("\n") == 1 and err.startswith("gpuperf: error: "), err
-    assert match in err, err
-    return err
 
 
 def test_an_output_through_a_symbolic_link_writes_its_target(capsys, tmp_path):

@@ -5,15 +5,7 @@ or accepted without meaning are refused in one line (exit 2)."""
 from __future__ import annotations
 
 import pytest
-from clirun import run
-
-
-def refused(capsys, *args: str, match: str = "") -> str:  # noqa: ANN001
-    code, out, err = run(capsys, *args)
-    assert code == 2, (args, code, err[-2000:])
-    assert err.count("\n") == 1 and err.startswith("gpuperf: error: "), err
-    assert match in err, err
-    return err
+from clirun import refused, run
 
 
 @pytest.mark.parametrize("group", [(), ("hw",), ("models",), ("measure",), ("predict",)])
