@@ -384,9 +384,8 @@ def serve_plan(
     from gpuperf.step.serve_run import plan_serving
 
     gpu_spec, sys_spec = hardware(gpu, system)
-    if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or
-                             not 0 < gpus <= 4096):  # fmt: skip
-        raise InputError(f"gpus must be a whole number from 1 to 4096, got {shown(gpus)}")
+    if gpus is not None:
+        _whole("gpus", gpus, 4096)
     return plan_serving(
         resolve_model(model), gpu_spec, sys_spec, engine, slo, gpus=gpus, tp=tp, isl=isl,
         osl=osl, requests=requests, seed=seed, dtype=_dtype_required(dtype),
