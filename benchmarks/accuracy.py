@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpuperf.hardware.loader import load_gpu  # noqa: E402
+from gpuperf.perfmodel import host_pool  # noqa: E402
 from gpuperf.perfmodel.accuracy import (  # noqa: E402
     TARGETS,
+    calibration_host,
     e2e_table,
     load_e2e,
     load_multigpu,
@@ -219,15 +221,21 @@ def main() -> int:
         if args.detail and not t.empty:
             sel = both[both["class"] == args.detail].sort_values("ratio")
             say(sel[["name", "shape", "split", "predicted_ms", "measured_ms", "ratio"]].to_string())
-    # Cross-GPU: the H100's fitted parameters on the H200's datasheet numbers. One host
-    # constant comes from the H200 machine's own probe, not from any whole-model run: the SDPA
-    # plan time (sdpa_shape_probe.json) belongs to the host CPU, not to the GPU.
+    # Cross-GPU: the H100's fitted parameters on the H200's datasheet numbers. The host belongs
+    # to the CPU, not to the GPU, so it is the H200 machines' own, from their probes and not
+    # from any whole-model run: the median SDPA plan time, and the per-kernel costs of the H100's
+    # calibration host times the factor under which they predict the H200 pool's median
+    # Hugging Face probe step (gpuperf.perfmodel.host_pool).
     if "h100-sxm5-80gb" in tables and "h200-sxm-141gb" in tables:
         h100 = tables["h100-sxm5-80gb"][0]
         h200, _, _ = tables["h200-sxm-141gb"]
         lent = dataclasses.replace(h100.params, host_attn_plan_s=h200.params.host_attn_plan_s)
         cross = dataclasses.replace(h200, params=lent)
         d = root / "h200-sxm-141gb"
+        cal = calibration_host(cross)
+        typical = host_pool.typical(host_pool.probes(sorted(d.glob("*.json"))), None, cal)
+        if typical.basis == "hf step":
+            cross = host_pool.scaled(cal, typical.factor, h200.params.host_attn_plan_s)
         ops_files, e2e_files = result_files(d)
         t = op_table(load_samples(ops_files), cross)
         e = whole_model_table([f for f in e2e_files if f.name.startswith("e2e")], cross)
@@ -236,8 +244,8 @@ def main() -> int:
         both = both[~both["class"].str.startswith(("collective", "p2p"))]
         say(
             "\n## Cross-GPU: H100-calibrated parameters predicting the H200 (every row held out;"
-            " collectives left out: no H100 NCCL runs; host_attn_plan_s from the H200 host's"
-            " probe)\n"
+            " collectives left out: no H100 NCCL runs; the host the H200 machines' probes"
+            " measured)\n"
         )
         summaries["H200 with H100 parameters"] = summary = summarize(both)
         say(fmt_summary(summary, args.markdown))

@@ -4,9 +4,11 @@ Prints every result file that probed its machine (tiny eager kernels' issue time
 calibration host, cuDNN plan time), the pool's median host, and whether the shipped profile
 holds it. --write moves the profile's host constants to it (the calibration host's fitted
 values are the profile's over its recorded host_pool_factor, so writing twice changes nothing);
---check exits 1 when a profile is not at its pool's median host.
+--check exits 1 when a profile is not at its pool's median host. --held-out predicts each
+probed machine's eager decode runs with the pool of the other machines, on the tiny kernels'
+factor and on the Hugging Face probe step's.
 
-    .venv/bin/python benchmarks/host_pool.py [--write | --check]
+    .venv/bin/python benchmarks/host_pool.py [--write | --check | --held-out]
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from gpuperf.hardware.loader import load_gpu
 from gpuperf.perfmodel import host_pool
-from gpuperf.perfmodel.accuracy import load_e2e
+from gpuperf.perfmodel.accuracy import calibration_host, load_e2e
 from gpuperf.perfmodel.calibrate import E2E_CALIBRATION_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +41,7 @@ def pool(gpu: str) -> tuple[host_pool.TypicalHost, list[host_pool.HostProbe], di
     fitted = {r.source for r in runs if r.model in E2E_CALIBRATION_MODELS}
     probes = host_pool.probes(files)
     ref = host_pool.mean_launch(p for p in probes if p.source in fitted)
-    return host_pool.typical(probes, ref), probes, ref
+    return host_pool.typical(probes, ref, calibration_host(load_gpu(gpu))), probes, ref
 
 
 def wanted(gpu: str) -> dict[str, float]:
@@ -81,22 +83,67 @@ def write(gpu: str) -> None:
     print(f"updated {path.relative_to(ROOT)}")
 
 
+def _cell(v: float | None, scale: float = 1.0, fmt: str = "8.2f") -> str:
+    return f"{v * scale:{fmt}}" if v is not None else f"{'-':>8s}"
+
+
 def show(gpu: str) -> None:
     typical, probes, ref = pool(gpu)
+    cal = calibration_host(load_gpu(gpu))
     print(f"{gpu}: calibration host launches (µs) {ref}")
-    print(f"  {'result file':40s} {'issue x':>8s} {'plan ms':>8s}")
+    print(f"  {'result file':40s} {'issue x':>8s} {'plan ms':>8s} {'hf x':>8s} {'hf plan':>8s}")
     for p in probes:
-        k = host_pool.ratio(p.launch_us, ref)
-        plan = f"{1e3 * p.plan_s:8.1f}" if p.plan_s is not None else f"{'-':>8s}"
-        print(f"  {p.source:40s} {f'{k:8.2f}' if k else f'{chr(45):>8s}'} {plan}")
+        hf_k, hf_plan = host_pool.hf_host(cal, p) if p.hf else (None, None)
+        tiny = _cell(host_pool.ratio(p.launch_us, ref))
+        plans = f"{_cell(p.plan_s, 1e3, '8.1f')} {_cell(hf_k)} {_cell(hf_plan, 1e3, '8.1f')}"
+        print(f"  {p.source:40s} {tiny} {plans}")
     k = f"{typical.factor:.3f}" if typical.factor else "-"
     plan = f"{1e3 * typical.plan_s:.1f} ms" if typical.plan_s else "-"
-    print(f"  median host: issues {k}x as slowly as the calibration host "
+    print(f"  median host ({typical.basis}): {k}x the calibration host's per-kernel costs "
           f"({len(typical.factors)} machines), plans in {plan} "
           f"({len(typical.plans_s)})")  # fmt: skip
 
 
+def held_out(gpu: str) -> None:
+    """Each machine whose file has eager decode runs at batch 1, predicted with the pool of the
+    other machines (its own probes left out), on either basis: the median |error| of its runs."""
+    import statistics
+
+    from gpuperf.perfmodel.accuracy import e2e_table
+
+    _, probes, ref = pool(gpu)
+    cal = calibration_host(load_gpu(gpu))
+    files = sorted((RESULTS / gpu).glob("e2e*.json"), key=lambda f: f.name)
+    print(f"{gpu}: each machine's batch-1 eager decode runs, the pool of the others (|error|)")
+    print(f"  {'result file':28s} {'runs':>4s} {'tiny kernels':>13s} {'hf step':>8s}")
+    totals: dict[str, list[float]] = {"tiny": [], "hf": []}
+    for f in files:
+        runs = [r for r in load_e2e([f]) if r.scenario.get("mode") == "decode"
+                and r.scenario.get("batch") == 1 and not r.scenario.get("cuda_graphs")]  # fmt: skip
+        others = [p for p in probes if p.source != f.name]
+        if not runs or len(others) == len(probes):
+            continue
+        cells = []
+        for basis, c in (("tiny", None), ("hf", cal)):
+            t = host_pool.typical(others, ref, c)
+            if basis == "hf" and t.basis != "hf step" or t.factor is None:
+                cells.append(f"{'-':>8s}")
+                continue
+            here = host_pool.scaled(cal, t.factor, t.plan_s)
+            errs = list(abs(e2e_table(runs, here)["ratio"] - 1) * 100)
+            totals[basis] += errs
+            cells.append(f"{statistics.median(errs):7.1f}%")
+        print(f"  {f.name:28s} {len(runs):4d} {cells[0]:>13s} {cells[1]:>8s}")
+    for basis, errs in totals.items():
+        if errs:
+            print(f"  all runs, {basis}: median {statistics.median(errs):.1f}% over {len(errs)}")
+
+
 def main(argv: list[str]) -> int:
+    if "--held-out" in argv:
+        for gpu in GPUS:
+            held_out(gpu)
+        return 0
     bad = []
     for gpu in GPUS:
         show(gpu)

@@ -11,6 +11,10 @@ config.json form), the scenario, the measured time per step (median of per-itera
 samples, all samples kept) and the environment; with --profile, one step's GPU kernels from
 torch.profiler (name, count, total time), the ground truth for the op list the model predicts.
 benchmarks/accuracy.py predicts the same scenarios with the current model and compares.
+Each file also probes its machine's host: tiny kernels' launch costs, cuDNN's plan time and a
+few Python calls (`launch`), and a narrow 32-layer Llama's eager decode step on met and new kv
+lengths before and after the runs (`hf_probe`, `hf_probe_end`: what the host costs a Hugging
+Face step; gpuperf/perfmodel/host_pool.py takes the pool's median machine from it).
 
 Plans:
 - llama: Llamas: eager prefill (SDPA), decode on a DynamicCache (eager: every step concatenates
@@ -472,6 +476,38 @@ def python_costs(x, n: int = 20000) -> dict:
     return out
 
 
+# A Llama-3-shaped decoder (GQA 4:1, 32 layers like Llama-3-8B) at a width whose kernels take a
+# few µs: its eager decode step is the host's work, kernel by kernel, as Hugging Face issues
+# them (Python, module calls, views, dispatch), with almost no GPU time behind it.
+HF_PROBE_CONFIG = {
+    "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+    "num_hidden_layers": 32, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
+    "vocab_size": 2048, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "hidden_act": "silu",
+}  # fmt: skip
+
+
+def hf_host_probe(ctx: int = 512, steps: int = 16) -> dict:
+    """This machine's host as a Hugging Face decode step uses it: HF_PROBE_CONFIG's eager decode
+    steps on a DynamicCache, first on kv lengths the process has not met (cuDNN plans each), then
+    the cache cropped back and the same lengths again (planned before). Step times in ms."""
+    import torch
+
+    model = build_model(HF_PROBE_CONFIG)
+    model.eval()
+    step, cache = decode_step(model, 1, ctx)
+    new = time_iters(step, steps, warmup=0)
+    cache.crop(-steps)  # back to ctx tokens
+    seen = time_iters(step, steps, warmup=0)
+    del model, cache, step
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
+    return {"config": HF_PROBE_CONFIG, "batch": 1, "ctx": ctx,
+            "new_lengths_ms": new, "seen_lengths_ms": seen,
+            "new_ms": statistics.median(new[1:]),
+            "seen_ms": statistics.median(seen[1:])}  # fmt: skip
+
+
 def host_forward(fn, reps: int = 5) -> dict:
     """Host time of one call of `fn` (Python returns before the GPU finishes: the median of
     `reps` calls after 3 warm-ups, each from an idle GPU) and the GPU kernels one call launches
@@ -666,6 +702,7 @@ def main() -> int:
         print("launch costs:", json.dumps(result["launch"]), flush=True)
     except Exception as exc:  # noqa: BLE001 - record and go on
         result["launch_error"] = f"{type(exc).__name__}: {exc}"
+    _probe_hf(result, "hf_probe")
     path.write_text(json.dumps(result, indent=1))
     only = set(filter(None, args.only.split(",")))
     current_name, model = None, None
@@ -763,7 +800,20 @@ def main() -> int:
             f"{name:10s} {mode:7s} graphs={graphs!s:5s} b={batch} s={seq} ctx={ctx}: {shown}",
             flush=True,
         )
+    # The same probe after the runs (did the host drift?), on lengths the first had not met.
+    _probe_hf(result, "hf_probe_end", ctx=768)
+    path.write_text(json.dumps(result, indent=1))
     return 0
+
+
+def _probe_hf(result: dict, key: str, ctx: int = 512) -> None:
+    """hf_host_probe into result[key]; its error, if any, into result[key + "_error"]."""
+    try:
+        result[key] = hf_host_probe(ctx)
+        print(f"{key}: seen {result[key]['seen_ms']:.2f} ms, new {result[key]['new_ms']:.2f} ms",
+              flush=True)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - record and go on
+        result[f"{key}_error"] = f"{type(exc).__name__}: {exc}"
 
 
 if __name__ == "__main__":

@@ -123,7 +123,8 @@ def calibrate(
     fitted_names = [*(fit_names or cal.OP_PARAMS)] if samples else []
     fitted_names += [*cal.HOST_PARAMS] if runs else []
     if runs:  # the fitted host constants: the fitted runs' machine's, or the pool's median
-        typical = _pool_host(pool, runs, all_shapes, plan_known=plan_s is not None)
+        cal_host = cal.dataclasses.replace(base, params=params)  # the fitted runs' machine
+        typical = _pool_host(pool, runs, all_shapes, cal_host, plan_known=plan_s is not None)
         params = host_pool.moved(params, typical)
         fitted_names.append("host_pool_factor")
         if typical.factors or typical.plans_s:
@@ -145,10 +146,12 @@ def calibrate(
         click.echo(f"  {name:22s} {shown_value}   (bounds {lo_hi[0]:g} .. {lo_hi[1]:g})")
 
 
-def _pool_host(pool: list, runs: list, all_shapes: bool, plan_known: bool):  # noqa: ANN202
-    """The pool's median machine against the fitted runs' one (gpuperf.perfmodel.host_pool),
-    saying what moves and why not; nothing moves with --all-shapes (the fit already spans the
-    machines), without launch costs in the fitted runs' files, or with fewer than three probed
+def _pool_host(pool: list, runs: list, all_shapes: bool, cal_host: object,  # noqa: ANN202
+               plan_known: bool):  # fmt: skip
+    """The pool's median machine against the fitted runs' one, `cal_host` (the profile as
+    fitted there; gpuperf.perfmodel.host_pool), saying what moves and why not; nothing moves
+    with --all-shapes (the fit already spans the machines), without launch costs in the fitted
+    runs' files (unless three machines ran the hf_probe), or with fewer than three probed
     machines. The plan moves only when the fitted machine's own plan was known (else the fit
     absorbed it into host_decode_layer_s)."""
     from dataclasses import replace
@@ -163,10 +166,16 @@ def _pool_host(pool: list, runs: list, all_shapes: bool, plan_known: bool):  # n
         return nothing
     fitted = {r.source for r in runs}
     ref = host_pool.mean_launch(p for p in pool if p.source in fitted)
-    typical = host_pool.typical(pool, ref)
+    typical = host_pool.typical(pool, ref, cal_host)
     if not plan_known:
         typical = replace(typical, plan_s=None, plans_s=())
-    if ref is None:
+    if typical.basis == "hf step":
+        click.echo(
+            f"host: the median of {len(typical.factors)} machines' Hugging Face probe steps "
+            f"costs {typical.factor:.3g}x the fitted runs' host per kernel",
+            err=True,
+        )
+    elif ref is None:
         click.echo("host: per-kernel costs not moved: the fitted runs' files carry no launch "
                    "costs to compare the probed machines with", err=True)  # fmt: skip
     elif typical.factor is None:

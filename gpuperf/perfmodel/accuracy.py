@@ -23,7 +23,15 @@ from gpuperf.errors import InputError, shown
 from gpuperf.fileio import read_json_object
 from gpuperf.hardware.spec import GpuSpec
 from gpuperf.perfmodel.calibrate import E2E_CALIBRATION_MODELS, Sample, is_calibration, op_class
-from gpuperf.perfmodel.host_pool import launch_host, ratio
+from gpuperf.perfmodel.host_pool import (
+    HfStep,
+    HostProbe,
+    hf_host,
+    hf_steps,
+    launch_host,
+    ratio,
+    scaled,
+)
 from gpuperf.perfmodel.ops_io import op_from_dict
 from gpuperf.perfmodel.roofline import op_time
 
@@ -66,6 +74,7 @@ class E2ERun:
     source: str
     launch_us: dict[str, float] | None = None  # that machine's tiny kernels, issued (µs)
     attn_plan_s: float | None = None  # that machine's cuDNN plan of a new attention shape
+    hf: tuple[HfStep, ...] = ()  # that machine's hf_probe steps (host_pool.hf_steps)
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -137,6 +146,7 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
     for path in files:
         data = read_json(path)
         launch_us, plan_s = launch_host(data.get("launch"))
+        hf = hf_steps(data)
         for run in _list(data, "runs", path):
             # The first runs stepped a fused AdamW; gpuperf's eager training models torch's
             # default foreach AdamW, so those steps are not the modeled scenario.
@@ -156,6 +166,7 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
                         path.name,
                         launch_us,
                         plan_s,
+                        hf,
                     )
                 )
     return out
@@ -256,27 +267,27 @@ def pool_factor(gpu: GpuSpec) -> float:
     return float(gpu.params.extra.get("host_pool_factor", 1.0))
 
 
-def _host_scaled(gpu: GpuSpec, k: float, plan_s: float | None = None) -> GpuSpec:
-    """The profile with its per-kernel host constants (dispatch, per decode layer) times k, and
-    its cuDNN plan time `plan_s` (default: times k too, as host work)."""
-    from dataclasses import replace
-
-    p = gpu.params
-    plan = p.host_attn_plan_s * k if plan_s is None else plan_s
-    params = replace(p, host_dispatch_s=p.host_dispatch_s * k,
-                     host_decode_layer_s=p.host_decode_layer_s * k,
-                     host_attn_plan_s=plan)  # fmt: skip
-    return replace(gpu, params=params)
+def calibration_host(gpu: GpuSpec) -> GpuSpec:
+    """The profile with the calibration host's per-kernel constants (its own over its
+    host_pool_factor): what host_pool's factors multiply."""
+    return scaled(gpu, 1 / pool_factor(gpu), gpu.params.host_attn_plan_s)
 
 
 def on_e2e_host(gpu: GpuSpec, launch_us: dict[str, float] | None,
-                attn_plan_s: float | None = None) -> GpuSpec | None:  # fmt: skip
-    """The profile with the host of the machine a whole-model run ran on: its per-kernel host
-    constants (dispatch, per layer) scaled by host_factor, and its cuDNN plan time as that
-    machine measured it (runs that did not measure it: scaled like the rest). None when the
-    machine's launch costs are unknown."""
+                attn_plan_s: float | None = None,
+                hf: tuple[HfStep, ...] = ()) -> GpuSpec | None:  # fmt: skip
+    """The profile with the host of the machine a whole-model run ran on: with hf_probe steps
+    in its file, the calibration host's per-kernel constants times their factor
+    (host_pool.hf_host); else scaled by host_factor (its tiny kernels); its cuDNN plan time as
+    that machine measured it (runs that did not measure it: scaled like the rest). None when the
+    machine was not probed."""
+    if hf:
+        cal = calibration_host(gpu)
+        k, _ = hf_host(cal, HostProbe("", None, None, hf))
+        if k is not None:
+            return scaled(cal, k, attn_plan_s)
     k = host_factor(gpu, launch_us)
-    return None if k is None else _host_scaled(gpu, k, attn_plan_s)
+    return None if k is None else scaled(gpu, k, attn_plan_s)
 
 
 def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
@@ -287,7 +298,7 @@ def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
     if not host or ref is None or not host.get("host_dispatch_bare_s"):
         return None
     plan = host.get("host_attn_plan_s", gpu.params.host_attn_plan_s)
-    return _host_scaled(gpu, host["host_dispatch_bare_s"] / (ref * pool_factor(gpu)), plan)
+    return scaled(gpu, host["host_dispatch_bare_s"] / (ref * pool_factor(gpu)), plan)
 
 
 # The Scenario fields a whole-model run records and its prediction takes.
@@ -375,6 +386,7 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec) -> pd.DataFrame:
     from gpuperf.workloads.config import from_hf_dict
 
     rows = []
+    hosts: dict[str, GpuSpec | None] = {}
     for r in runs:
         sc = r.scenario
         cfg = from_hf_dict(r.config, name=r.model)
@@ -389,7 +401,9 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec) -> pd.DataFrame:
             "cuda_graphs": bool(sc.get("cuda_graphs")),
         }
         p = predict(cfg, gpu=gpu, **kw)
-        here = on_e2e_host(gpu, r.launch_us, r.attn_plan_s)
+        if r.source not in hosts:  # one machine per file: its host once
+            hosts[r.source] = on_e2e_host(gpu, r.launch_us, r.attn_plan_s, r.hf)
+        here = hosts[r.source]
         p_host = predict(cfg, gpu=here, **kw).total_ms if here is not None else None
         label = (
             f"{sc['mode']} b{sc.get('batch')} "

@@ -17,6 +17,17 @@ So the fitted host constants are moved to the pool's median host:
 Every result file that carries a host probe is one host of the pool (e2e_hf.py's `launch`
 costs and plan, a serving run's `attn_plan_ms`, sdpa_shape_probe.py's timed SDPA calls). The
 numbers are probes of the machines, not fitted to any model run.
+
+The tiny kernels rank machines only roughly: Hugging Face's step is mostly Python (module
+calls, views, cache bookkeeping) around its kernels, and machines that issued tiny kernels
+alike ran the same eager decode step up to 2x apart. Files from e2e_hf.py also carry its
+`hf_probe`: a 32-layer Llama at width 256 (kernels of a few µs) decoding eagerly on a
+DynamicCache, on new kv lengths and then on the same lengths again. Its step on met lengths is
+Hugging Face's host work alone, kernel by kernel; its factor is the k for which the model,
+with the calibration host's per-kernel constants times k, predicts that step (hf_factor); the
+step on new lengths less it is cuDNN's plan as a Hugging Face step pays it (recorded; the plan
+stays the standalone probe's, which every machine of the pool ran). Where three or more
+machines carry it, the pool's factor is the median of these instead of the tiny kernels'.
 """
 
 from __future__ import annotations
@@ -29,19 +40,34 @@ from pathlib import Path
 from typing import Any
 
 from gpuperf.fileio import read_json_object
-from gpuperf.hardware.spec import ModelParams
+from gpuperf.hardware.spec import GpuSpec, ModelParams
 
 MIN_HOSTS = 3  # fewer probed hosts than this: no pool, the calibration host stays
 
 
 @dataclass(frozen=True, slots=True)
+class HfStep:
+    """One hf_probe of a result file: the probe model's eager decode step on kv lengths the
+    process had met (s), and cuDNN's plan as that step paid it (s; None when its new lengths were
+    not new to the process)."""
+
+    config: dict[str, Any]
+    batch: int
+    ctx: int
+    seen_s: float
+    plan_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class HostProbe:
-    """One machine's probes: its tiny eager kernels' issue time (µs, by kernel) and its cuDNN
-    plan time of a new attention shape (s); None for what it did not measure."""
+    """One machine's probes: its tiny eager kernels' issue time (µs, by kernel), its cuDNN
+    plan time of a new attention shape (s), its hf_probe steps; None (or none) for what it did
+    not measure."""
 
     source: str
     launch_us: dict[str, float] | None
     plan_s: float | None
+    hf: tuple[HfStep, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +78,7 @@ class TypicalHost:
     plan_s: float | None  # None: too few hosts timed a plan
     factors: tuple[float, ...]
     plans_s: tuple[float, ...]
+    basis: str = "tiny kernels"  # what the factors compare: "tiny kernels" or "hf step"
 
 
 def _time(v: Any) -> float | None:
@@ -91,6 +118,26 @@ def attn_plan_s(rows: Sequence[Any]) -> float | None:
     return max(0.0, statistics.median(new) - statistics.median(seen)) / 1e3
 
 
+def hf_steps(data: Mapping[str, Any]) -> tuple[HfStep, ...]:
+    """The hf_probe steps a result file carries (e2e_hf.py: `hf_probe` before its runs,
+    `hf_probe_end` after), in order; a probe without a config or a seen-lengths time is skipped.
+    A probe's plan counts only where its kv lengths were new to the process (a ctx no earlier
+    probe of the file decoded from)."""
+    out, met = [], set()
+    for key in ("hf_probe", "hf_probe_end"):
+        p = data.get(key)
+        if not isinstance(p, dict) or not isinstance(p.get("config"), dict):
+            continue
+        seen, new = _time(p.get("seen_ms")), _time(p.get("new_ms"))
+        ctx, batch = p.get("ctx"), p.get("batch", 1)
+        if seen is None or not isinstance(ctx, int) or not isinstance(batch, int):
+            continue
+        plan = (new - seen) * 1e-3 if new is not None and new > seen and ctx not in met else None
+        met.add(ctx)
+        out.append(HfStep(p["config"], batch, ctx, seen * 1e-3, plan))
+    return tuple(out)
+
+
 def probe_of(data: Mapping[str, Any], source: str) -> HostProbe | None:
     """The host probe a result file carries, if any."""
     launch_us, plan_s = launch_host(data.get("launch"))
@@ -98,9 +145,52 @@ def probe_of(data: Mapping[str, Any], source: str) -> HostProbe | None:
     rows = data.get("rows")
     if plan_s is None and isinstance(rows, list):
         plan_s = attn_plan_s(rows)  # sdpa_shape_probe.json: SDPA calls timed on the host
-    if launch_us is None and plan_s is None:
+    hf = hf_steps(data)
+    if launch_us is None and plan_s is None and not hf:
         return None
-    return HostProbe(source, launch_us, plan_s)
+    return HostProbe(source, launch_us, plan_s, hf)
+
+
+def scaled(gpu: GpuSpec, k: float, plan_s: float | None = None) -> GpuSpec:
+    """`gpu` with its per-kernel host constants (dispatch, per decode layer) times k, and its
+    cuDNN plan time `plan_s` (default: times k too, as host work)."""
+    p = gpu.params
+    plan = p.host_attn_plan_s * k if plan_s is None else plan_s
+    params = replace(p, host_dispatch_s=p.host_dispatch_s * k,
+                     host_decode_layer_s=p.host_decode_layer_s * k,
+                     host_attn_plan_s=plan)  # fmt: skip
+    return replace(gpu, params=params)
+
+
+def _hf_step_s(gpu: GpuSpec, step: HfStep) -> float:
+    from gpuperf.api import predict
+    from gpuperf.workloads.config import from_hf_dict
+
+    cfg = from_hf_dict(step.config, name="hf_probe")
+    return predict(cfg, gpu=gpu, mode="decode", impl="eager", batch=step.batch, ctx=step.ctx,
+                   kv_lengths="seen").total_ms * 1e-3  # fmt: skip
+
+
+def hf_factor(cal: GpuSpec, step: HfStep, lo: float = 0.1, hi: float = 20.0) -> float | None:
+    """The k for which `cal` (a profile with the calibration host's constants), its per-kernel
+    host constants times k, predicts the probe step as measured: bisection, the prediction
+    rising with k. None when no k in [lo, hi] reaches it (a step faster than the GPU's kernels
+    alone, or slower than any host)."""
+    if not _hf_step_s(scaled(cal, lo), step) <= step.seen_s <= _hf_step_s(scaled(cal, hi), step):
+        return None
+    for _ in range(40):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if _hf_step_s(scaled(cal, mid), step) < step.seen_s else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def hf_host(cal: GpuSpec, probe: HostProbe) -> tuple[float | None, float | None]:
+    """One machine's host from its hf_probe steps: the median of their factors against `cal`
+    (hf_factor) and of the plans they paid; None where it has none."""
+    ks = [k for s in probe.hf if (k := hf_factor(cal, s)) is not None]
+    plans = [s.plan_s for s in probe.hf if s.plan_s is not None]
+    return (statistics.median(ks) if ks else None,
+            statistics.median(plans) if plans else None)  # fmt: skip
 
 
 def probes(files: Iterable[Path]) -> list[HostProbe]:
@@ -133,16 +223,28 @@ def mean_launch(found: Iterable[HostProbe]) -> dict[str, float] | None:
     return {k: statistics.fmean(v) for k, v in by.items()} or None
 
 
-def typical(found: Iterable[HostProbe], ref_launch: Mapping[str, float] | None) -> TypicalHost:
-    """The pool's median host (module docstring) against the calibration host's launches."""
+def typical(found: Iterable[HostProbe], ref_launch: Mapping[str, float] | None,
+            cal: GpuSpec | None = None) -> TypicalHost:  # fmt: skip
+    """The pool's median host (module docstring) against the calibration host: its launches
+    `ref_launch`, and `cal`, the profile with that host's constants, for the hf_probe steps
+    (without it, or with fewer than MIN_HOSTS machines that ran them, the tiny kernels and the
+    standalone plans)."""
     found = list(found)
-    factors = tuple(sorted(f for p in found if (f := ratio(p.launch_us, ref_launch)) is not None))
+    hf = [hf_host(cal, p)[0] for p in found if p.hf] if cal is not None else []
+    hf_factors = tuple(sorted(k for k in hf if k is not None))
+    basis = "hf step" if len(hf_factors) >= MIN_HOSTS else "tiny kernels"
+    if basis == "hf step":
+        factors = hf_factors
+    else:
+        factors = tuple(sorted(f for p in found
+                               if (f := ratio(p.launch_us, ref_launch)) is not None))  # fmt: skip
     plans = tuple(sorted(p.plan_s for p in found if p.plan_s is not None))
     return TypicalHost(
         statistics.median(factors) if len(factors) >= MIN_HOSTS else None,
         statistics.median(plans) if len(plans) >= MIN_HOSTS else None,
         factors,
         plans,
+        basis,
     )
 
 

@@ -121,3 +121,20 @@ def test_a_whole_model_run_takes_its_machines_launch_costs_and_plan_time(tmp_pat
         1.5 * gpu.params.host_attn_plan_s
     )
     assert on_e2e_host(gpu, None) is None and host_factor(load_gpu("a100"), r.launch_us) is None
+    # with an hf_probe in the file, its step sets the machine's host instead of the tiny kernels
+    from gpuperf.perfmodel import host_pool
+    from gpuperf.perfmodel.accuracy import calibration_host
+
+    cal = calibration_host(gpu)
+    probe = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+             "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1,
+             "vocab_size": 2048}  # fmt: skip
+    blank = host_pool.HfStep(probe, 1, 512, 0.0, None)
+    seen_ms = host_pool._hf_step_s(host_pool.scaled(cal, 2.5), blank) * 1e3
+    data = {"launch": launch, "runs": [run],
+            "hf_probe": {"config": probe, "batch": 1, "ctx": 512, "seen_ms": seen_ms}}  # fmt: skip
+    (tmp_path / "e2e.json").write_text(json.dumps(data))
+    (r,) = load_e2e([tmp_path / "e2e.json"])
+    here = on_e2e_host(gpu, r.launch_us, r.attn_plan_s, r.hf)
+    assert here.params.host_dispatch_s == pytest.approx(2.5 * cal.params.host_dispatch_s, 1e-3)
+    assert here.params.host_attn_plan_s == pytest.approx(0.035)

@@ -140,3 +140,83 @@ def test_calibrate_says_why_the_host_did_not_move(tmp_path, capsys):
         (tmp_path / f"probe{i}.json").write_text(json.dumps({"attn_plan_ms": 40.0, "runs": []}))
     text, err = _calibrate(tmp_path, capsys, "--all-shapes")
     assert "host_pool_factor = 1\n" in text and "--all-shapes fits the runs" in err
+
+
+# A probe model like e2e_hf.py's HF_PROBE_CONFIG (a narrow 32-layer Llama), smaller to keep the
+# bisection quick.
+PROBE_CFG = {
+    "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+    "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
+    "vocab_size": 2048, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False, "hidden_act": "silu",
+}  # fmt: skip
+
+
+def _hf_probe(seen_ms: float, new_ms: float | None = None, ctx: int = 512) -> dict:
+    p = {"config": PROBE_CFG, "batch": 1, "ctx": ctx, "seen_ms": seen_ms}
+    return p | ({"new_ms": new_ms} if new_ms is not None else {})
+
+
+def _step_ms(gpu, k: float) -> float:  # noqa: ANN001
+    step = host_pool.HfStep(PROBE_CFG, 1, 512, 0.0, None)
+    return host_pool._hf_step_s(host_pool.scaled(gpu, k), step) * 1e3
+
+
+def test_hf_probe_steps_as_a_file_carries_them():
+    data = {"hf_probe": _hf_probe(20.0, 60.0), "hf_probe_end": _hf_probe(25.0, 24.0, ctx=512)}
+    start, end = host_pool.hf_steps(data)
+    assert start.seen_s == pytest.approx(0.020) and start.plan_s == pytest.approx(0.040)
+    assert end.seen_s == pytest.approx(0.025) and end.plan_s is None  # its lengths were met
+    data["hf_probe_end"] = _hf_probe(25.0, 70.0, ctx=768)  # lengths new to the process
+    assert host_pool.hf_steps(data)[1].plan_s == pytest.approx(0.045)
+    for bad in ({"config": "llama", "seen_ms": 20.0, "ctx": 512},
+                {"config": PROBE_CFG, "seen_ms": float("nan"), "ctx": 512},
+                {"config": PROBE_CFG, "seen_ms": 20.0, "ctx": "512"}, "probe"):  # fmt: skip
+        assert host_pool.hf_steps({"hf_probe": bad}) == ()
+    assert host_pool.probe_of({"hf_probe": _hf_probe(20.0)}, "e2e.json").hf != ()
+
+
+def test_the_hf_factor_is_the_host_under_which_the_model_predicts_the_probe_step():
+    gpu = load_gpu("h100")
+    for k in (0.8, 1.0, 1.7, 3.0):
+        step = host_pool.HfStep(PROBE_CFG, 1, 512, _step_ms(gpu, k) / 1e3, None)
+        assert host_pool.hf_factor(gpu, step) == pytest.approx(k, rel=1e-4)
+    assert _step_ms(gpu, 2.0) > 1.5 * _step_ms(gpu, 1.0)  # the probe step is mostly host
+    too_fast = host_pool.HfStep(PROBE_CFG, 1, 512, 1e-6, None)  # faster than its kernels
+    assert host_pool.hf_factor(gpu, too_fast) is None
+
+
+def test_the_pool_takes_the_hf_steps_once_three_machines_ran_them():
+    gpu = load_gpu("h100")
+
+    def machine(name: str, tiny_k: float, hf_k: tuple[float, ...]) -> host_pool.HostProbe:
+        steps = tuple(host_pool.HfStep(PROBE_CFG, 1, 512, _step_ms(gpu, k) / 1e3, None)
+                      for k in hf_k)  # fmt: skip
+        return host_pool.HostProbe(name, {n: tiny_k * v for n, v in REF.items()}, 0.04, steps)
+
+    # start and end probes of one machine: their median (two: the mean)
+    two = [machine("a", 1.0, (1.2, 1.6)), machine("b", 1.1, (1.8,)), machine("c", 1.2, ())]
+    t = host_pool.typical(two, REF, gpu)
+    assert t.basis == "tiny kernels" and t.factor == pytest.approx(1.1)
+    three = [*two, machine("d", 1.3, (2.4,))]
+    t = host_pool.typical(three, REF, gpu)
+    assert t.basis == "hf step" and t.factors == pytest.approx((1.4, 1.8, 2.4), rel=1e-4)
+    assert t.factor == pytest.approx(1.8, rel=1e-4) and t.plan_s == pytest.approx(0.04)
+    assert host_pool.typical(three, REF).basis == "tiny kernels"  # no calibration host given
+
+
+def test_calibrate_from_takes_the_median_machines_hf_step(tmp_path, capsys):
+    """Three machines ran the probe step at 1x, 2x and 3x the fitted runs' host: the written
+    profile's host is the middle one's, so it predicts the step that machine ran."""
+    src = ROOT / "benchmarks/results/h200-sxm-141gb"
+    (tmp_path / "e2e_hf_run1.json").write_text((src / "e2e_hf_run1.json").read_text())
+    text, err = _calibrate(tmp_path, capsys)  # the fitted machine alone: nothing moves
+    fitted = load_gpu(str(tmp_path / "p.toml"))
+    for i, k in enumerate((1.0, 2.0, 3.0)):
+        probe = {"hf_probe": _hf_probe(_step_ms(fitted, k)), "runs": []}
+        (tmp_path / f"probe{i}.json").write_text(json.dumps(probe))
+    text, err = _calibrate(tmp_path, capsys)
+    assert "the median of 3 machines' Hugging Face probe steps costs 2x" in err
+    moved = load_gpu(str(tmp_path / "p.toml"))
+    assert moved.params.extra["host_pool_factor"] == pytest.approx(2.0, rel=1e-3)
+    assert _step_ms(moved, 1.0) == pytest.approx(_step_ms(fitted, 2.0), rel=1e-3)
