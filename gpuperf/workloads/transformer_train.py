@@ -161,17 +161,61 @@ def _eager_norms(layer: list[Op]) -> dict[str, tuple[int, int]]:
     return out
 
 
+# Forward GEMMs that read the same input as a sibling run before them in backward: autograd
+# sums their input gradients (one add each), named as traced on Llama.
+_SHARED_INPUT = {"attn/k": ("attn/kv.grad_add", "attn/v"), "attn/q": ("attn/q.grad_add", "attn/k"),
+                 "mlp/gate": ("mlp/grad_add", "mlp/up")}  # fmt: skip
+
+
 def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
+    """A layer's eager backward derived from its forward kernels by the fused rules, with what
+    autograd adds around them as traced on Llama (the same module code in every family): each
+    eager RMSNorm's and each eager RoPE's kernels, a product's two gradient products (one
+    kernel per input), the gradient adds where a residual joins and
+    where q/k/v or gate/up read one input, the clones of q's and k's gradients before their
+    GEMMs, and the per-group sums of K and V gradients of SDPA's enable_gqa. The KV cache's cat
+    has no backward kernel (its gradient is a view)."""
     norms, done = _eager_norms(layer), set()
+    ropes = {op.name.rpartition("/")[0]: op.numel for op in layer
+             if isinstance(op, Elementwise) and op.name.endswith("/mul_cos")}  # fmt: skip
+    names = {op.name for op in layer}
+    a, first_residual = d.act, None
     out: list[Op] = []
     for op in reversed(layer):
         name = op.name.rpartition("/")[0]
-        if name in norms:
-            if name not in done:  # its last kernel comes first: the norm's backward, once
+        if name in norms or name in ropes:
+            if name not in done:  # its last kernel comes first: its backward, once
                 done.add(name)
-                out += eager_norm_backward(cfg, name, *norms[name], d.act)
+                out += (eager_norm_backward(cfg, name, *norms[name], a) if name in norms
+                        else _eager_rope_backward(name, ropes[name], a))  # fmt: skip
+            continue
+        if op.name in ("attn/cache_k", "attn/cache_v"):
+            continue
+        if isinstance(op, Elementwise) and op.fn == "add" and op.name.endswith("/residual"):
+            # The skip's gradient joins the branch's once the branch's backward is done: the
+            # next residual met (the first one's, at the layer's end).
+            if first_residual is None:
+                first_residual = op
+            else:
+                out.append(_ew(op.name + ".bwd", "add", op.numel, a, 2))
+            continue
+        rope = {"attn/q": "attn/rope_q", "attn/k": "attn/rope_k"}.get(op.name)
+        if isinstance(op, Gemm) and rope in ropes:  # the rotated gradient, made contiguous
+            out.append(Copy(op.name + ".grad_clone", ropes[rope] * BYTES[a], a))  # type: ignore[arg-type]
+        if isinstance(op, Elementwise) and op.fn == "mul" and op.n_in == 2:  # MulBackward0
+            ends = ("bwd_act", "bwd_up") if op.name == "mlp/mul" else ("bwd_a", "bwd_b")
+            out += [_ew(f"{op.name}.{e}", "mul", op.numel, op.dtype, 2) for e in ends]
             continue
         out += fused_backward(op)
+        if isinstance(op, Attention) and op.name == "attn/core" and d.heads != d.kv_heads:
+            kv_n = d.batch * d.kv_heads * d.kv_len * d.head_dim
+            out.append(_ew("attn/core.dk_sum", "sum", kv_n, a, d.heads // d.kv_heads))
+            out.append(_ew("attn/core.dv_sum", "sum", kv_n, a, d.heads // d.kv_heads))
+        shared = _SHARED_INPUT.get(op.name)
+        if isinstance(op, Gemm) and shared and shared[1] in names:
+            out.append(_ew(shared[0], "add", op.m * op.k, a, 2))
+    if first_residual is not None:
+        out.append(_ew(first_residual.name + ".bwd", "add", first_residual.numel, a, 2))
     return out
 
 

@@ -196,6 +196,24 @@ def test_eager_training_backward_covers_layers_unlike_llama(model, backward_of):
     assert not load_model("llama2-7b").unlike_llama()
 
 
+@pytest.mark.parametrize("model", ["llama3-8b", "llama2-7b"])
+def test_the_derived_eager_backward_of_llama_is_the_traced_one(model):
+    """Families unlike Llama get their eager backward derived from the forward kernels; pushed
+    through that path, Llama's layer (GQA and MHA) gives the kernels traced on it, sizes and
+    order, only silu's backward named by its fused rule."""
+    from gpuperf.workloads.transformer_layers import eager_layer, make_dims
+    from gpuperf.workloads.transformer_train import _derived_backward, eager_layer_backward
+
+    cfg = load_model(model)
+    d = make_dims(cfg, Scenario(mode="train", impl="eager", batch=2, seq=256))
+    layer = eager_layer(cfg, d)
+    traced, derived = eager_layer_backward(cfg, d, layer), _derived_backward(cfg, d, layer)
+    assert [op.name for op in derived] == [op.name for op in traced]
+    for t, g in zip(traced, derived, strict=True):
+        if t.name != "mlp/act.bwd":
+            assert g == t
+
+
 def test_mla_gathers_the_sequence_shards_under_sequence_parallelism():
     from gpuperf.workloads.groups import Groups
     from gpuperf.workloads.transformer_layers import fused_layer, make_dims
