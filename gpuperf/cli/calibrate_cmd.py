@@ -166,7 +166,9 @@ def _pool_host(pool: list, runs: list, all_shapes: bool, cal_host: object,  # no
         return nothing
     fitted = {r.source for r in runs}
     ref = host_pool.mean_launch(p for p in pool if p.source in fitted)
-    typical = host_pool.typical(pool, ref, cal_host)
+    # The probe step's factor inverts the fitted host model, which holds the plan apart only
+    # when the fitted machine's plan was known (else host_decode_layer_s absorbed it).
+    typical = host_pool.typical(pool, ref, cal_host if plan_known else None)
     if not plan_known:
         typical = replace(typical, plan_s=None, plans_s=())
     if typical.basis == "hf step":

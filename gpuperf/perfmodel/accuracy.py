@@ -284,8 +284,10 @@ def on_e2e_host(gpu: GpuSpec, launch_us: dict[str, float] | None,
     if hf:
         cal = calibration_host(gpu)
         k, _ = hf_host(cal, HostProbe("", None, None, hf))
-        if k is not None:
-            return scaled(cal, k, attn_plan_s)
+        if k is not None:  # the plan: as the machine measured it alone, else the profile's
+            return scaled(
+                cal, k, gpu.params.host_attn_plan_s if attn_plan_s is None else attn_plan_s
+            )
     k = host_factor(gpu, launch_us)
     return None if k is None else scaled(gpu, k, attn_plan_s)
 
@@ -380,8 +382,10 @@ def e2e_class(scenario: dict[str, Any], moe: bool = False) -> str:
     return "whole-model decode" if mode == "decode" else "whole-model prefill"
 
 
-def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec) -> pd.DataFrame:
-    """Predict each whole-model run with the current model (gpuperf.api.predict)."""
+def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec, with_host: bool = True) -> pd.DataFrame:
+    """Predict each whole-model run with the current model (gpuperf.api.predict), and with its
+    machine's own host where it was probed (`host_ratio`; not with_host: None, as a fit's loss
+    needs no more)."""
     from gpuperf.api import predict
     from gpuperf.workloads.config import from_hf_dict
 
@@ -402,7 +406,9 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec) -> pd.DataFrame:
         }
         p = predict(cfg, gpu=gpu, **kw)
         if r.source not in hosts:  # one machine per file: its host once
-            hosts[r.source] = on_e2e_host(gpu, r.launch_us, r.attn_plan_s, r.hf)
+            hosts[r.source] = (
+                on_e2e_host(gpu, r.launch_us, r.attn_plan_s, r.hf) if with_host else None
+            )
         here = hosts[r.source]
         p_host = predict(cfg, gpu=here, **kw).total_ms if here is not None else None
         label = (

@@ -436,7 +436,7 @@ def fit_host(runs: Sequence, gpu: GpuSpec, rounds: int = 2) -> ModelParams:
     current = gpu
 
     def loss(g: GpuSpec) -> float:
-        return float(sum(math.log(r) ** 2 for r in e2e_table(runs, g)["ratio"]))
+        return float(sum(math.log(r) ** 2 for r in e2e_table(runs, g, with_host=False)["ratio"]))
 
     best = loss(current)
     for _ in range(rounds):

@@ -130,7 +130,7 @@ def hf_steps(data: Mapping[str, Any]) -> tuple[HfStep, ...]:
             continue
         seen, new = _time(p.get("seen_ms")), _time(p.get("new_ms"))
         ctx, batch = p.get("ctx"), p.get("batch", 1)
-        if seen is None or not isinstance(ctx, int) or not isinstance(batch, int):
+        if seen is None or not all(type(v) is int and 0 < v < 2**31 for v in (ctx, batch)):
             continue
         plan = (new - seen) * 1e-3 if new is not None and new > seen and ctx not in met else None
         met.add(ctx)
@@ -184,10 +184,21 @@ def hf_factor(cal: GpuSpec, step: HfStep, lo: float = 0.1, hi: float = 20.0) -> 
     return math.sqrt(lo * hi)
 
 
+def _factor_or_none(cal: GpuSpec, step: HfStep) -> float | None:
+    """hf_factor, or None for a probe whose config the model cannot build (a file's bad data
+    skips that probe, as hf_steps skips a malformed one)."""
+    from gpuperf.errors import InputError
+
+    try:
+        return hf_factor(cal, step)
+    except (InputError, OverflowError, ValueError, TypeError):
+        return None
+
+
 def hf_host(cal: GpuSpec, probe: HostProbe) -> tuple[float | None, float | None]:
     """One machine's host from its hf_probe steps: the median of their factors against `cal`
     (hf_factor) and of the plans they paid; None where it has none."""
-    ks = [k for s in probe.hf if (k := hf_factor(cal, s)) is not None]
+    ks = [k for s in probe.hf if (k := _factor_or_none(cal, s)) is not None]
     plans = [s.plan_s for s in probe.hf if s.plan_s is not None]
     return (statistics.median(ks) if ks else None,
             statistics.median(plans) if plans else None)  # fmt: skip

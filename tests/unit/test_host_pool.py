@@ -163,7 +163,7 @@ def _step_ms(gpu, k: float) -> float:  # noqa: ANN001
 
 
 def test_hf_probe_steps_as_a_file_carries_them():
-    data = {"hf_probe": _hf_probe(20.0, 60.0), "hf_probe_end": _hf_probe(25.0, 24.0, ctx=512)}
+    data = {"hf_probe": _hf_probe(20.0, 60.0), "hf_probe_end": _hf_probe(25.0, 70.0, ctx=512)}
     start, end = host_pool.hf_steps(data)
     assert start.seen_s == pytest.approx(0.020) and start.plan_s == pytest.approx(0.040)
     assert end.seen_s == pytest.approx(0.025) and end.plan_s is None  # its lengths were met
@@ -171,7 +171,9 @@ def test_hf_probe_steps_as_a_file_carries_them():
     assert host_pool.hf_steps(data)[1].plan_s == pytest.approx(0.045)
     for bad in ({"config": "llama", "seen_ms": 20.0, "ctx": 512},
                 {"config": PROBE_CFG, "seen_ms": float("nan"), "ctx": 512},
-                {"config": PROBE_CFG, "seen_ms": 20.0, "ctx": "512"}, "probe"):  # fmt: skip
+                {"config": PROBE_CFG, "seen_ms": 20.0, "ctx": "512"},
+                {"config": PROBE_CFG, "seen_ms": 20.0, "ctx": 512, "batch": 0},
+                {"config": PROBE_CFG, "seen_ms": 20.0, "ctx": True}, "probe"):  # fmt: skip
         assert host_pool.hf_steps({"hf_probe": bad}) == ()
     assert host_pool.probe_of({"hf_probe": _hf_probe(20.0)}, "e2e.json").hf != ()
 
@@ -209,7 +211,8 @@ def test_calibrate_from_takes_the_median_machines_hf_step(tmp_path, capsys):
     """Three machines ran the probe step at 1x, 2x and 3x the fitted runs' host: the written
     profile's host is the middle one's, so it predicts the step that machine ran."""
     src = ROOT / "benchmarks/results/h200-sxm-141gb"
-    (tmp_path / "e2e_hf_run1.json").write_text((src / "e2e_hf_run1.json").read_text())
+    for name in ("e2e_hf_run1.json", "sdpa_shape_probe.json"):  # the fitted machine's plan known
+        (tmp_path / name).write_text((src / name).read_text())
     text, err = _calibrate(tmp_path, capsys)  # the fitted machine alone: nothing moves
     fitted = load_gpu(str(tmp_path / "p.toml"))
     for i, k in enumerate((1.0, 2.0, 3.0)):
@@ -218,5 +221,18 @@ def test_calibrate_from_takes_the_median_machines_hf_step(tmp_path, capsys):
     text, err = _calibrate(tmp_path, capsys)
     assert "the median of 3 machines' Hugging Face probe steps costs 2x" in err
     moved = load_gpu(str(tmp_path / "p.toml"))
-    assert moved.params.extra["host_pool_factor"] == pytest.approx(2.0, rel=1e-3)
-    assert _step_ms(moved, 1.0) == pytest.approx(_step_ms(fitted, 2.0), rel=1e-3)
+    assert moved.params.extra["host_pool_factor"] == pytest.approx(2.0, rel=5e-3)
+    assert _step_ms(moved, 1.0) == pytest.approx(_step_ms(fitted, 2.0), rel=5e-3)
+    # without the fitted machine's plan the host fit holds the plan in its per-layer cost, so
+    # the probe step cannot be inverted: the tiny kernels' basis (none here) moves nothing
+    (tmp_path / "sdpa_shape_probe.json").unlink()
+    text, err = _calibrate(tmp_path, capsys)
+    assert "Hugging Face probe steps" not in err and "host_pool_factor = 1\n" in text
+
+
+def test_a_probe_config_the_model_cannot_build_is_skipped():
+    gpu = load_gpu("h100")
+    bad = host_pool.HfStep({"model_type": "nonesuch"}, 1, 512, 0.02, None)
+    good = host_pool.HfStep(PROBE_CFG, 1, 512, _step_ms(gpu, 1.5) / 1e3, None)
+    k, _ = host_pool.hf_host(gpu, host_pool.HostProbe("x", None, None, (bad, good)))
+    assert k == pytest.approx(1.5, rel=1e-4)
