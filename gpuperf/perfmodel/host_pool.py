@@ -16,7 +16,8 @@ So the fitted host constants are moved to the pool's median host:
 
 Every result file that carries a host probe is one host of the pool (e2e_hf.py's `launch`
 costs and plan, a serving run's `attn_plan_ms`, sdpa_shape_probe.py's timed SDPA calls). The
-numbers are probes of the machines, not fitted to any model run.
+numbers are probes of the machines, not fitted to any model run (the hf_probe factor below is
+read through the model: the host under which it predicts the probe step).
 
 The tiny kernels rank machines only roughly: Hugging Face's step is mostly Python (module
 calls, views, cache bookkeeping) around its kernels, and machines that issued tiny kernels
