@@ -93,7 +93,7 @@ def show(gpu: str) -> None:
     print(f"{gpu}: calibration host launches (µs) {ref}")
     print(f"  {'result file':40s} {'issue x':>8s} {'plan ms':>8s} {'hf x':>8s} {'hf plan':>8s}")
     for p in probes:
-        hf_k, hf_plan = host_pool.hf_host(cal, p) if p.hf else (None, None)
+        hf_k, hf_plan = host_pool.hf_host(cal, p.hf)
         tiny = _cell(host_pool.ratio(p.launch_us, ref))
         plans = f"{_cell(p.plan_s, 1e3, '8.1f')} {_cell(hf_k)} {_cell(hf_plan, 1e3, '8.1f')}"
         print(f"  {p.source:40s} {tiny} {plans}")

@@ -25,7 +25,6 @@ from gpuperf.hardware.spec import GpuSpec
 from gpuperf.perfmodel.calibrate import E2E_CALIBRATION_MODELS, Sample, is_calibration, op_class
 from gpuperf.perfmodel.host_pool import (
     HfStep,
-    HostProbe,
     hf_host,
     hf_steps,
     launch_host,
@@ -283,7 +282,7 @@ def on_e2e_host(gpu: GpuSpec, launch_us: dict[str, float] | None,
     machine was not probed."""
     if hf:
         cal = calibration_host(gpu)
-        k, _ = hf_host(cal, HostProbe("", None, None, hf))
+        k, _ = hf_host(cal, hf)
         if k is not None:  # the plan: as the machine measured it alone, else the profile's
             return scaled(
                 cal, k, gpu.params.host_attn_plan_s if attn_plan_s is None else attn_plan_s

@@ -163,11 +163,12 @@ def scaled(gpu: GpuSpec, k: float, plan_s: float | None = None) -> GpuSpec:
     return replace(gpu, params=params)
 
 
-def _hf_step_s(gpu: GpuSpec, step: HfStep) -> float:
+def _hf_step_s(gpu: GpuSpec, step: HfStep, cfg: Any = None) -> float:
+    """The model's time for the probe step on `gpu` (s); `cfg`: step.config already read."""
     from gpuperf.api import predict
     from gpuperf.workloads.config import from_hf_dict
 
-    cfg = from_hf_dict(step.config, name="hf_probe")
+    cfg = from_hf_dict(step.config, name="hf_probe") if cfg is None else cfg
     return predict(cfg, gpu=gpu, mode="decode", impl="eager", batch=step.batch, ctx=step.ctx,
                    kv_lengths="seen").total_ms * 1e-3  # fmt: skip
 
@@ -177,11 +178,18 @@ def hf_factor(cal: GpuSpec, step: HfStep, lo: float = 0.1, hi: float = 20.0) -> 
     host constants times k, predicts the probe step as measured: bisection, the prediction
     rising with k. None when no k in [lo, hi] reaches it (a step faster than the GPU's kernels
     alone, or slower than any host)."""
-    if not _hf_step_s(scaled(cal, lo), step) <= step.seen_s <= _hf_step_s(scaled(cal, hi), step):
+    from gpuperf.workloads.config import from_hf_dict
+
+    cfg = from_hf_dict(step.config, name="hf_probe")  # read once, predicted ~40 times
+
+    def at(k: float) -> float:
+        return _hf_step_s(scaled(cal, k), step, cfg)
+
+    if not at(lo) <= step.seen_s <= at(hi):
         return None
     for _ in range(40):
         mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if _hf_step_s(scaled(cal, mid), step) < step.seen_s else (lo, mid)
+        lo, hi = (mid, hi) if at(mid) < step.seen_s else (lo, mid)
     return math.sqrt(lo * hi)
 
 
@@ -196,11 +204,11 @@ def _factor_or_none(cal: GpuSpec, step: HfStep) -> float | None:
         return None
 
 
-def hf_host(cal: GpuSpec, probe: HostProbe) -> tuple[float | None, float | None]:
+def hf_host(cal: GpuSpec, steps: Sequence[HfStep]) -> tuple[float | None, float | None]:
     """One machine's host from its hf_probe steps: the median of their factors against `cal`
     (hf_factor) and of the plans they paid; None where it has none."""
-    ks = [k for s in probe.hf if (k := _factor_or_none(cal, s)) is not None]
-    plans = [s.plan_s for s in probe.hf if s.plan_s is not None]
+    ks = [k for s in steps if (k := _factor_or_none(cal, s)) is not None]
+    plans = [s.plan_s for s in steps if s.plan_s is not None]
     return (statistics.median(ks) if ks else None,
             statistics.median(plans) if plans else None)  # fmt: skip
 
@@ -242,7 +250,7 @@ def typical(found: Iterable[HostProbe], ref_launch: Mapping[str, float] | None,
     (without it, or with fewer than MIN_HOSTS machines that ran them, the tiny kernels and the
     standalone plans)."""
     found = list(found)
-    hf = [hf_host(cal, p)[0] for p in found if p.hf] if cal is not None else []
+    hf = [hf_host(cal, p.hf)[0] for p in found if p.hf] if cal is not None else []
     hf_factors = tuple(sorted(k for k in hf if k is not None))
     basis = "hf step" if len(hf_factors) >= MIN_HOSTS else "tiny kernels"
     if basis == "hf step":

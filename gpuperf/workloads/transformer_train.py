@@ -167,6 +167,19 @@ _SHARED_INPUT = {"attn/k": ("attn/kv.grad_add", "attn/v"), "attn/q": ("attn/q.gr
                  "mlp/gate": ("mlp/grad_add", "mlp/up")}  # fmt: skip
 
 
+# The eager RoPE each projection's output goes through (its gradient is cloned before the GEMM).
+_ROPE_OF = {"attn/q": "attn/rope_q", "attn/k": "attn/rope_k"}
+
+
+def _gqa_grad_sums(d: Dims) -> list[Op]:
+    """SDPA with enable_gqa: the K and V gradients summed over each query group (none for MHA)."""
+    if d.heads == d.kv_heads:
+        return []
+    kv_n, group = d.batch * d.kv_heads * d.kv_len * d.head_dim, d.heads // d.kv_heads
+    return [_ew("attn/core.dk_sum", "sum", kv_n, d.act, group),
+            _ew("attn/core.dv_sum", "sum", kv_n, d.act, group)]  # fmt: skip
+
+
 def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
     """A layer's eager backward derived from its forward kernels by the fused rules, with what
     autograd adds around them as traced on Llama (the same module code in every family): each
@@ -199,7 +212,7 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
             else:
                 out.append(_ew(op.name + ".bwd", "add", op.numel, a, 2))
             continue
-        rope = {"attn/q": "attn/rope_q", "attn/k": "attn/rope_k"}.get(op.name)
+        rope = _ROPE_OF.get(op.name)
         if isinstance(op, Gemm) and rope in ropes:  # the rotated gradient, made contiguous
             out.append(Copy(op.name + ".grad_clone", ropes[rope] * BYTES[a], a))  # type: ignore[arg-type]
         if isinstance(op, Elementwise) and op.fn == "mul" and op.n_in == 2:  # MulBackward0
@@ -207,10 +220,8 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
             out += [_ew(f"{op.name}.{e}", "mul", op.numel, op.dtype, 2) for e in ends]
             continue
         out += fused_backward(op)
-        if isinstance(op, Attention) and op.name == "attn/core" and d.heads != d.kv_heads:
-            kv_n = d.batch * d.kv_heads * d.kv_len * d.head_dim
-            out.append(_ew("attn/core.dk_sum", "sum", kv_n, a, d.heads // d.kv_heads))
-            out.append(_ew("attn/core.dv_sum", "sum", kv_n, a, d.heads // d.kv_heads))
+        if isinstance(op, Attention) and op.name == "attn/core":
+            out += _gqa_grad_sums(d)
         shared = _SHARED_INPUT.get(op.name)
         if isinstance(op, Gemm) and shared and shared[1] in names:
             out.append(_ew(shared[0], "add", op.m * op.k, a, 2))
@@ -242,10 +253,7 @@ def eager_layer_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]
     attn = [op for op in layer if isinstance(op, Attention | P2P) or op.name.startswith(_MATH)]
     for op in reversed(attn):  # flash (or ring) attention, or the materialized form
         ops += fused_backward(op)
-    if d.heads != d.kv_heads:  # enable_gqa: K and V grads summed over each group
-        kv_n = d.batch * d.kv_heads * d.kv_len * d.head_dim
-        ops.append(_ew("attn/core.dk_sum", "sum", kv_n, a, d.heads // d.kv_heads))
-        ops.append(_ew("attn/core.dv_sum", "sum", kv_n, a, d.heads // d.kv_heads))
+    ops += _gqa_grad_sums(d)
     ops += _eager_rope_backward("attn/rope_k", T * d.kv_heads * d.head_dim, a)
     ops += _eager_rope_backward("attn/rope_q", T * d.heads * d.head_dim, a)
     ops += gemm_backward(g["attn/v"])

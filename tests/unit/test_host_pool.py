@@ -234,5 +234,5 @@ def test_a_probe_config_the_model_cannot_build_is_skipped():
     gpu = load_gpu("h100")
     bad = host_pool.HfStep({"model_type": "nonesuch"}, 1, 512, 0.02, None)
     good = host_pool.HfStep(PROBE_CFG, 1, 512, _step_ms(gpu, 1.5) / 1e3, None)
-    k, _ = host_pool.hf_host(gpu, host_pool.HostProbe("x", None, None, (bad, good)))
+    k, _ = host_pool.hf_host(gpu, (bad, good))
     assert k == pytest.approx(1.5, rel=1e-4)
