@@ -4,7 +4,7 @@ Run on the device machine from the repository root:
 
     python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan PLAN] [--only NAMES]
 
-(PLAN: llama, moe, ckpt, swa, families, hosts, trainfam or trainfam2.)
+(PLAN: llama, moe, ckpt, swa, families, hosts, trainfam, trainfam2 or unseen.)
 
 Writes e2e_<plan>.json (e2e_hf.json for the llama plan): for each run the model config (HF
 config.json form), the scenario, the measured time per step (median of per-iteration CUDA-event
@@ -31,6 +31,7 @@ Plans:
 - families: dense families other than Llama at their published sizes (Qwen2, Qwen3, Gemma 2 and
   3, Phi-3, Falcon, Nemotron, GPT-BigCode, GPT-2, GPT-NeoX), after Llama-3-8B on the same host:
   eager prefill, eager decode on a DynamicCache, decode on a StaticCache as a CUDA graph.
+- unseen: shapes and modes no run had met, GPU-bound (UNSEEN_PLAN).
 A run that fails records its error and the others go on.
 """
 
@@ -220,13 +221,21 @@ CONFIGS = {
     "minitron-8b-8l": lambda: _few_layers(_hf("minitron-8b-base"), 8),
     "starcoder-6l": lambda: _few_layers(_hf("starcoder"), 6),
     "falcon-7b-8l": lambda: _few_layers(_hf("falcon-7b"), 8),
+    "qwen3-0.6b": lambda: _hf("qwen3-0.6b"),
+    "gemma-3-4b-8l": lambda: _few_layers(_hf("gemma-3-4b-pt")["text_config"], 8),
+    "deepseek-v2-lite-4l": lambda: _few_layers(_hf("deepseek-v2-lite"), 4),
+    "falcon-40b-4l": lambda: _few_layers(_hf("falcon-40b"), 4),
+    "nemotron-4-15b-4l": lambda: _few_layers(_hf("nemotron-4-15b"), 4),
+    "llama2-13b-8l": lambda: _few_layers(_preset("llama2-13b"), 8),
+    "qwen3-32b-4l": lambda: _few_layers(_preset("qwen3-32b"), 4),
+    "llama3-8b-8l": lambda: _few_layers(_preset("llama3-8b"), 8),
 }
 
 
 TINY = {"hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128,
         "shared_expert_intermediate_size": 256, "num_attention_heads": 4, "head_dim": 64,
-        "num_key_value_heads": 2, "vocab_size": 1000, "q_lora_rank": 64, "kv_lora_rank": 32,
-        "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+        "num_key_value_heads": 2, "num_kv_heads": 2, "vocab_size": 1000, "q_lora_rank": 64,
+        "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
         "num_hidden_layers": 2, "n_embd": 256, "n_inner": 512, "n_head": 4,
         "n_layer": 2}  # fmt: skip
 
@@ -670,9 +679,31 @@ TRAIN_FAMILIES_2_PLAN = [
                               ("falcon-7b-8l", 2, 2048))
     for ckpt in (False, True)
 ]  # fmt: skip
+# Shapes and modes no run had met, chosen where the GPU sets the pace (the host hardly
+# matters): batched and long prefills (sliding windows past their length, 32k tokens), MLA with
+# 64 experts, CUDA-graph decode at batch 16-64, training of a 0.6B and a 15B-wide model.
+UNSEEN_PLAN = [
+    ("qwen3-0.6b", "prefill", "eager", False, 8, 2048, 0),
+    ("qwen3-0.6b", "train", "eager", False, 8, 2048, 0),
+    ("gemma-3-4b-8l", "prefill", "eager", False, 1, 8192, 0),
+    ("deepseek-v2-lite-4l", "prefill", "eager", False, 1, 4096, 0),
+    ("falcon-40b-4l", "prefill", "eager", False, 1, 4096, 0),
+    ("nemotron-4-15b-4l", "train", "eager", False, 2, 2048, 0),
+    ("llama2-13b-8l", "decode", "eager", True, 32, 0, 2048),
+    ("qwen3-32b-4l", "decode", "eager", True, 64, 0, 1024),
+    ("mistral-7b-8l", "prefill", "eager", False, 1, 16384, 0),
+    ("llama3-8b-8l", "prefill", "eager", False, 1, 32768, 0),
+    ("qwen1.5-moe-8l", "prefill", "eager", False, 4, 2048, 0),
+    ("phi-3-mini", "decode", "eager", True, 32, 0, 1024),
+    ("gemma2-9b-6l", "decode", "eager", True, 16, 0, 6144),
+    ("starcoder-6l", "prefill", "eager", False, 4, 2048, 0),
+    ("gpt2-xl", "train", "eager", False, 8, 1024, 0),
+    ("llama3.2-1b", "train", "eager", False, 8, 1024, 0, True),
+]  # fmt: skip
 PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN,
          "families": FAMILIES_PLAN, "hosts": HOSTS_PLAN,
-         "trainfam": TRAIN_FAMILIES_PLAN, "trainfam2": TRAIN_FAMILIES_2_PLAN}  # fmt: skip
+         "trainfam": TRAIN_FAMILIES_PLAN, "trainfam2": TRAIN_FAMILIES_2_PLAN,
+         "unseen": UNSEEN_PLAN}  # fmt: skip
 
 
 def main() -> int:
