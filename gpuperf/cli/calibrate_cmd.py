@@ -107,7 +107,9 @@ def calibrate(
     if not samples and not runs:
         raise InputError("no measurements to fit (no result rows in the calibration split)")
     click.echo(f"fitting {len(samples)} op measurements and {len(runs)} whole-model runs", err=True)
-    base = cal.reset_fitted(base)  # the fit never starts from a previous calibration
+    if samples:  # the op fit never starts from a previous calibration; without op rows the
+        # written profile keeps its base's op parameters, and so does the host fit below
+        base = cal.reset_fitted(base)
     params = cal.fit(samples, base, fit_names) if samples else base.params
     if plan_s is not None:  # measured, not fitted: set before the host fit that depends on it
         params = cal.dataclasses.replace(params, host_attn_plan_s=plan_s)

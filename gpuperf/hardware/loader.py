@@ -220,7 +220,7 @@ def _merge(base: dict, over: dict, origin: str) -> dict:
     sources = dict(_flatten(base.get("sources", {}), origin))
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = {**out[key], **value}
+            out[key] = _merge_tables(out[key], value)
         else:
             out[key] = value
         if key in _NOT_INHERITED or key == "sources":
@@ -231,6 +231,16 @@ def _merge(base: dict, over: dict, origin: str) -> dict:
             sources[key] = f"set in {origin}"
     sources.update(_flatten(over.get("sources", {}), origin))
     out["sources"] = sources
+    return out
+
+
+def _merge_tables(base: dict, over: dict) -> dict:
+    """`over` on `base`, key by key at every depth: a calibrated profile's [model.extra] adds to
+    its base's (issue costs, fp8 and grouped-GEMM efficiencies) instead of replacing them."""
+    out = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge_tables(out[key], value) if both else value
     return out
 
 

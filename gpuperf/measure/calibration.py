@@ -81,6 +81,8 @@ def _streams(tiny: bool) -> list[Op]:
         ops.append(Elementwise(f"calib/silu/{n}", "silu", n, 1, 1, "bf16", None, 4.0))
         if b >= MiB:  # HF's repeat_kv copy out of a broadcast view: pins strided_copy_eff
             ops.append(Elementwise(f"calib/repeat_kv/{n}", "repeat_kv", n, 1, 1, "bf16", None, 0.0))
+            # weight * x with the weight broadcast (an eager RMSNorm's): pins issue_generic
+            ops.append(Elementwise(f"calib/mul_bcast/{n}", "mul", n, 1, 1, "bf16", None, 1.0, True))
         # GELU and SiLU do the most arithmetic per byte: they pin issue_gelu and issue_silu.
         ops.append(Elementwise(f"calib/gelu/{n}", "gelu", n, 1, 1, "bf16", None, 8.0))
     return ops

@@ -140,12 +140,54 @@ def _repeat_kv(op: Any, device: str) -> Kernel:
     return Kernel(run, check, TOLERANCE[op.dtype], {"kernel": "expand+reshape (repeat_kv)"})
 
 
+GENERIC_ROW = 128  # generic kernels: the broadcast operand's length (a norm weight's row)
+
+
+def _generic(op: Any, device: str) -> Kernel:
+    """PyTorch's non-vectorized elementwise kernel as an eager RMSNorm runs it: weight * x with
+    the weight broadcast over the rows (mul), or the widening cast x.to(fp32) (cast)."""
+
+    if op.fn not in ("mul", "cast") or op.numel % GENERIC_ROW:
+        raise InputError(
+            f"{op.name}: measure runs generic mul (a broadcast row) and cast only, on numel "
+            f"divisible by {GENERIC_ROW}; got {op.fn} of {op.numel}"
+        )
+    rows = op.numel // GENERIC_ROW
+    x = randn((rows, GENERIC_ROW), op.dtype, device)
+    if op.fn == "mul":
+        w = randn((GENERIC_ROW,), op.dtype, device)
+
+        def run() -> Any:
+            return w * x
+
+        def ref(r: int) -> Any:
+            return w.double() * x[:r].double()
+
+    else:
+        out_dt = torch_dtype(op.out_dtype or op.dtype)
+
+        def run() -> Any:
+            return x.to(out_dt)
+
+        def ref(r: int) -> Any:
+            return x[:r].double()
+
+    def check() -> float:
+        r = min(rows, CHECK_ELEMS // GENERIC_ROW + 1)
+        return rel_err(run()[:r], ref(r))
+
+    tol = max(TOLERANCE[op.dtype], TOLERANCE[op.out_dtype or op.dtype])
+    return Kernel(run, check, tol, {"kernel": f"{op.fn} (non-vectorized: broadcast / widening)"})
+
+
 def _elementwise(op: Any, device: str) -> Kernel:
     import torch
     import torch.nn.functional as F
 
     if op.fn == "repeat_kv":
         return _repeat_kv(op, device)
+    if op.generic:
+        return _generic(op, device)
     n, dt, fn = op.numel, op.dtype, op.fn
     s = min(n, CHECK_ELEMS)
     a = randn((n,), dt, device)

@@ -31,7 +31,7 @@ from gpuperf.perfmodel.roofline import op_time
 # GEMMs taken from a model's layers are named "<model>/t<tokens>/<op>" (benchmarks/device sweeps).
 _LLM_NAME = re.compile(r"/t\d+/")
 # Kernels whose instruction cost per element is fitted (issue_<fn>, gpuperf.perfmodel.membound).
-ISSUE_FNS = ("gelu", "silu", "layernorm", "softmax")
+ISSUE_FNS = ("gelu", "silu", "layernorm", "softmax", "generic")
 # Fraction of shapes used for calibration; the rest are held out.
 CALIBRATION_SHARE = 0.3
 MB16 = 16e6
@@ -117,6 +117,7 @@ _ADDED_FIELDS = {
     "groups": 0,
     "v_head_dim": 0,
     "window": 0,
+    "generic": False,
 }
 
 

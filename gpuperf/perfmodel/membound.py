@@ -110,10 +110,26 @@ def _vector(dtype: str) -> str:
 STRIDED_FNS = frozenset({"repeat_kv", "masked_fill", "act_chunk", "mul_chunk"})
 
 
+# Thread instructions per element of PyTorch's non-vectorized elementwise kernel (an offset
+# computed per operand and dimension, scalar loads and stores) where a profile has not measured
+# its own (issue_generic in [model.extra]; benchmarks/device/eager_ew_probe.py).
+ISSUE_GENERIC = 100.0
+
+
+def generic_issue_time(elements: float, gpu: GpuSpec) -> float:
+    """Seconds to issue `elements` through the non-vectorized path (Elementwise.generic)."""
+    cost = float(gpu.params.extra.get("issue_generic", ISSUE_GENERIC))
+    return elements * cost / (gpu.sms * ISSUE_WIDTH * gpu.boost_clock_mhz * 1e6)
+
+
 def elementwise_time(op: Elementwise, gpu: GpuSpec) -> OpTime:
-    """A pointwise kernel (add, mul, silu, gelu, rope, cast, adamw...): pure streaming."""
+    """A pointwise kernel (add, mul, silu, gelu, rope, cast, adamw...): pure streaming, or as
+    many elements as the non-vectorized path issues (generic)."""
     bw_eff = gpu.params.strided_copy_eff if op.fn in STRIDED_FNS else None
-    t_issue = issue_time(op.fn, op.numel, gpu)
+    if op.generic:
+        t_issue: float | None = generic_issue_time(op.numel, gpu)
+    else:
+        t_issue = issue_time(op.fn, op.numel, gpu)
     return stream_time(op.cost(), gpu, vector=_vector(op.dtype), bw_eff=bw_eff, t_issue=t_issue)
 
 
@@ -152,5 +168,8 @@ def embedding_time(op: Embedding, gpu: GpuSpec) -> OpTime:
 
 
 def copy_time(op: Copy, gpu: GpuSpec) -> OpTime:
-    """Device-to-device copy: reads and writes nbytes."""
+    """Device-to-device copy: reads and writes nbytes (out of strided views: generic)."""
+    if op.generic:
+        elements = op.nbytes / BYTES[op.dtype]
+        return stream_time(op.cost(), gpu, t_issue=generic_issue_time(elements, gpu))
     return stream_time(op.cost(), gpu)

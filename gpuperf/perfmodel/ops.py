@@ -256,6 +256,10 @@ class Elementwise:
     dtype: DType = "bf16"
     out_dtype: DType | None = None
     flops_per_elem: float = 1.0
+    # PyTorch's non-vectorized TensorIterator kernel (elementwise_kernel / unrolled_...): an
+    # operand broadcast or strided (eager RMSNorm's x * rsqrt and w * x, RoPE on transposed q/k),
+    # or a widening cast; its per-element index arithmetic sets its pace (issue_generic).
+    generic: bool = False
     kind: ClassVar[OpKind] = "elementwise"
 
     def cost(self) -> Cost:
@@ -360,6 +364,7 @@ class Copy:
     name: str
     nbytes: int
     dtype: DType = "bf16"
+    generic: bool = False  # out of strided views (RoPE's cat of the halves): issue_generic
     kind: ClassVar[OpKind] = "copy"
 
     def cost(self) -> Cost:

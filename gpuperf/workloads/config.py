@@ -70,6 +70,12 @@ class ModelConfig:
     # HF hands SDPA keys and values with fewer heads than the queries and no enable_gqa, with a
     # mask (Falcon-7B's multi-query attention): only PyTorch's math backend takes them, in fp32.
     sdpa_math: bool = False
+    # HF builds the causal mask even where SDPA's is_causal would do (Falcon:
+    # allow_is_causal_skip=False): a prefill runs SDPA's masked kernel over the whole square.
+    sdpa_mask: bool = False
+    # HF broadcasts K and V to every query head before SDPA, as copies, and caches them so
+    # (Falcon's new decoder architecture: FalconAttention._split_heads flattens the broadcast).
+    kv_broadcast: bool = False
     num_experts: int = 0
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0  # width of one routed expert (0: intermediate_size)

@@ -266,6 +266,8 @@ def _falcon(f: _Reader) -> dict[str, Any]:
         # FalconAttention without the new architecture passes its one K/V head to SDPA as it is,
         # with the causal mask always built (allow_is_causal_skip=False): the math backend
         sdpa_math=not new and kv_heads != heads,
+        sdpa_mask=True,
+        kv_broadcast=new and kv_heads != heads,
         intermediate_size=f.get("ffn_hidden_size", default=4 * h),
         vocab_size=f.get("vocab_size"),
         max_position_embeddings=f.get("max_position_embeddings", default=2048),

@@ -125,8 +125,8 @@ def _dims(cfg: ModelConfig, g: Groups, mode: str, mb: int, seq: int, ctx: int, d
 
 
 def _ew(name: str, fn: str, numel: int, dt: DType, n_in: int = 1, out: DType | None = None,
-        flops: float = 1.0) -> Elementwise:  # fmt: skip
-    return Elementwise(name, fn, numel, n_in, 1, dt, out, flops)
+        flops: float = 1.0, generic: bool = False) -> Elementwise:  # fmt: skip
+    return Elementwise(name, fn, numel, n_in, 1, dt, out, flops, generic)
 
 
 def _gemm(ops: list[Op], d: Dims, name: str, m: int, n: int, k: int, batch: int = 1) -> None:
@@ -402,16 +402,20 @@ def eager_norm(cfg: ModelConfig, name: str, rows: int, cols: int, act: DType) ->
     n = rows * cols
     cast = act != "fp32"
     ops: list[Op] = []
+    # The widening cast, x * rsqrt(var) and weight * x run PyTorch's non-vectorized kernel
+    # (generic: a broadcast operand; the cast up is its unrolled form); pow and the cast back
+    # are vectorized (eager_ew.json records the kernels).
     if cast:
-        ops.append(_ew(f"{name}/cast_f32", "cast", n, act, out="fp32", flops=0.0))
+        ops.append(_ew(f"{name}/cast_f32", "cast", n, act, out="fp32", flops=0.0, generic=True))
     ops += [
         _ew(f"{name}/pow", "pow", n, "fp32"),
         Reduce(f"{name}/mean", "mean", rows, cols, 1, "fp32"),
         _ew(f"{name}/add_eps", "add", rows, "fp32"),
         _ew(f"{name}/rsqrt", "rsqrt", rows, "fp32"),
-        _ew(f"{name}/mul", "mul", n, "fp32"),
+        _ew(f"{name}/mul", "mul", n, "fp32", generic=True),
     ]
-    weight = _ew(f"{name}/mul_weight", "mul", n, "fp32" if cfg.norm_weight_fp32 else act)
+    weight = _ew(f"{name}/mul_weight", "mul", n, "fp32" if cfg.norm_weight_fp32 else act,
+                 generic=True)  # fmt: skip
     if cfg.norm_weight_fp32:  # 1.0 + self.weight.float(): two small kernels first
         if cast:
             ops.append(_ew(f"{name}/weight_f32", "cast", cols, act, out="fp32", flops=0.0))
@@ -424,20 +428,40 @@ def eager_norm(cfg: ModelConfig, name: str, rows: int, cols: int, act: DType) ->
 
 
 def eager_rope(name: str, d: Dims, heads: int, dim: int | None = None) -> list[Op]:
-    """x * cos + rotate_half(x) * sin; rotate_half = cat(-x2, x1): 5 kernels per tensor. Partial
-    rotary (`dim` < head_dim) slices the rotated part and cats it back to the rest."""
+    """x * cos + rotate_half(x) * sin; rotate_half = cat(-x2, x1): 5 kernels per tensor, each
+    on a view transposed to [batch, heads, T, head_dim] or a half of it, or with cos/sin
+    broadcast over the heads: PyTorch's non-vectorized kernels (generic). Partial rotary
+    (`dim` < head_dim) slices the rotated part and cats it back to the rest."""
     rot = d.head_dim if dim is None else dim
     n = d.T * heads * rot
     ops: list[Op] = [
-        _ew(f"{name}/mul_cos", "mul", n, d.act),
-        _ew(f"{name}/neg", "neg", n // 2, d.act),
-        Copy(f"{name}/cat", n * BYTES[d.act], d.act),
-        _ew(f"{name}/mul_sin", "mul", n, d.act),
-        _ew(f"{name}/add", "add", n, d.act, n_in=2),
+        _ew(f"{name}/mul_cos", "mul", n, d.act, generic=True),
+        _ew(f"{name}/neg", "neg", n // 2, d.act, generic=True),
+        Copy(f"{name}/cat", n * BYTES[d.act], d.act, generic=True),
+        _ew(f"{name}/mul_sin", "mul", n, d.act, generic=True),
+        _ew(f"{name}/add", "add", n, d.act, n_in=2, generic=True),
     ]
     if rot < d.head_dim:
         ops.append(Copy(f"{name}/cat_pass", d.T * heads * d.head_dim * BYTES[d.act], d.act))
     return ops
+
+
+def kv_broadcast_ops(d: Dims) -> list[Op]:
+    """FalconAttention._split_heads of the new decoder architecture: the fused q/k/v output is
+    viewed as (KV heads, group + 2, head_dim); the queries' slice is flattened into a copy,
+    K and V are picked by an index (a small copy each), broadcast to the group and flattened
+    into copies of every query head's size (what SDPA and the cache then get)."""
+    a, hd = d.act, d.head_dim
+    q = d.T * d.heads * hd * BYTES[a]
+    picked = d.T * d.kv_heads * hd * BYTES[a]
+    full = d.T * d.heads * hd
+    return [
+        Copy("attn/split_q", q, a),  # type: ignore[arg-type]
+        Copy("attn/pick_k", picked, a),  # type: ignore[arg-type]
+        Copy("attn/pick_v", picked, a),  # type: ignore[arg-type]
+        Elementwise("attn/expand_k", "repeat_kv", full, 1, 1, a, None, 0.0),  # type: ignore[arg-type]
+        Elementwise("attn/expand_v", "repeat_kv", full, 1, 1, a, None, 0.0),  # type: ignore[arg-type]
+    ]
 
 
 def static_cache_attention(d: Dims, math: bool = False) -> list[Op]:
@@ -484,6 +508,9 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
         _gemm(ops, d, "attn/q", T, d.heads * hd, h)
         _gemm(ops, d, "attn/k", T, d.kv_heads * hd, h)
         _gemm(ops, d, "attn/v", T, d.kv_heads * hd, h)
+    if cfg.kv_broadcast and d.heads != d.kv_heads:
+        ops += kv_broadcast_ops(d)
+        d = replace(d, kv_heads=d.heads)  # RoPE, the cache and SDPA see every head's K and V
     ops += _qk_norms(cfg, d, True)
     if cfg.positions == "rope":
         rot = _rotary(cfg, d)
@@ -509,6 +536,9 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
                 ops.append(Copy("attn/window_k", win, d.kv))
                 ops.append(Copy("attn/window_v", win, d.kv))
             ops.append(sliding_sdpa(d, window))
+        elif cfg.sdpa_mask and d.g.cp == 1 and d.attn == "flash":
+            ops.append(Attention("attn/core", d.batch, d.heads, d.kv_heads, d.q_len, d.kv_len,
+                                 hd, True, d.act, d.kv, mask=True))  # fmt: skip
         else:
             ops += attention_ops(d)
     _gemm(ops, d, "attn/out", T, h, d.heads * hd)

@@ -36,8 +36,8 @@ from gpuperf.workloads.transformer_layers import Dims
 
 
 def _ew(name: str, fn: str, numel: int, dt: str, n_in: int = 1, out: str | None = None,
-        flops: float = 1.0, n_out: int = 1) -> Elementwise:  # fmt: skip
-    return Elementwise(name, fn, numel, n_in, n_out, dt, out, flops)  # type: ignore[arg-type]
+        flops: float = 1.0, n_out: int = 1, generic: bool = False) -> Elementwise:  # fmt: skip
+    return Elementwise(name, fn, numel, n_in, n_out, dt, out, flops, generic)  # type: ignore[arg-type]
 
 
 def gemm_backward(g: Gemm) -> list[Op]:
@@ -100,24 +100,26 @@ def eager_norm_backward(cfg: ModelConfig, name: str, rows: int, cols: int, a: st
     cast = a != f
     g32 = cfg.norm_weight_fp32
     w = f if g32 else a
-    bwd_x = _ew(f"{name}/mul_weight.bwd_x", "mul", n, w, 2)
+    bwd_x = _ew(f"{name}/mul_weight.bwd_x", "mul", n, w, 2, generic=True)
     bwd_w = _ew(f"{name}/mul_weight.bwd_w", "mul", n, w, 2)
     weight: list[Op] = [bwd_x, bwd_w] if g32 else [bwd_w, bwd_x]  # autograd's operand order
     weight.append(Reduce(f"{name}/weight.grad", "sum", cols, rows, 1, w))  # type: ignore[arg-type]
     if g32 and cast:
         weight.append(_ew(f"{name}/weight.grad_cast", "cast", cols, f, out=a, flops=0.0))
-    cast_back = [_ew(f"{name}/cast_back.bwd", "cast", n, a, out=f, flops=0.0)] if cast else []
+    cast_back = (
+        [_ew(f"{name}/cast_back.bwd", "cast", n, a, out=f, flops=0.0, generic=True)] if cast else []
+    )
     first = cast_back + weight if g32 else weight + cast_back
     tail = [_ew(f"{name}/cast_f32.bwd", "cast", n, f, out=a, flops=0.0)] if cast else []
     return [
         *first,
-        _ew(f"{name}/mul.bwd_x", "mul", n, f, 2),
+        _ew(f"{name}/mul.bwd_x", "mul", n, f, 2, generic=True),
         _ew(f"{name}/mul.bwd_r", "mul", n, f, 2),
         Reduce(f"{name}/rsqrt.grad_sum", "sum", rows, cols, 1, f),  # type: ignore[arg-type]
         _ew(f"{name}/rsqrt.bwd_pow", "pow", rows, f),
         _ew(f"{name}/rsqrt.bwd_mul", "mul", rows, f, 2),
         _ew(f"{name}/rsqrt.bwd_scale", "mul", rows, f),
-        _ew(f"{name}/mean.bwd", "div", n, f, out=f),
+        _ew(f"{name}/mean.bwd", "div", n, f, out=f, generic=True),
         _ew(f"{name}/pow.bwd_pow", "pow", n, f),
         _ew(f"{name}/pow.bwd_mul", "mul", n, f, 2),
         _ew(f"{name}/pow.bwd_mul2", "mul", n, f, 2),
@@ -128,14 +130,15 @@ def eager_norm_backward(cfg: ModelConfig, name: str, rows: int, cols: int, a: st
 
 def _eager_rope_backward(name: str, n: int, a: str) -> list[Op]:
     # d(x*cos + cat(-x2, x1)*sin): mul, neg, two slice_backward (zero-fill + copy), add, mul, add.
+    # On the same transposed views and broadcast cos/sin as the forward: non-vectorized.
     return [
-        _ew(f"{name}/mul_sin.bwd", "mul", n, a),
-        _ew(f"{name}/neg.bwd", "neg", n // 2, a),
-        _ew(f"{name}/slice1.bwd", "slice_backward", n, a),
-        _ew(f"{name}/slice2.bwd", "slice_backward", n, a),
-        _ew(f"{name}/cat.bwd_add", "add", n, a, 2),
-        _ew(f"{name}/mul_cos.bwd", "mul", n, a),
-        _ew(f"{name}/grad_add", "add", n, a, 2),
+        _ew(f"{name}/mul_sin.bwd", "mul", n, a, generic=True),
+        _ew(f"{name}/neg.bwd", "neg", n // 2, a, generic=True),
+        _ew(f"{name}/slice1.bwd", "slice_backward", n, a, generic=True),
+        _ew(f"{name}/slice2.bwd", "slice_backward", n, a, generic=True),
+        _ew(f"{name}/cat.bwd_add", "add", n, a, 2, generic=True),
+        _ew(f"{name}/mul_cos.bwd", "mul", n, a, generic=True),
+        _ew(f"{name}/grad_add", "add", n, a, 2, generic=True),
     ]
 
 
@@ -186,8 +189,9 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
     eager RMSNorm's and each eager RoPE's kernels, a product's two gradient products (one
     kernel per input), the gradient adds where a residual joins and
     where q/k/v or gate/up read one input, the clones of q's and k's gradients before their
-    GEMMs, and the per-group sums of K and V gradients of SDPA's enable_gqa. The KV cache's cat
-    has no backward kernel (its gradient is a view)."""
+    GEMMs, and the per-group sums of K and V gradients of SDPA's enable_gqa (of Falcon's
+    broadcast, where K and V reach SDPA at every head). The KV cache's cat has no backward
+    kernel (its gradient is a view)."""
     norms, done = _eager_norms(layer), set()
     ropes = {op.name.rpartition("/")[0]: op.numel for op in layer
              if isinstance(op, Elementwise) and op.name.endswith("/mul_cos")}  # fmt: skip
@@ -219,8 +223,12 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
             ends = ("bwd_act", "bwd_up") if op.name == "mlp/mul" else ("bwd_a", "bwd_b")
             out += [_ew(f"{op.name}.{e}", "mul", op.numel, op.dtype, 2) for e in ends]
             continue
+        if op.name in ("attn/expand_k", "attn/expand_v"):  # a broadcast's gradient: a sum
+            kv_n, group = op.numel // (d.heads // d.kv_heads), d.heads // d.kv_heads
+            out.append(_ew(op.name + ".bwd", "sum", kv_n, a, group))
+            continue
         out += fused_backward(op)
-        if isinstance(op, Attention) and op.name == "attn/core":
+        if isinstance(op, Attention) and op.name == "attn/core" and not cfg.kv_broadcast:
             out += _gqa_grad_sums(d)
         shared = _SHARED_INPUT.get(op.name)
         if isinstance(op, Gemm) and shared and shared[1] in names:

@@ -461,3 +461,16 @@ def test_params_from_rules(tmp_path):
     for bad in ('params_from = "l4"\n', 'params_from = "b200"\n', "params_from = 3\n"):
         with pytest.raises(InputError, match="params_from must"):
             load_gpu(profile(bad))
+
+
+def test_base_model_extra_merges_per_key(tmp_path):
+    # a calibrated profile's [model.extra] (what `gpuperf calibrate` writes) adds to its base's
+    base = loader.load_gpu("h100").params.extra
+    p = tmp_path / "cal.toml"
+    p.write_text('base = "h100"\n[model]\nmem_eff = 0.9\n[model.extra]\nhost_pool_factor = 1\n')
+    extra = loader.load_gpu(str(p)).params.extra
+    assert extra["host_pool_factor"] == 1.0
+    assert (
+        extra["issue_generic"] == base["issue_generic"]
+        and extra["gemm_fp8_eff"] == base["gemm_fp8_eff"]
+    )
