@@ -660,25 +660,25 @@ HOSTS_PLAN = [
         + [("llama3-8b", 4096)]  # the length of e2e_hf_run*.json's Llama-3-8B decode
     )
 ]  # fmt: skip
-# Training steps of families no training fit has met (GPU-bound: the host hardly matters), each
-# with and without gradient checkpointing; the 7-8B shapes cut to 8 layers to leave AdamW room.
-TRAIN_FAMILIES_PLAN = [
-    (model, "train", "eager", False, batch, seq, 0, ckpt)
-    for model, batch, seq in (("llama3.2-1b", 4, 2048), ("gemma-3-1b", 4, 2048),
-                              ("phi-3-mini", 2, 2048), ("gpt2-xl", 4, 1024),
-                              ("qwen2-7b-8l", 2, 2048), ("qwen3-8b-8l", 2, 2048),
-                              ("pythia-6.9b-8l", 2, 2048))
-    for ckpt in (False, True)
-]  # fmt: skip
+
+
+def _train_plan(shapes: tuple[tuple[str, int, int], ...]) -> list[tuple]:
+    """A training step of each (model, batch, seq), without and with gradient checkpointing."""
+    return [(model, "train", "eager", False, batch, seq, 0, ckpt)
+            for model, batch, seq in shapes for ckpt in (False, True)]  # fmt: skip
+
+
+# Training steps of families no training fit has met (GPU-bound: the host hardly matters); the
+# 7-8B shapes cut to 8 layers to leave AdamW room.
+TRAIN_FAMILIES_PLAN = _train_plan((("llama3.2-1b", 4, 2048), ("gemma-3-1b", 4, 2048),
+                                   ("phi-3-mini", 2, 2048), ("gpt2-xl", 4, 1024),
+                                   ("qwen2-7b-8l", 2, 2048), ("qwen3-8b-8l", 2, 2048),
+                                   ("pythia-6.9b-8l", 2, 2048)))  # fmt: skip
 # Five more (run after the eager RMSNorm backward was fixed on trainfam's): Gemma-2, Mistral,
 # Nemotron (squared ReLU, LayerNorm1P), GPT-BigCode (multi-query), Falcon (parallel attention).
-TRAIN_FAMILIES_2_PLAN = [
-    (model, "train", "eager", False, batch, seq, 0, ckpt)
-    for model, batch, seq in (("gemma2-9b-6l", 2, 2048), ("mistral-7b-8l", 2, 2048),
-                              ("minitron-8b-8l", 2, 2048), ("starcoder-6l", 2, 2048),
-                              ("falcon-7b-8l", 2, 2048))
-    for ckpt in (False, True)
-]  # fmt: skip
+TRAIN_FAMILIES_2_PLAN = _train_plan((("gemma2-9b-6l", 2, 2048), ("mistral-7b-8l", 2, 2048),
+                                     ("minitron-8b-8l", 2, 2048), ("starcoder-6l", 2, 2048),
+                                     ("falcon-7b-8l", 2, 2048)))  # fmt: skip
 # Shapes and modes no run had met, chosen where the GPU sets the pace (the host hardly
 # matters): batched and long prefills (sliding windows past their length, 32k tokens), MLA with
 # 64 experts, CUDA-graph decode at batch 16-64, training of a 0.6B and a 15B-wide model.

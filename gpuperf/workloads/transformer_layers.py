@@ -125,8 +125,8 @@ def _dims(cfg: ModelConfig, g: Groups, mode: str, mb: int, seq: int, ctx: int, d
 
 
 def _ew(name: str, fn: str, numel: int, dt: DType, n_in: int = 1, out: DType | None = None,
-        flops: float = 1.0, generic: bool = False) -> Elementwise:  # fmt: skip
-    return Elementwise(name, fn, numel, n_in, 1, dt, out, flops, generic)
+        flops: float = 1.0, n_out: int = 1, generic: bool = False) -> Elementwise:  # fmt: skip
+    return Elementwise(name, fn, numel, n_in, n_out, dt, out, flops, generic)
 
 
 def _gemm(ops: list[Op], d: Dims, name: str, m: int, n: int, k: int, batch: int = 1) -> None:

@@ -32,12 +32,7 @@ from gpuperf.perfmodel.ops import (
 )
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
-from gpuperf.workloads.transformer_layers import Dims
-
-
-def _ew(name: str, fn: str, numel: int, dt: str, n_in: int = 1, out: str | None = None,
-        flops: float = 1.0, n_out: int = 1, generic: bool = False) -> Elementwise:  # fmt: skip
-    return Elementwise(name, fn, numel, n_in, n_out, dt, out, flops, generic)  # type: ignore[arg-type]
+from gpuperf.workloads.transformer_layers import Dims, _ew
 
 
 def gemm_backward(g: Gemm) -> list[Op]:
