@@ -1,10 +1,10 @@
-"""Fit the parameters of the kernels that have their own (gpuperf.perfmodel.gemm_quant and
-gemm_grouped: fp8 and int8 GEMMs, rowwise fp8, weight-only int4/int8, MoE grouped GEMMs; masked
-prefill attention) on
-their calibration-split rows, holding every other parameter of the shipped profile, and print
-their held-out errors.
+"""Fit the parameters of the kernels that have their own (calibrate.LATE: fp8 and int8 GEMMs,
+rowwise fp8, weight-only int4/int8, MoE grouped GEMMs; masked prefill attention; the softmax's
+share of an attention pair, the attention backward, dropout in attention; torch's foreach ops;
+eager dropout) on their calibration-split rows, holding every other parameter of the shipped
+profile, and print their held-out errors.
 
-    .venv/bin/python benchmarks/fit_formats.py h100 [--write]
+    .venv/bin/python benchmarks/fit_formats.py h100 [--write] [--only PARAM ...]
 
 The other parameters were fitted before these kernels were measured (gpuperf calibrate); a full
 `gpuperf calibrate --from` refits them too (calibrate.LATE fits these last, on their own rows).
@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpuperf.hardware.loader import PROFILES_DIR, load_gpu  # noqa: E402
+from gpuperf.hardware.spec import ModelParams  # noqa: E402
 from gpuperf.perfmodel import calibrate as cal  # noqa: E402
 from gpuperf.perfmodel.accuracy import load_samples  # noqa: E402
 from gpuperf.perfmodel.roofline import op_time  # noqa: E402
@@ -35,36 +36,55 @@ FILES = (
     "gemm_quant_decode.json",
     "grouped_gemm.json",
     "attention_masked_prefill.json",
+    "train_kernels.json",
 )
 NAMES = list(cal.LATE_PARAMS)
 SOURCE = "calibrated by benchmarks/fit_formats.py (calibration split of {files})"
 
 
 def write(profile: Path, values: dict[str, float], source: str) -> None:
-    """Set `values` in the profile's [model.extra] (replacing earlier lines of the same keys)."""
+    """Set `values` in the profile: ModelParams fields in [model], the rest in [model.extra]
+    (replacing earlier lines of the same keys)."""
+    fields = {f.name for f in dataclasses.fields(ModelParams)}
     text = profile.read_text()
     head, sep, extra = text.partition("\n[model.extra]\n")
     if not sep:
         head, sep, extra = text.rstrip("\n"), "\n\n[model.extra]\n", ""
-    keep = [ln for ln in extra.splitlines() if ln.split("=")[0].strip() not in values]
-    new = [f"{k} = {v:.6g}  # source: {source}" for k, v in values.items()]
-    profile.write_text(head + sep + "\n".join([*keep, *new]) + "\n")
+
+    def lines(body: str, keys: dict[str, float]) -> list[str]:
+        keep = [ln for ln in body.splitlines() if ln.split("=")[0].strip() not in keys]
+        return keep + [f"{k} = {v:.6g}  # source: {source}" for k, v in keys.items()]
+
+    top = {k: v for k, v in values.items() if k in fields}
+    rest = {k: v for k, v in values.items() if k not in fields}
+    if top:  # [model] is the table just before [model.extra]
+        before, msep, model = head.partition("\n[model]\n")
+        head = before + msep + "\n".join(lines(model, top)) + "\n"
+    profile.write_text(head + sep + "\n".join(lines(extra, rest)) + "\n")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("gpu", help="a shipped profile (h100, h200)")
     ap.add_argument("--write", action="store_true")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        choices=NAMES,
+        metavar="PARAM",
+        help="fit these parameters alone (the rest stay as the profile has them)",
+    )
     a = ap.parse_args()
     gpu = load_gpu(a.gpu)
     folder = ROOT / "benchmarks" / "results" / gpu.name
     files = [folder / f for f in FILES if (folder / f).exists()]
     samples = [s for s in load_samples(files) if cal.is_late(s.op)]
     calib = [s for s in samples if cal.is_calibration(s.op)]
-    params = cal.fit(calib, gpu, NAMES)
+    names = a.only or NAMES
+    params = cal.fit(calib, gpu, names)
     fitted = dataclasses.replace(gpu, params=params)
     # Parameters with no rows of their kernel here stay at the model's default (left out).
-    values = {n: v for n in NAMES if not math.isnan(v := cal.param_value(params, n))}
+    values = {n: v for n in names if not math.isnan(v := cal.param_value(params, n))}
     for n, v in values.items():
         print(f"{n:22s} {v:.4g}")
     errs: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -77,8 +97,14 @@ def main() -> int:
         med = statistics.median(abs(x) for x in e)
         bias = 100 * statistics.median(e)
         print(f"{cls:40s} {split:12s} {len(e):4d} {100 * med:12.1f}% {bias:+6.1f}%")
-    if a.write:
-        names = "+".join(f.stem for f in files)
+    if a.write:  # the files whose rows the fitted stages took
+        used = {
+            s.source
+            for s in calib
+            for stage, select in cal.LATE
+            if set(stage) & set(names) and select(s.op)
+        }
+        names = "+".join(f.stem for f in files if f.name in used)
         write(PROFILES_DIR / f"{gpu.name}.toml", values, SOURCE.format(files=names))
         print(f"wrote [model.extra] of {gpu.name}.toml")
     return 0

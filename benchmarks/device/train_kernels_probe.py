@@ -41,7 +41,24 @@ SDPA = [(1, 32, 32, 2048, 128, 0.0), (1, 32, 8, 2048, 128, 0.0), (2, 32, 8, 4096
         (1, 64, 8, 4096, 128, 0.0), (4, 16, 16, 2048, 64, 0.0), (2, 32, 32, 512, 128, 0.0),
         (16, 12, 12, 1024, 64, 0.0), (2, 28, 4, 2048, 128, 0.0), (1, 16, 8, 4096, 256, 0.0),
         (1, 40, 8, 16384, 128, 0.0), (8, 25, 25, 1024, 64, 0.1), (2, 32, 32, 2048, 128, 0.1),
-        (4, 16, 16, 2048, 64, 0.1)]  # fmt: skip
+        (4, 16, 16, 2048, 64, 0.1),
+        # more head dims and shapes (Pythia's 80, Phi-3's 96, Gemma's 256) and dropout ones
+        (4, 32, 32, 2048, 64, 0.0), (2, 16, 16, 4096, 64, 0.0), (1, 32, 32, 8192, 64, 0.0),
+        (8, 12, 12, 2048, 64, 0.0), (16, 16, 16, 512, 64, 0.0), (2, 64, 8, 2048, 64, 0.0),
+        (4, 32, 32, 2048, 80, 0.0), (8, 20, 20, 1024, 80, 0.0), (2, 32, 32, 4096, 96, 0.0),
+        (8, 32, 32, 1024, 96, 0.0), (4, 8, 8, 4096, 128, 0.0), (1, 96, 8, 4096, 128, 0.0),
+        (16, 32, 8, 512, 128, 0.0), (2, 8, 4, 4096, 256, 0.0), (4, 16, 8, 2048, 256, 0.0),
+        (1, 32, 16, 8192, 256, 0.0), (16, 12, 12, 1024, 64, 0.1), (2, 25, 25, 2048, 64, 0.1),
+        (4, 32, 32, 1024, 128, 0.1), (1, 48, 48, 2048, 128, 0.1), (8, 16, 16, 1024, 96, 0.1),
+        (2, 32, 8, 4096, 128, 0.1),
+        # a third set, mostly the backward of head dim 128 at the batch and length of training
+        (1, 32, 8, 4096, 128, 0.0), (4, 32, 8, 2048, 128, 0.0), (2, 40, 8, 8192, 128, 0.0),
+        (8, 32, 8, 1024, 128, 0.0), (2, 64, 8, 2048, 128, 0.0), (1, 24, 8, 8192, 128, 0.0),
+        (4, 28, 4, 2048, 128, 0.0), (2, 16, 16, 8192, 128, 0.0), (16, 8, 8, 2048, 128, 0.0),
+        (1, 128, 8, 2048, 128, 0.0), (8, 32, 32, 512, 128, 0.0), (1, 56, 8, 4096, 128, 0.0),
+        (4, 32, 32, 2048, 96, 0.0), (2, 40, 40, 2048, 80, 0.0), (8, 16, 16, 2048, 64, 0.1),
+        (4, 12, 12, 1024, 64, 0.1), (1, 32, 32, 4096, 128, 0.1),
+        (8, 8, 8, 2048, 64, 0.0)]  # fmt: skip
 
 # Parameter lists: (name, hidden, intermediate, layers, vocab, heads, kv_heads, head_dim, tied,
 # biases and LayerNorm (GPT-2-like), dtype)
@@ -55,10 +72,13 @@ PARAM_SETS = [("qwen3-0.6b", 1024, 3072, 28, 151936, 16, 8, 128, True, False, "b
 # torch/optim/adamw.py _multi_tensor_adamw, non-capturable: the eight foreach ops in their order,
 # as gpuperf's eager optimizer describes them: (name, fn, tensors read)
 ADAMW_OPS = [("decay", "mul", 1), ("m_lerp", "lerp", 2), ("v_scale", "mul", 1),
-             ("v_addcmul", "addcmul", 3), ("v_sqrt", "sqrt", 1), ("bias_corr", "div", 1),
+             ("v_addcmul", "addcmul", 2), ("v_sqrt", "sqrt", 1), ("bias_corr", "div", 1),
              ("eps", "add", 1), ("update", "addcdiv", 3)]  # fmt: skip
 
-DROPOUT = [(8192, 1600), (8192, 4096), (16384, 6144), (2048, 2048)]
+DROPOUT = [(8192, 1600), (8192, 4096), (16384, 6144), (2048, 2048), (4096, 1024), (8192, 2048),
+           (32768, 1600), (4096, 8192), (16384, 2048), (65536, 768), (8192, 768), (4096, 2560),
+           (16384, 4096), (8192, 5120), (2048, 6400), (32768, 1024), (1024, 4096),
+           (8192, 8192)]  # fmt: skip
 BIAS_GRAD = [(8192, 1600), (8192, 4800), (8192, 6400), (4096, 4096), (4096, 12288),
              (16384, 3584), (2048, 768)]  # fmt: skip
 
@@ -120,7 +140,7 @@ def _sdpa_shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: AN
         core = statistics.median(sum(us for n, us in c if "reduce_head" not in n) for c in calls)
         sums = statistics.median(sum(us for n, us in c if "reduce_head" in n) for c in calls)
         op = Attention(f"sdpa/{tag}" + ("/bwd" if backward else ""), b, H, KV, s, s, d, True,
-                       "bf16", backward=backward)  # fmt: skip
+                       "bf16", backward=backward, dropout=p > 0)  # fmt: skip
         rows.append(_row(op, core, t.median_s * 1e3, {
             "dropout_p": p, "head_sums_us": sums,
             "kernels": [(_short(n), round(us, 2)) for n, us in calls[-1]]}))  # fmt: skip
@@ -129,14 +149,12 @@ def _sdpa_shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: AN
     return rows
 
 
-def sdpa_rows(torch, budget, time_fn) -> tuple[list[dict], list[dict]]:  # noqa: ANN001
-    """Rows of the calls without dropout, and apart those with it (the model has no dropout
-    inside the attention kernel: they are not its rows)."""
-    rows, dropped = [], []
+def sdpa_rows(torch, budget, time_fn) -> list[dict]:  # noqa: ANN001
+    rows = []
     for shape in SDPA:
-        (dropped if shape[-1] else rows).extend(_sdpa_shape(torch, shape, budget, time_fn))
+        rows += _sdpa_shape(torch, shape, budget, time_fn)
         torch.cuda.empty_cache()
-    return rows, dropped
+    return rows
 
 
 def _shapes(h, inter, layers, vocab, heads, kv, hd, tied, gpt2):  # noqa: ANN001, ANN202
@@ -199,7 +217,7 @@ def adamw_rows(torch, time_fn, Budget) -> list[dict]:  # noqa: ANN001
             if not ok:
                 break
             us = statistics.median(g[i][2] for g in per_call)
-            op = Elementwise(f"adamw/{name}/{op_name}", fn, P, n_in, 1, dt)
+            op = Elementwise(f"adamw/{name}/{op_name}", fn, P, n_in, 1, dt, foreach=True)
             rows.append(_row(op, us, None, {
                 "kernel": _short(per_call[-1][i][0]), "launches": per_call[-1][i][1],
                 "tensors": len(params), "step_ms": t.median_s * 1e3,
@@ -269,8 +287,7 @@ def main() -> int:
     write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
     data["rows"] += adamw_rows(torch, time_fn, Budget)
     write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
-    rows, data["sdpa_dropout"] = sdpa_rows(torch, budget, time_fn)
-    data["rows"] += rows
+    data["rows"] += sdpa_rows(torch, budget, time_fn)
     write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
     return 0
 

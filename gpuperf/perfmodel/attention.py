@@ -8,9 +8,16 @@ into one tile (FA2's GQA swap) and split the KV sequence over CTAs to fill the G
 chosen by least predicted time), paying for fp32 partial outputs that a combine step reads.
 
 One (query, key) pair costs, on one SM,
-  t_pair = SMs · (matmul_flops_per_pair / peak + 1 / exp_rate − overlap · min(both)) / eff
-with 4·d matmul FLOPs (QKᵀ and PV) forward, 10·d backward (2.5×), one exp per pair either way, the
-exp rate from the SFU throughput (16 per clock per SM) and eff = attn_eff or attn_bwd_eff.
+  t_pair = SMs · (matmul_flops_per_pair / peak + ops / sfu_rate − overlap · min(both)) / eff
+with 4·d matmul FLOPs (QKᵀ and PV) forward, 10·d backward (2.5×), and `ops` special-function
+operations per pair at the SFU throughput (16 per clock per SM): the softmax's exp and what
+else runs at that rate (attn_softmax_ops forward, attn_bwd_softmax_ops backward, fitted; 1 where
+not); with dropout, attn_dropout_ops more, outside the overlap. The softmax, not the
+matmuls, binds at small head dims: cuDNN's forward takes the same time per pair at head_dim 64
+as at 128 on an H100 and an H200 (benchmarks/results/*/train_kernels.json). The matmuls run at
+the kernel's head dim (kernel_head_dim: 80 and 96 pad to 128 on Hopper). eff = attn_eff or
+attn_bwd_eff. The backward walks 64x64 tiles, one CTA per block of keys, and adds its two
+streaming passes (dot(dO, O) before, dQ's conversion after).
   t_math = (max(longest CTA, waves · mean CTA) + waves · attn_fill_blocks) · BLOCK_M·BLOCK_N·t_pair
   t_mem  = (Cost.bytes + partials + bytes_for_half_bw) / (mem_eff · HBM bw)
   time   = max(t_math, t_mem) + kernel_floor_s + mma_latency_s
@@ -31,6 +38,10 @@ from gpuperf.perfmodel.roofline import finish, matmul_peak
 BLOCK_M = 128  # FlashAttention-2 forward query tile (head_dim <= 128)
 BLOCK_M_DECODE = 64  # the split-KV kernel's query tile
 BLOCK_N = 128  # keys per KV block
+# The backward's tile, keys and queries alike (cuDNN's sm90 bprop kernels on an H100 and an H200:
+# "..._64x64x<head_dim>_..." for head dims 64-256); its per-CTA start-up and dK/dV write-out
+# is attn_bwd_fill_blocks tiles (fitted; the forward's attn_fill_blocks where not).
+BLOCK_BWD = 64
 # Special-function (exp2) results per clock per SM: CUDA C++ Programming Guide, "Arithmetic
 # Instructions" throughput table, 16 for compute capability 5.x through 9.0.
 SFU_PER_CLK_PER_SM = 16
@@ -51,28 +62,33 @@ ATTN_MASK_EFF = 0.48
 # H100's 2.9 us floor) on the calibration split of the H100's attention_masked_gather.json (7
 # of 24 shapes; held out: the other 17, and the H200's 24). A profile's [model.extra]
 # attn_mask_call_s, attn_mask_block_s and attn_mask_sm_bw override them.
+# Dropout inside the kernel draws a Philox random number per pair (forward, and again backward):
+# special-function operations it adds per pair where a profile has not fitted attn_dropout_ops.
+ATTN_DROPOUT_OPS = 1.0
 ATTN_MASK_CALL_S = 19.0e-6
 ATTN_MASK_BLOCK_S = 0.662e-6
 ATTN_MASK_SM_BW = 30.5e9
 
 
 @lru_cache(maxsize=4096)
-def tile_blocks(rows: int, kv_len: int, q_len: int, br: int, causal: bool) -> tuple[int, int, int]:
+def tile_blocks(
+    rows: int, kv_len: int, q_len: int, br: int, causal: bool, bn: int = BLOCK_N
+) -> tuple[int, int, int]:
     """(query tiles, total KV blocks over all tiles, KV blocks of the longest tile) for one
-    (batch, head) unit of `rows` query rows against `kv_len` keys."""
+    (batch, head) unit of `rows` query rows against `kv_len` keys, in blocks of `bn` keys."""
     n_qt = -(-rows // br)
-    n_kv = -(-kv_len // BLOCK_N)
+    n_kv = -(-kv_len // bn)
     if not causal:
         return n_qt, n_qt * n_kv, n_kv
     off = kv_len - q_len  # the queries are the last q_len positions
-    last = -(-(off + rows) // BLOCK_N)  # the last tile sees every key
+    last = -(-(off + rows) // bn)  # the last tile sees every key
     m = n_qt - 1  # full tiles before it: tile j sees off + j·br keys
     if m <= _EXACT_TILES:
-        total = sum(-(-(off + j * br) // BLOCK_N) for j in range(1, m + 1))
-    elif off % BLOCK_N == 0 and br % BLOCK_N == 0:  # every term is whole: exact closed form
-        total = (m * off + br * m * (m + 1) // 2) // BLOCK_N
+        total = sum(-(-(off + j * br) // bn) for j in range(1, m + 1))
+    elif off % bn == 0 and br % bn == 0:  # every term is whole: exact closed form
+        total = (m * off + br * m * (m + 1) // 2) // bn
     else:  # closed form of the same sum; the ceilings add half a block each on average
-        total = round((m * off + br * m * (m + 1) / 2) / BLOCK_N + m / 2)
+        total = round((m * off + br * m * (m + 1) / 2) / bn + m / 2)
     return n_qt, total + last, n_kv
 
 
@@ -88,15 +104,39 @@ class _Hw(NamedTuple):
     eff: float
 
 
-def _hw(op: Attention, gpu: GpuSpec) -> _Hw:
+def softmax_ops(op: Attention, gpu: GpuSpec) -> float:
+    """Special-function-unit operations the softmax costs a (query, key) pair (module docstring)."""
+    key = "attn_bwd_softmax_ops" if op.backward else "attn_softmax_ops"
+    return float(gpu.params.extra.get(key, 1.0))
+
+
+def dropout_ops(op: Attention, gpu: GpuSpec) -> float:
+    """What dropout adds to a pair, in special-function operations: the random number is integer
+    work that overlaps neither the matmuls nor the exp, so it adds to the pair whatever binds
+    it (measured: ~1 ps per pair at head dims 64 and 128 alike, train_kernels.json)."""
+    return float(gpu.params.extra.get("attn_dropout_ops", ATTN_DROPOUT_OPS)) if op.dropout else 0.0
+
+
+def kernel_head_dim(d: int, arch: str) -> int:
+    """The head dim a flash kernel computes with: cuDNN's sm90 kernels come for 64, 128 and
+    larger dims, a dim between runs the next one padded (80 and 96 ran the 128 kernel on an H100
+    and an H200, at its time: train_kernels.json); FlashAttention-2's come in multiples of 32."""
+    if arch == "hopper" and d <= 128:
+        return 64 if d <= 64 else 128
+    return -(-d // 32) * 32
+
+
+def _hw(op: Attention, gpu: GpuSpec, mm_eff: float = 1.0) -> _Hw:
     p = gpu.params
     eff = p.attn_bwd_eff if op.backward else p.attn_eff
     overlap = p.attn_exp_overlap
-    mm_flops = (5.0 if op.backward else 2.0) * (op.head_dim + op.vdim)
+    dims = kernel_head_dim(op.head_dim, gpu.arch) + kernel_head_dim(op.vdim, gpu.arch)
+    mm_flops = (5.0 if op.backward else 2.0) * dims
     exp_rate = gpu.sms * gpu.boost_clock_mhz * 1e6 * SFU_PER_CLK_PER_SM
-    t_mm, t_exp = mm_flops / matmul_peak(gpu, op.dtype), 1.0 / exp_rate
+    t_mm = mm_flops / (matmul_peak(gpu, op.dtype) * mm_eff)
+    t_exp = softmax_ops(op, gpu) / exp_rate
     # Serial (FA2) pays both; an overlapping kernel (FA3, cuDNN on Hopper) pays the larger.
-    t_serial = t_mm + t_exp
+    t_serial = t_mm + t_exp + dropout_ops(op, gpu) / exp_rate
     t_pair = gpu.sms * (t_serial - overlap * min(t_mm, t_exp)) / eff
     bw = p.mem_eff * gpu.hbm_bw
     return _Hw(
@@ -130,15 +170,22 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
         # An explicit mask in prefill (Hugging Face's sliding window, a padded batch): the kernel
         # visits every block of the square and applies the mask in each, causal or not, at
         # attn_mask_eff of the unmasked rate (measured: attention_masked_prefill.json).
+        # The mask slows the matmul pipeline; the softmax beside it keeps its pace.
         causal = False
-        mask_eff = float(gpu.params.extra.get("attn_mask_eff", ATTN_MASK_EFF))
-        hw = hw._replace(t_pair=hw.t_pair / mask_eff)
+        hw = _hw(op, gpu, float(gpu.params.extra.get("attn_mask_eff", ATTN_MASK_EFF)))
     br = BLOCK_M if rows >= BLOCK_M else BLOCK_M_DECODE
-    n_qt, total, longest = tile_blocks(rows, op.kv_len, op.q_len, br, causal)
+    bn = BLOCK_N
+    if op.backward:
+        # One CTA per block of BLOCK_BWD keys walks the query blocks that see them, in blocks of
+        # BLOCK_BWD queries (cuDNN's bprop kernel: 64x64 tiles): for the square causal call the
+        # counts are the forward's with the roles swapped, so the forward's tiling gives them.
+        br = bn = BLOCK_BWD
+        hw = hw._replace(fill=float(gpu.params.extra.get("attn_bwd_fill_blocks", hw.fill)))
+    n_qt, total, longest = tile_blocks(rows, op.kv_len, op.q_len, br, causal, bn)
     if op.window and op.window < op.kv_len:  # a windowed kernel visits the window's blocks only
-        span = -(-(op.window + br) // BLOCK_N)
+        span = -(-(op.window + br) // bn)
         total, longest = min(total, n_qt * span), min(longest, span)
-    t_block = br * BLOCK_N * hw.t_pair
+    t_block = br * bn * hw.t_pair
 
     base_bytes = op.cost().bytes
     if op.backward:  # dQ is accumulated in fp32 through global memory (read + write)
@@ -168,6 +215,15 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
         )
         blocks = max(longest, waves * total / n_qt)
         t_mem = max(t_mem, float(extra.get("attn_mask_call_s", ATTN_MASK_CALL_S)) + blocks * t_blk)
+    floor = hw.floor
+    if op.backward:
+        # Beside its main kernel the backward runs two streaming passes (FlashAttention-2's
+        # compute_dot_do_o and convert_dQ, cuDNN's alike): D = rowsum(dO ∘ O) before it (reads O
+        # and dO, one fp32 per row out) and dQ from its fp32 accumulator to the dtype after it.
+        rows_all = op.batch * op.heads * op.q_len
+        passes = rows_all * (2.0 * op.vdim * BYTES[op.dtype] + PARTIAL_BYTES)
+        passes += rows_all * d * (PARTIAL_BYTES + BYTES[op.dtype])
+        floor += (passes + 2 * hw.half_bytes) / hw.bw + 2 * gpu.params.kernel_floor_s
     detail = {
         "block_m": br,
         "query_tiles": n_qt,
@@ -183,4 +239,4 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
         * (d + op.vdim)
         * BYTES[op.kv_dtype or op.dtype],
     }
-    return finish(t_math, t_mem, hw.floor, detail)
+    return finish(t_math, t_mem, floor, detail)

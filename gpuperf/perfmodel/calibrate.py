@@ -24,7 +24,7 @@ from gpuperf.dtypes import BYTES
 from gpuperf.hardware.spec import GpuSpec, ModelParams
 from gpuperf.perfmodel.comm import chunk_misaligned
 from gpuperf.perfmodel.gemm_quant import is_rowwise_fp8
-from gpuperf.perfmodel.ops import Attention, Collective, Gemm, GroupedGemm, Op
+from gpuperf.perfmodel.ops import Attention, Collective, Elementwise, Gemm, GroupedGemm, Op
 from gpuperf.perfmodel.ops_io import op_to_dict
 from gpuperf.perfmodel.roofline import op_time
 
@@ -82,6 +82,13 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "grouped_gemm_floor_s": (0.0, 50e-6),
     "grouped_gemm_mem_eff": (0.3, 1.0),
     "attn_mask_eff": (0.1, 1.0),
+    "attn_softmax_ops": (0.5, 8.0),
+    "attn_bwd_eff": (0.2, 1.0),
+    "attn_bwd_softmax_ops": (0.5, 16.0),
+    "attn_bwd_fill_blocks": (0.0, 32.0),
+    "attn_dropout_ops": (0.0, 16.0),
+    "foreach_launch_s": (0.0, 50e-6),
+    "issue_dropout": (1.0, 400.0),
 }
 # Fitted in log space (they span orders of magnitude).
 LOG_PARAMS = {
@@ -95,6 +102,9 @@ LOG_PARAMS = {
     "comm_floor_s",
     "comm_channel_copy_bw",
     *(f"issue_{fn}" for fn in ISSUE_FNS),
+    "issue_dropout",
+    "attn_softmax_ops",
+    "attn_bwd_softmax_ops",
 }
 
 
@@ -118,6 +128,8 @@ _ADDED_FIELDS = {
     "v_head_dim": 0,
     "window": 0,
     "generic": False,
+    "foreach": False,
+    "dropout": False,
 }
 
 
@@ -281,6 +293,11 @@ STAGED: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
 )
 
 
+def _plain_attention(op: Op) -> bool:
+    """A fused attention call of several queries without a mask or dropout."""
+    return isinstance(op, Attention) and not (op.mask or op.dropout) and op.q_len > 16
+
+
 def _quant_dense(op: Op) -> bool:
     """cuBLASLt's fp8 (per-tensor scales) and int8 kernels."""
     return (
@@ -312,10 +329,25 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
         lambda op: isinstance(op, GroupedGemm),
     ),
     (("attn_mask_eff",), lambda op: isinstance(op, Attention) and op.mask and op.q_len > 1),
+    # The softmax's share of a pair where it, not the matmuls, binds (head_dim 64 and below);
+    # then the backward kernels; then dropout inside attention, on top of both.
+    (
+        ("attn_softmax_ops",),
+        lambda op: _plain_attention(op) and not op.backward and op.head_dim <= 64,
+    ),
+    (
+        ("attn_bwd_eff", "attn_bwd_softmax_ops", "attn_bwd_fill_blocks"),
+        lambda op: _plain_attention(op) and op.backward,
+    ),
+    (("attn_dropout_ops",), lambda op: isinstance(op, Attention) and op.dropout),
+    # torch's _foreach ops (AdamW), and the dropout kernels of eager modules
+    (("foreach_launch_s",), lambda op: isinstance(op, Elementwise) and op.foreach),
+    (("issue_dropout",), lambda op: isinstance(op, Elementwise) and op.fn == "dropout"),
 )
 
 
 LATE_PARAMS: tuple[str, ...] = tuple(n for stage, _ in LATE for n in stage)
+LATE_ROUNDS = 20
 
 
 def is_late(op: Op) -> bool:
@@ -378,7 +410,9 @@ def fit(
         chosen = [s for s in late if select(s.op)]
         fitted = [n for n in stage if n in names]
         if fitted and len(chosen) >= 3:
-            current = _descend(_loss_fn(chosen, current), current, fitted, rounds)
+            # A stage's few parameters can trade along a valley (the attention backward's
+            # efficiency against its per-CTA fill): on its few rows, rounds are cheap.
+            current = _descend(_loss_fn(chosen, current), current, fitted, max(rounds, LATE_ROUNDS))
     return current.params
 
 

@@ -122,15 +122,40 @@ def generic_issue_time(elements: float, gpu: GpuSpec) -> float:
     return elements * cost / (gpu.sms * ISSUE_WIDTH * gpu.boost_clock_mhz * 1e6)
 
 
+# torch's _foreach ops (multi_tensor_apply, ATen/native/cuda/MultiTensorApply.cuh) cut a
+# parameter list into chunks of kChunkSize = 65536 elements and launch at most 320 of them
+# (one CTA each) per kernel, so a list of P elements runs as ~P / (320 · 65536) equal launches.
+# Each launch costs a fixed time beyond its bytes: every thread walks its chunk in 32 steps of 4
+# elements, a load's latency exposed at each, and the launch ends with its slowest CTA. Timed
+# alone (benchmarks/device/train_kernels_probe.py: AdamW's eight ops over model-shaped lists of
+# 0.16-3.6B parameters, bf16 and fp32) that is 6-11 µs per launch on an H100 and an H200:
+# foreach_launch_s in [model.extra], FOREACH_LAUNCH_S where a profile has not measured it.
+FOREACH_LAUNCH_ELEMS = 320 * 65536
+FOREACH_LAUNCH_S = 8e-6
+
+
+def foreach_launches(numel: int) -> int:
+    """multi_tensor_apply launches for a parameter list of `numel` elements (full chunks)."""
+    return max(1, -(-numel // FOREACH_LAUNCH_ELEMS))
+
+
 def elementwise_time(op: Elementwise, gpu: GpuSpec) -> OpTime:
     """A pointwise kernel (add, mul, silu, gelu, rope, cast, adamw...): pure streaming, or as
-    many elements as the non-vectorized path issues (generic)."""
+    many elements as the non-vectorized path issues (generic); a foreach op adds its launches'
+    fixed cost."""
     bw_eff = gpu.params.strided_copy_eff if op.fn in STRIDED_FNS else None
     if op.generic:
         t_issue: float | None = generic_issue_time(op.numel, gpu)
     else:
         t_issue = issue_time(op.fn, op.numel, gpu)
-    return stream_time(op.cost(), gpu, vector=_vector(op.dtype), bw_eff=bw_eff, t_issue=t_issue)
+    out = stream_time(op.cost(), gpu, vector=_vector(op.dtype), bw_eff=bw_eff, t_issue=t_issue)
+    if op.foreach:
+        per = float(gpu.params.extra.get("foreach_launch_s", FOREACH_LAUNCH_S))
+        launches = foreach_launches(op.numel)
+        out = dataclasses.replace(out, time=out.time + launches * per,
+                                  t_overhead=out.t_overhead + launches * per,
+                                  detail={**out.detail, "launches": float(launches)})  # fmt: skip
+    return out
 
 
 def reduce_time(op: Reduce, gpu: GpuSpec) -> OpTime:

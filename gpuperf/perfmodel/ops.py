@@ -187,6 +187,9 @@ class Attention:
     # Sliding window: each query sees at most the `window` latest keys (0: all), as a
     # windowed FlashAttention kernel skips the blocks outside it.
     window: int = 0
+    # Dropout on the probabilities inside the kernel (training with attention dropout): a
+    # random number per (query, key) pair, drawn forward and drawn again backward.
+    dropout: bool = False
     kind: ClassVar[OpKind] = "attention"
 
     @property
@@ -237,7 +240,11 @@ class Attention:
             + (" causal" if self.causal else "")
             + (f" window{self.window}" if self.window else "")
             + (" mask" if self.mask else "")
+            + (" dropout" if self.dropout else "")
         )
+
+
+MASK_WRITERS = frozenset({"dropout", "dropout_add"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,14 +267,21 @@ class Elementwise:
     # operand broadcast or strided (eager RMSNorm's x * rsqrt and w * x, RoPE on transposed q/k),
     # or a widening cast; its per-element index arithmetic sets its pace (issue_generic).
     generic: bool = False
+    # One of torch's _foreach ops over a parameter list (AdamW's default on CUDA): it runs as
+    # multi_tensor_apply launches of a fixed size (FOREACH_LAUNCH_ELEMS), each paying
+    # foreach_launch_s beyond its bytes (gpuperf.perfmodel.membound).
+    foreach: bool = False
     kind: ClassVar[OpKind] = "elementwise"
 
     def cost(self) -> Cost:
         out_b = BYTES[self.out_dtype or self.dtype]
+        # Dropout keeps a one-byte mask per element: written forward, read by the backward.
+        mask_w = self.numel if self.fn in MASK_WRITERS else 0
+        mask_r = self.numel if self.fn == "dropout_bwd" else 0
         return Cost(
             flops=self.flops_per_elem * self.numel,
-            bytes_read=float(self.n_in * self.numel * BYTES[self.dtype]),
-            bytes_written=float(self.n_out * self.numel * out_b),
+            bytes_read=float(self.n_in * self.numel * BYTES[self.dtype] + mask_r),
+            bytes_written=float(self.n_out * self.numel * out_b + mask_w),
         )
 
     @property

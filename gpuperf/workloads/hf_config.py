@@ -375,8 +375,8 @@ def _gpt2(f: _Reader) -> dict[str, Any]:
         positions="learned",
         linear_bias=True,
         qkv_fused=True,  # GPT2Attention.c_attn
-        attention_dropout=f.num("attn_pdrop", default=0.0),
-        hidden_dropout=f.num("resid_pdrop", default=0.0),
+        attention_dropout=f.num("attn_pdrop", default=0.1),  # GPT2Config's defaults
+        hidden_dropout=f.num("resid_pdrop", default=0.1),
     )
 
 

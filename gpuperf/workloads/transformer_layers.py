@@ -140,12 +140,14 @@ def _gemm(ops: list[Op], d: Dims, name: str, m: int, n: int, k: int, batch: int 
     ops.append(Gemm(name, m, n, k, d.gemm, batch, None, d.scales))
 
 
-def attention_core(d: Dims, name: str = "attn/core", window: int = 0) -> Attention:
+def attention_core(d: Dims, name: str = "attn/core", window: int = 0,
+                   dropout: bool = False) -> Attention:  # fmt: skip
     """FlashAttention over the cache; with a sliding `window` the kernel skips the blocks
     outside it, and a decode step reads only the window (vLLM, flash_attn's window_size)."""
     kv = min(d.kv_len, window) if window and d.decode else d.kv_len
     return Attention(name, d.batch, d.heads, d.kv_heads, d.q_len, kv, d.head_dim, True,
-                     d.act, d.kv, window=window if window < kv else 0)  # fmt: skip
+                     d.act, d.kv, window=window if window < kv else 0,
+                     dropout=dropout)  # fmt: skip
 
 
 def sliding_sdpa(d: Dims, window: int, name: str = "attn/core") -> Attention:
@@ -166,7 +168,7 @@ def attention_ops(d: Dims, dropout: bool = False, window: int = 0) -> list[Op]:
         return ring_attention(d)
     if d.attn == "math":
         return math_attention(d, dropout)
-    return [attention_core(d, window=window)]
+    return [attention_core(d, window=window, dropout=dropout)]
 
 
 def math_attention(d: Dims, dropout: bool = False) -> list[Op]:
@@ -539,11 +541,19 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
         elif cfg.sdpa_mask and d.g.cp == 1 and d.attn == "flash":
             ops.append(Attention("attn/core", d.batch, d.heads, d.kv_heads, d.q_len, d.kv_len,
                                  hd, True, d.act, d.kv, mask=True))  # fmt: skip
-        else:
-            ops += attention_ops(d)
+        else:  # SDPA takes the module's attention dropout in training (GPT-2's attn_pdrop)
+            ops += attention_ops(d, d.train and cfg.attention_dropout > 0)
     _gemm(ops, d, "attn/out", T, h, d.heads * hd)
     ops += comm_ops.row_out(d, "attn/out")
     return ops
+
+
+def _eager_dropout(cfg: ModelConfig, d: Dims, name: str) -> list[Op]:
+    """nn.Dropout on a block's output in training (GPT-2's resid_pdrop, GPT-NeoX's hidden
+    dropout): one kernel writing the output and a byte mask, before the residual add."""
+    if not (d.train and cfg.hidden_dropout > 0):
+        return []
+    return [_ew(name, "dropout", d.T * d.hidden, d.act, flops=2.0)]
 
 
 def eager_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
@@ -557,6 +567,7 @@ def eager_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
         ops += mla_attention(cfg, d, True, d.mla)
     else:
         ops += _eager_attention(cfg, d, kind)
+    ops += _eager_dropout(cfg, d, "attn/dropout")
     if cfg.sandwich_norm:  # Gemma2/3: post_attention_layernorm before the residual add
         ops += eager_norm(cfg, "attn/post_norm", T, h, a)
     if cfg.parallel_residual:
@@ -566,6 +577,7 @@ def eager_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
         ops.append(_ew("attn/residual", "add", T * h, a, n_in=2))
         ops += eager_norm(cfg, "mlp/norm", T, h, a)
     ops += mlp_block(cfg, d, True, kind)
+    ops += _eager_dropout(cfg, d, "mlp/dropout")
     if cfg.sandwich_norm:
         ops += eager_norm(cfg, "mlp/post_norm", T, h, a)
     n_res = 3 if cfg.parallel_residual else 2

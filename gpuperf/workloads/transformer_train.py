@@ -10,15 +10,15 @@ Eager (HF transformers + torch.autograd + torch.optim.AdamW(foreach=True)): the 
 the order autograd runs them for LlamaDecoderLayer, checked with a dispatch-mode trace (73 kernels
 per layer for GQA: 10 MLP, 17 post-attention norm + residual, 29 attention, 17 input norm +
 residual). The optimizer is the 8 _foreach ops of torch's multi-tensor AdamW (the default on
-CUDA), in the parameters' dtype, one Op each (each
-really launches ~params/(320·65536) multi_tensor_apply kernels; their bytes are what matter).
+CUDA), in the parameters' dtype, one foreach Op each (each really launches ~params/(320·65536)
+multi_tensor_apply kernels: their bytes and a fixed cost per launch, gpuperf.perfmodel.membound).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuperf.dtypes import BYTES
+from gpuperf.dtypes import BYTES, DType
 from gpuperf.perfmodel.ops import (
     P2P,
     Attention,
@@ -169,6 +169,20 @@ _SHARED_INPUT = {"attn/k": ("attn/kv.grad_add", "attn/v"), "attn/q": ("attn/q.gr
 _ROPE_OF = {"attn/q": "attn/rope_q", "attn/k": "attn/rope_k"}
 
 
+_QKV = frozenset({"attn/qkv", "attn/q", "attn/k", "attn/v"})
+
+
+def bias_grad(cfg: ModelConfig, op: Op, a: DType) -> list[Op]:
+    """A biased nn.Linear's bias gradient in eager autograd: the output gradient summed over
+    the tokens, a column reduction of its own (GPT-2's and GPT-NeoX's every projection, Qwen2's
+    q, k and v; none for the lm_head)."""
+    if not isinstance(op, Gemm) or op.name.startswith(("lm_head", "loss")):
+        return []
+    if not (cfg.linear_bias or (cfg.qkv_bias and op.name in _QKV)):
+        return []
+    return [Reduce(op.name + ".bias_grad", "sum", op.n, op.m * op.batch, 1, a)]
+
+
 def _gqa_grad_sums(d: Dims) -> list[Op]:
     """SDPA with enable_gqa: the K and V gradients summed over each query group (none for MHA)."""
     if d.heads == d.kv_heads:
@@ -222,7 +236,7 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
             kv_n, group = op.numel // (d.heads // d.kv_heads), d.heads // d.kv_heads
             out.append(_ew(op.name + ".bwd", "sum", kv_n, a, group))
             continue
-        out += fused_backward(op)
+        out += fused_backward(op) + bias_grad(cfg, op, a)
         if isinstance(op, Attention) and op.name == "attn/core" and not cfg.kv_broadcast:
             out += _gqa_grad_sums(d)
         shared = _SHARED_INPUT.get(op.name)
@@ -259,12 +273,12 @@ def eager_layer_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]
     ops += _gqa_grad_sums(d)
     ops += _eager_rope_backward("attn/rope_k", T * d.kv_heads * d.head_dim, a)
     ops += _eager_rope_backward("attn/rope_q", T * d.heads * d.head_dim, a)
-    ops += gemm_backward(g["attn/v"])
+    ops += gemm_backward(g["attn/v"]) + bias_grad(cfg, g["attn/v"], a)
     ops.append(Copy("attn/k.grad_clone", T * d.kv_heads * d.head_dim * 2, a))  # type: ignore[arg-type]
-    ops += gemm_backward(g["attn/k"])
+    ops += gemm_backward(g["attn/k"]) + bias_grad(cfg, g["attn/k"], a)
     ops.append(_ew("attn/kv.grad_add", "add", T * h, a, 2))
     ops.append(Copy("attn/q.grad_clone", T * d.heads * d.head_dim * 2, a))  # type: ignore[arg-type]
-    ops += gemm_backward(g["attn/q"])
+    ops += gemm_backward(g["attn/q"]) + bias_grad(cfg, g["attn/q"], a)
     ops.append(_ew("attn/q.grad_add", "add", T * h, a, 2))
     ops += eager_norm_backward(cfg, "attn/norm", T, h, a)
     ops.append(_ew("mlp/residual.bwd", "add", T * h, a, 2))
@@ -312,13 +326,14 @@ def optimizer_ops(params: float, d: Dims, eager: bool) -> list[Op]:
         ops.append(_ew("optimizer/zero_grad", "fill", P, d.act, 0, flops=0.0))
         return ops
     # torch/optim/adamw.py _multi_tensor_adamw, non-capturable: weight decay, lerp m, v*beta2,
-    # addcmul g*g, sqrt v, / bias correction, + eps, addcdiv into the params.
+    # addcmul g*g (g read twice from the same address: once from memory), sqrt v, / bias
+    # correction, + eps, addcdiv into the params. Each a _foreach op (multi_tensor_apply).
     steps = [("decay", "mul", 1), ("m_lerp", "lerp", 2), ("v_scale", "mul", 1),
-             ("v_addcmul", "addcmul", 3), ("v_sqrt", "sqrt", 1), ("bias_corr", "div", 1),
+             ("v_addcmul", "addcmul", 2), ("v_sqrt", "sqrt", 1), ("bias_corr", "div", 1),
              ("eps", "add", 1), ("update", "addcdiv", 3)]  # fmt: skip
     # Its states take the parameters' dtype: a model held in bf16 (HF with dtype=bf16) steps
     # in bf16, an fp32 model in fp32.
-    return [_ew(f"optimizer/{n}", fn, P, d.act, k) for n, fn, k in steps]
+    return [replace(_ew(f"optimizer/{n}", fn, P, d.act, k), foreach=True) for n, fn, k in steps]
 
 
 def layer_backward(

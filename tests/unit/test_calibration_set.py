@@ -35,7 +35,9 @@ def test_gpu_set_constrains_every_single_gpu_parameter(profile):
     # the live set measures bf16 kernels only; the formats' parameters come from their sweeps'
     # result files (run_sweeps.py --groups gemm_quant,gemm_quant_decode,grouped_gemm)
     expected = set(cal.OP_PARAMS) - calib.MULTI_GPU_PARAMS - set(cal.LATE_PARAMS)
-    assert set(names) == expected
+    # a late parameter the live set happens to move (the softmax's share of an attention pair,
+    # at the head dims it measures) is fitted on its own rows all the same
+    assert expected <= set(names) <= expected | set(cal.LATE_PARAMS)
 
 
 def test_constrained_params_by_hand():
