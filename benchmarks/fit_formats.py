@@ -37,6 +37,8 @@ FILES = (
     "grouped_gemm.json",
     "attention_masked_prefill.json",
     "train_kernels.json",
+    "eager_ew.json",
+    "partial_rope.json",
 )
 NAMES = list(cal.LATE_PARAMS)
 SOURCE = "calibrated by benchmarks/fit_formats.py (calibration split of {files})"

@@ -83,7 +83,7 @@ BIAS_GRAD = [(8192, 1600), (8192, 4800), (8192, 6400), (4096, 4096), (4096, 1228
              (16384, 3584), (2048, 768)]  # fmt: skip
 
 
-def _kernels(torch, fn, calls: int = 5) -> list[list[tuple[str, float]]]:  # noqa: ANN001
+def kernel_calls(torch, fn, calls: int = 5) -> list[list[tuple[str, float]]]:  # noqa: ANN001
     """The kernels (name, µs) of each of `calls` calls of fn, in the order they ran."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -107,7 +107,7 @@ def _row(op, measured_us: float, event_ms: float | None, detail: dict) -> dict: 
             "method": "torch.profiler kernel durations, median of calls"}  # fmt: skip
 
 
-def _short(name: str) -> str:
+def short_name(name: str) -> str:
     return name.replace("void at::native::", "").replace("(anonymous namespace)::", "")[:110]
 
 
@@ -134,7 +134,7 @@ def _sdpa_shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: AN
     rows = []
     for backward, fn in ((False, fwd), (True, bwd)):
         t = time_fn(fn, "cuda", budget)
-        calls = _kernels(torch, fn)
+        calls = kernel_calls(torch, fn)
         # cuDNN's head reductions of dK and dV under GQA are gpuperf's attn/core.dk_sum and
         # dv_sum, charged apart: left out of the attention call's kernels
         core = statistics.median(sum(us for n, us in c if "reduce_head" not in n) for c in calls)
@@ -143,7 +143,7 @@ def _sdpa_shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: AN
                        "bf16", backward=backward, dropout=p > 0)  # fmt: skip
         rows.append(_row(op, core, t.median_s * 1e3, {
             "dropout_p": p, "head_sums_us": sums,
-            "kernels": [(_short(n), round(us, 2)) for n, us in calls[-1]]}))  # fmt: skip
+            "kernels": [(short_name(n), round(us, 2)) for n, us in calls[-1]]}))  # fmt: skip
         print(f"{op.name:34s} {core:9.1f} us (events {t.median_s * 1e6:9.1f}) head sums"
               f" {sums:7.1f}", flush=True)  # fmt: skip
     return rows
@@ -188,7 +188,7 @@ def adamw_rows(torch, time_fn, Budget) -> list[dict]:  # noqa: ANN001
             opt.step()  # the states exist from the first step on
         t = time_fn(opt.step, "cuda", Budget(warmup_ms=5, rep_ms=60, graphs=False,
                                               flush_l2=False))  # fmt: skip
-        calls = _kernels(torch, opt.step, calls=3)
+        calls = kernel_calls(torch, opt.step, calls=3)
         # Consecutive launches of one kernel are one foreach op (each op's kernels differ from
         # the next op's: functor, list depth or scalar list)
         per_call = []
@@ -219,17 +219,17 @@ def adamw_rows(torch, time_fn, Budget) -> list[dict]:  # noqa: ANN001
             us = statistics.median(g[i][2] for g in per_call)
             op = Elementwise(f"adamw/{name}/{op_name}", fn, P, n_in, 1, dt, foreach=True)
             rows.append(_row(op, us, None, {
-                "kernel": _short(per_call[-1][i][0]), "launches": per_call[-1][i][1],
+                "kernel": short_name(per_call[-1][i][0]), "launches": per_call[-1][i][1],
                 "tensors": len(params), "step_ms": t.median_s * 1e3,
                 "fused_step_ms": tf.median_s * 1e3}))  # fmt: skip
             print(f"   {op_name:10s} {us / 1e3:8.3f} ms  launches {per_call[-1][i][1]:4d}"
-                  f"  {_short(per_call[-1][i][0])[:70]}", flush=True)  # fmt: skip
+                  f"  {short_name(per_call[-1][i][0])[:70]}", flush=True)  # fmt: skip
         if not ok:
             rows.append(
                 {
                     "name": f"adamw/{name}",
                     "error": f"foreach groups {[len(g) for g in per_call]} != {len(ADAMW_OPS)}",
-                    "detail": {"kernels": [(_short(n), c, us) for n, c, us in per_call[-1]]},
+                    "detail": {"kernels": [(short_name(n), c, us) for n, c, us in per_call[-1]]},
                 }
             )
         del params, opt, fused
@@ -240,11 +240,11 @@ def adamw_rows(torch, time_fn, Budget) -> list[dict]:  # noqa: ANN001
 def _timed_row(torch, op, fn, budget, time_fn) -> dict:  # noqa: ANN001
     """A row of `op`: every kernel of fn(), median over calls."""
     t = time_fn(fn, "cuda", budget)
-    calls = _kernels(torch, fn)
+    calls = kernel_calls(torch, fn)
     us = statistics.median(sum(u for _, u in c) for c in calls)
     print(f"{op.name:34s} {us:9.1f} us (events {t.median_s * 1e6:9.1f})", flush=True)
     return _row(op, us, t.median_s * 1e3,
-                {"kernels": [(_short(n), round(u, 2)) for n, u in calls[-1]]})  # fmt: skip
+                {"kernels": [(short_name(n), round(u, 2)) for n, u in calls[-1]]})  # fmt: skip
 
 
 def _dropout(torch, T: int, h: int, budget, time_fn) -> list[dict]:  # noqa: ANN001

@@ -39,7 +39,8 @@ CORE_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_
                "max_position_embeddings", "tie_word_embeddings", "mlp", "hidden_act", "norm",
                "positions", "rope_theta")  # fmt: skip
 UNITS = {"max_position_embeddings": "tokens", "sliding_window": "tokens",
-         "attn_softcap": "logit cap", "rotary_frac": "of head_dim"}  # fmt: skip
+         "attn_softcap": "logit cap", "final_softcap": "logit cap",
+         "rotary_frac": "of head_dim"}  # fmt: skip
 
 
 @click.group()

@@ -24,7 +24,7 @@ from gpuperf.dtypes import BYTES
 from gpuperf.hardware.spec import GpuSpec, ModelParams
 from gpuperf.perfmodel.comm import chunk_misaligned
 from gpuperf.perfmodel.gemm_quant import is_rowwise_fp8
-from gpuperf.perfmodel.ops import Attention, Collective, Elementwise, Gemm, GroupedGemm, Op
+from gpuperf.perfmodel.ops import Attention, Collective, Copy, Elementwise, Gemm, GroupedGemm, Op
 from gpuperf.perfmodel.ops_io import op_to_dict
 from gpuperf.perfmodel.roofline import op_time
 
@@ -89,6 +89,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "attn_dropout_ops": (0.0, 16.0),
     "foreach_launch_s": (0.0, 50e-6),
     "issue_dropout": (1.0, 400.0),
+    "issue_cat": (1.0, 400.0),
 }
 # Fitted in log space (they span orders of magnitude).
 LOG_PARAMS = {
@@ -103,6 +104,7 @@ LOG_PARAMS = {
     "comm_channel_copy_bw",
     *(f"issue_{fn}" for fn in ISSUE_FNS),
     "issue_dropout",
+    "issue_cat",
     "attn_softmax_ops",
     "attn_bwd_softmax_ops",
 }
@@ -343,6 +345,7 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
     # torch's _foreach ops (AdamW), and the dropout kernels of eager modules
     (("foreach_launch_s",), lambda op: isinstance(op, Elementwise) and op.foreach),
     (("issue_dropout",), lambda op: isinstance(op, Elementwise) and op.fn == "dropout"),
+    (("issue_cat",), lambda op: isinstance(op, Copy) and op.generic),
 )
 
 

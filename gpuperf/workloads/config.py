@@ -67,6 +67,10 @@ class ModelConfig:
     sliding_window: int = 0  # tokens a sliding layer attends to (0: none)
     sliding_layers: tuple[int, ...] = ()  # indices of the layers that use the window
     attn_softcap: float = 0.0  # cap * tanh(scores / cap) (Gemma2; 0: none)
+    final_softcap: float = 0.0  # cap * tanh(logits / cap) after the lm_head (Gemma2; 0: none)
+    # The fused q/k/v projection is laid out per head, [.., heads, 3 · head_dim], and chunked
+    # along head_dim (GPTNeoXAttention): its backward concatenates the three gradients there.
+    qkv_per_head: bool = False
     # HF hands SDPA keys and values with fewer heads than the queries and no enable_gqa, with a
     # mask (Falcon-7B's multi-query attention): only PyTorch's math backend takes them, in fp32.
     sdpa_math: bool = False
@@ -147,6 +151,7 @@ class ModelConfig:
             raise InputError(f"{self.name}: shared_input_norm needs parallel_residual")
         _number(self, "rotary_frac", 0, 1, low_open=True)
         _number(self, "attn_softcap", 0, 1e300)
+        _number(self, "final_softcap", 0, 1e300)
         for attr in ("attention_dropout", "hidden_dropout"):
             _number(self, attr, 0, 1, high_open=True)
         _number(self, "rope_theta", 0, 1e300, low_open=True, high_open=True)

@@ -215,6 +215,7 @@ def _gemma(f: _Reader) -> dict[str, Any]:
     kw = _shape(f, 131072 if g3 else 8192, **defaults)
     L = f.layers()
     cap = f.opt("attn_logit_softcapping", None if g3 else 50.0)
+    final = f.opt("final_logit_softcapping", None if g3 else 30.0)
     if (layers := f.layer_types(L)) is None:  # all but every 2nd (Gemma2) or pattern-th layer
         every = f.count("sliding_window_pattern", "_sliding_window_pattern", default=6) if g3 else 2
         layers = tuple(i for i in range(L) if (i + 1) % every)
@@ -227,6 +228,7 @@ def _gemma(f: _Reader) -> dict[str, Any]:
         embed_scale=True,
         norm_weight_fp32=True,  # Gemma2RMSNorm / Gemma3RMSNorm: output * (1.0 + weight.float())
         attn_softcap=0.0 if cap is None else cap,
+        final_softcap=0.0 if final is None else final,
         rope_theta=f.rope("rope_theta", default=1e6 if g3 else 10000.0),
         **_window(f.opt("sliding_window", 4096), layers),
     )
@@ -401,6 +403,7 @@ def _gpt_neox(f: _Reader) -> dict[str, Any]:
         norm="layernorm",
         linear_bias=True,
         qkv_fused=True,  # GPTNeoXAttention.query_key_value
+        qkv_per_head=True,
         parallel_residual=f.flag("use_parallel_residual", True),
         rotary_frac=f.rope("rotary_pct", "partial_rotary_factor", default=0.25),
         rope_theta=f.rope("rotary_emb_base", "rope_theta", default=10000.0),

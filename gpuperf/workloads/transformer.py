@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import fields, replace
 
-from gpuperf.dtypes import BYTES
+from gpuperf.dtypes import BYTES, DType
 from gpuperf.errors import InputError
 from gpuperf.perfmodel.ops import Collective, Copy, Elementwise, Embedding, Gemm, Norm, Op
 from gpuperf.workloads import comm_ops
@@ -112,6 +112,16 @@ def prologue(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     return ops
 
 
+def final_softcap(cfg: ModelConfig, n: int, a: DType) -> list[Op]:
+    """Gemma2's final_logit_softcapping as its modeling code (and vLLM's logits processor) runs
+    it: logits / cap, tanh, * cap, three passes over the logits."""
+    if not cfg.final_softcap:
+        return []
+    return [Elementwise("lm_head/softcap_div", "mul", n, 1, 1, a),
+            Elementwise("lm_head/softcap_tanh", "tanh", n, 1, 1, a, None, 8.0),
+            Elementwise("lm_head/softcap_mul", "mul", n, 1, 1, a)]  # fmt: skip
+
+
 def epilogue(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> list[Op]:
     """Final norm, then lm_head: last token per sequence (prefill), every token (decode, train).
     Under tensor parallelism the lm_head is column-parallel over the vocabulary: Megatron's
@@ -129,6 +139,7 @@ def epilogue(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> list[Op]:
         ops.append(Copy("logits_gather", rows * h * BYTES[d.act], d.act))
     vocab = -(-cfg.vocab // d.g.tp)
     ops.append(Gemm("lm_head", rows, vocab, h, d.act))
+    ops += final_softcap(cfg, rows * vocab, d.act)
     if d.g.tp > 1 and (mode != "train" or d.g.tp_impl == "dtensor" or eager):
         nbytes = rows * vocab * d.g.tp * BYTES[d.act]
         ops.append(Collective("lm_head.allgather", "allgather", nbytes, d.g.tp, d.act,

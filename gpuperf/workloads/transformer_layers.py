@@ -444,7 +444,9 @@ def eager_rope(name: str, d: Dims, heads: int, dim: int | None = None) -> list[O
         _ew(f"{name}/add", "add", n, d.act, n_in=2, generic=True),
     ]
     if rot < d.head_dim:
-        ops.append(Copy(f"{name}/cat_pass", d.T * heads * d.head_dim * BYTES[d.act], d.act))
+        # torch.cat([q_embed, q_pass]): q_pass a strided slice of a transposed view
+        ops.append(Copy(f"{name}/cat_pass", d.T * heads * d.head_dim * BYTES[d.act], d.act,
+                        generic=True))  # fmt: skip
     return ops
 
 

@@ -137,6 +137,21 @@ def _eager_rope_backward(name: str, n: int, a: str) -> list[Op]:
     ]
 
 
+def _pass_slices_backward(name: str, rot: int, whole: int | None, a: str) -> list[Op]:
+    """Partial rotary (GPT-NeoX, Nemotron): q[..., :rot] and q[..., rot:] each reach q's gradient
+    through slice_backward (a zero-filled q-sized tensor, the slice's gradient copied into its
+    strided place), then the two are added. None without a pass-through part (`whole` None)."""
+    if not whole:
+        return []
+    return [
+        _ew(f"{name}/rot_slice.bwd_fill", "fill", whole, a, 0),
+        _ew(f"{name}/rot_slice.bwd", "slice_backward", rot, a, generic=True),
+        _ew(f"{name}/pass_slice.bwd_fill", "fill", whole, a, 0),
+        _ew(f"{name}/pass_slice.bwd", "slice_backward", whole - rot, a, generic=True),
+        _ew(f"{name}/slices.bwd_add", "add", whole, a, 2),
+    ]
+
+
 _MATH = ("attn/scores", "attn/softmax", "attn/context", "attn/repeat_", "attn/math.")
 # Kernels of PyTorch's math SDPA that make its mask and find fully masked rows: no gradient.
 _NO_GRAD = ("attn/math.mask_f32", "attn/math.isneginf")
@@ -204,6 +219,8 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
     norms, done = _eager_norms(layer), set()
     ropes = {op.name.rpartition("/")[0]: op.numel for op in layer
              if isinstance(op, Elementwise) and op.name.endswith("/mul_cos")}  # fmt: skip
+    whole = {op.name.rpartition("/")[0]: op.nbytes // BYTES[d.act] for op in layer
+             if isinstance(op, Copy) and op.name.endswith("/cat_pass")}  # fmt: skip
     names = {op.name for op in layer}
     a, first_residual = d.act, None
     out: list[Op] = []
@@ -213,7 +230,8 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
             if name not in done:  # its last kernel comes first: its backward, once
                 done.add(name)
                 out += (eager_norm_backward(cfg, name, *norms[name], a) if name in norms
-                        else _eager_rope_backward(name, ropes[name], a))  # fmt: skip
+                        else _eager_rope_backward(name, ropes[name], a)
+                        + _pass_slices_backward(name, ropes[name], whole.get(name), a))  # fmt: skip
             continue
         if op.name in ("attn/cache_k", "attn/cache_v"):
             continue
@@ -239,6 +257,8 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
         out += fused_backward(op) + bias_grad(cfg, op, a)
         if isinstance(op, Attention) and op.name == "attn/core" and not cfg.kv_broadcast:
             out += _gqa_grad_sums(d)
+        if op.name == "attn/qkv" and cfg.qkv_per_head:  # chunk's backward: a cat of strided rows
+            out.append(Copy("attn/qkv.grad_cat", op.m * op.n * BYTES[a], a, generic=True))  # type: ignore[arg-type]
         shared = _SHARED_INPUT.get(op.name)
         if isinstance(op, Gemm) and shared and shared[1] in names:
             out.append(_ew(shared[0], "add", op.m * op.k, a, 2))
@@ -418,6 +438,11 @@ def head_backward(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     vocab = -(-cfg.vocab // d.g.tp)
     if eager and d.g.tp > 1 and d.g.tp_impl == "megatron":  # the gather's backward: our slice
         ops.append(Copy("lm_head.slice", T * vocab * BYTES[a], a))
+    if cfg.final_softcap:  # * cap, tanh, / cap backward: the tanh's reads its output too
+        n = T * vocab
+        ops += [_ew("lm_head/softcap_mul.bwd", "mul", n, a),
+                _ew("lm_head/softcap_tanh.bwd", "tanh_backward", n, a, 2, flops=3.0),
+                _ew("lm_head/softcap_div.bwd", "mul", n, a)]  # fmt: skip
     dgrad, wgrad = gemm_backward(Gemm("lm_head", T, vocab, h, a))  # type: ignore[arg-type]
     ops += comm_ops.col_in_backward(d, dgrad, wgrad)[0]
     if eager:
