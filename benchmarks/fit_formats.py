@@ -59,8 +59,10 @@ def write(profile: Path, values: dict[str, float], source: str) -> None:
 
     top = {k: v for k, v in values.items() if k in fields}
     rest = {k: v for k, v in values.items() if k not in fields}
-    if top:  # [model] is the table just before [model.extra]
+    if top:  # [model] is the table just before [model.extra]; a profile may have none yet
         before, msep, model = head.partition("\n[model]\n")
+        if not msep:
+            before, msep, model = head.rstrip("\n") + "\n", "\n[model]\n", ""
         head = before + msep + "\n".join(lines(model, top)) + "\n"
     profile.write_text(head + sep + "\n".join(lines(extra, rest)) + "\n")
 
@@ -85,8 +87,12 @@ def main() -> int:
     names = a.only or NAMES
     params = cal.fit(calib, gpu, names)
     fitted = dataclasses.replace(gpu, params=params)
-    # Parameters with no rows of their kernel here stay at the model's default (left out).
-    values = {n: v for n in names if not math.isnan(v := cal.param_value(params, n))}
+    # Only the stages with enough rows of their kernel here ran (calibrate.fit: three); the
+    # others' parameters stay as the profile has them, left out.
+    ran = {n for stage, select in cal.LATE
+           if sum(select(s.op) for s in calib) >= 3 for n in stage}  # fmt: skip
+    values = {n: v for n in names
+              if n in ran and not math.isnan(v := cal.param_value(params, n))}  # fmt: skip
     for n, v in values.items():
         print(f"{n:22s} {v:.4g}")
     errs: dict[tuple[str, str], list[float]] = defaultdict(list)

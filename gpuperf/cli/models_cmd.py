@@ -88,6 +88,8 @@ def _features(cfg: ModelConfig) -> str:
     tags += [tag for attr, tag in names.items() if getattr(cfg, attr)]
     if cfg.attn_softcap:
         tags.append(f"softcap {cfg.attn_softcap:g}")
+    if cfg.final_softcap:
+        tags.append(f"logit softcap {cfg.final_softcap:g}")
     return ", ".join(tags) or "-"
 
 

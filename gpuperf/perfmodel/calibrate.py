@@ -330,13 +330,13 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
         ("grouped_gemm_mem_eff", "grouped_gemm_eff", "grouped_gemm_floor_s"),
         lambda op: isinstance(op, GroupedGemm),
     ),
-    (("attn_mask_eff",), lambda op: isinstance(op, Attention) and op.mask and op.q_len > 1),
     # The softmax's share of a pair where it, not the matmuls, binds (head_dim 64 and below);
-    # then the backward kernels; then dropout inside attention, on top of both.
+    # then what builds on it: the masked prefill, the backward kernels, dropout inside attention.
     (
         ("attn_softmax_ops",),
         lambda op: _plain_attention(op) and not op.backward and op.head_dim <= 64,
     ),
+    (("attn_mask_eff",), lambda op: isinstance(op, Attention) and op.mask and op.q_len > 1),
     (
         ("attn_bwd_eff", "attn_bwd_softmax_ops", "attn_bwd_fill_blocks"),
         lambda op: _plain_attention(op) and op.backward,

@@ -121,9 +121,10 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
     h = cfg.hidden
     if recompute == "full":  # only the layer's input (sequence-parallel: its shard)
         return BYTES[act] * b * s * h / (tp if sp else 1)
-    full = train_activation_bytes_per_layer(cfg, b, s, act)
+    full = train_activation_bytes_per_layer(cfg, b, s, act, dropout=cfg.hidden_dropout > 0)
     if attn == "math" and recompute != "selective":
-        full += 4 * cfg.heads * s * s * b  # scores and softmax output, 16-bit each
+        # scores and softmax output, 16-bit each, and with attention dropout its 1-byte mask
+        full += (5 if cfg.attention_dropout > 0 else 4) * cfg.heads * s * s * b
     if sp:
         return full / tp
     replicated = BYTES[act] * b * s * 4 * h  # two norm inputs, QKV input, MLP input
@@ -213,7 +214,14 @@ def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: 
     rebuilt = (
         _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none") if recompute == "full" else 0.0
     )
-    head = b * seq // cp * -(-cfg.vocab // tp) * (pb + (4 if act != "fp32" else 0))
+    # the logits and their fp32 copy for the loss; a final softcap keeps its tanh's output too
+    head = (
+        b
+        * seq
+        // cp
+        * -(-cfg.vocab // tp)
+        * (pb + (4 if act != "fp32" else 0) + (pb if cfg.final_softcap else 0))
+    )
     return (pb, grad_bytes(act, eager), optimizer_bytes_per_param(pb, eager),
             _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute), rebuilt,
             float(head))  # fmt: skip

@@ -139,11 +139,13 @@ def epilogue(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> list[Op]:
         ops.append(Copy("logits_gather", rows * h * BYTES[d.act], d.act))
     vocab = -(-cfg.vocab // d.g.tp)
     ops.append(Gemm("lm_head", rows, vocab, h, d.act))
-    ops += final_softcap(cfg, rows * vocab, d.act)
-    if d.g.tp > 1 and (mode != "train" or d.g.tp_impl == "dtensor" or eager):
+    gathered = d.g.tp > 1 and (mode != "train" or d.g.tp_impl == "dtensor" or eager)
+    if gathered:
         nbytes = rows * vocab * d.g.tp * BYTES[d.act]
         ops.append(Collective("lm_head.allgather", "allgather", nbytes, d.g.tp, d.act,
                               d.g.tp_nodes))  # fmt: skip
         if eager and d.g.tp_impl == "megatron":  # torch.cat of the gathered shards
             ops.append(Copy("lm_head.cat", nbytes, d.act))
+    # on the logits the model's loss (or sampler) sees: whole once gathered, else this shard
+    ops += final_softcap(cfg, rows * vocab * (d.g.tp if gathered else 1), d.act)
     return ops

@@ -569,7 +569,7 @@ def eager_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
         ops += mla_attention(cfg, d, True, d.mla)
     else:
         ops += _eager_attention(cfg, d, kind)
-    ops += _eager_dropout(cfg, d, "attn/dropout")
+    ops += _eager_dropout(cfg, d, "attn/resid_dropout")
     if cfg.sandwich_norm:  # Gemma2/3: post_attention_layernorm before the residual add
         ops += eager_norm(cfg, "attn/post_norm", T, h, a)
     if cfg.parallel_residual:
@@ -579,7 +579,7 @@ def eager_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
         ops.append(_ew("attn/residual", "add", T * h, a, n_in=2))
         ops += eager_norm(cfg, "mlp/norm", T, h, a)
     ops += mlp_block(cfg, d, True, kind)
-    ops += _eager_dropout(cfg, d, "mlp/dropout")
+    ops += _eager_dropout(cfg, d, "mlp/resid_dropout")
     if cfg.sandwich_norm:
         ops += eager_norm(cfg, "mlp/post_norm", T, h, a)
     n_res = 3 if cfg.parallel_residual else 2

@@ -191,8 +191,8 @@ def bias_grad(cfg: ModelConfig, op: Op, a: DType) -> list[Op]:
     """A biased nn.Linear's bias gradient in eager autograd: the output gradient summed over
     the tokens, a column reduction of its own (GPT-2's and GPT-NeoX's every projection, Qwen2's
     q, k and v; none for the lm_head)."""
-    if not isinstance(op, Gemm) or op.name.startswith(("lm_head", "loss")):
-        return []
+    if not isinstance(op, Gemm) or op.batch > 1 or not op.name.startswith(("attn/", "mlp/")):
+        return []  # the lm_head, and math attention's batched score products, have no bias
     if not (cfg.linear_bias or (cfg.qkv_bias and op.name in _QKV)):
         return []
     return [Reduce(op.name + ".bias_grad", "sum", op.n, op.m * op.batch, 1, a)]
@@ -254,11 +254,11 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
             kv_n, group = op.numel // (d.heads // d.kv_heads), d.heads // d.kv_heads
             out.append(_ew(op.name + ".bwd", "sum", kv_n, a, group))
             continue
+        if op.name == "attn/qkv" and cfg.qkv_per_head:  # chunk's backward: a cat of strided rows
+            out.append(Copy("attn/qkv.grad_cat", op.m * op.n * BYTES[a], a, generic=True))  # type: ignore[arg-type]
         out += fused_backward(op) + bias_grad(cfg, op, a)
         if isinstance(op, Attention) and op.name == "attn/core" and not cfg.kv_broadcast:
             out += _gqa_grad_sums(d)
-        if op.name == "attn/qkv" and cfg.qkv_per_head:  # chunk's backward: a cat of strided rows
-            out.append(Copy("attn/qkv.grad_cat", op.m * op.n * BYTES[a], a, generic=True))  # type: ignore[arg-type]
         shared = _SHARED_INPUT.get(op.name)
         if isinstance(op, Gemm) and shared and shared[1] in names:
             out.append(_ew(shared[0], "add", op.m * op.k, a, 2))
@@ -320,7 +320,8 @@ def loss_ops(cfg: ModelConfig, d: Dims, eager: bool) -> tuple[list[Op], list[Op]
         return fwd, [_ew("loss/ce.bwd", "ce_bwd", T * V, a, flops=3.0)]
     # LlamaForCausalLM loss: logits.float(), pad + clone the shifted labels, log_softmax, nll.
     fwd = [
-        _ew("loss/logits_f32", "cast", T * V, a, out="fp32", flops=0.0),
+        # logits.float(): a widening cast, PyTorch's unrolled (non-vectorized) copy
+        _ew("loss/logits_f32", "cast", T * V, a, out="fp32", flops=0.0, generic=True),
         _ew("loss/pad_labels", "pad", T, "fp32"),
         Copy("loss/labels_clone", T * 8, "fp32"),
         Norm("loss/log_softmax", "softmax", T, V, "fp32"),
@@ -436,13 +437,15 @@ def head_backward(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     T, h, a = d.T, d.hidden, d.act
     ops: list[Op] = loss_ops(cfg, d, eager)[1]
     vocab = -(-cfg.vocab // d.g.tp)
-    if eager and d.g.tp > 1 and d.g.tp_impl == "megatron":  # the gather's backward: our slice
-        ops.append(Copy("lm_head.slice", T * vocab * BYTES[a], a))
-    if cfg.final_softcap:  # * cap, tanh, / cap backward: the tanh's reads its output too
-        n = T * vocab
+    if cfg.final_softcap:  # * cap, tanh, / cap backward (the tanh's reads its output too), on
+        # the logits the loss saw: gathered (DTensor, eager) or this shard (Megatron's fused)
+        gathered = d.g.tp > 1 and (d.g.tp_impl == "dtensor" or eager)
+        n = T * (vocab * d.g.tp if gathered else vocab)
         ops += [_ew("lm_head/softcap_mul.bwd", "mul", n, a),
                 _ew("lm_head/softcap_tanh.bwd", "tanh_backward", n, a, 2, flops=3.0),
                 _ew("lm_head/softcap_div.bwd", "mul", n, a)]  # fmt: skip
+    if eager and d.g.tp > 1 and d.g.tp_impl == "megatron":  # the gather's backward: our slice
+        ops.append(Copy("lm_head.slice", T * vocab * BYTES[a], a))
     dgrad, wgrad = gemm_backward(Gemm("lm_head", T, vocab, h, a))  # type: ignore[arg-type]
     ops += comm_ops.col_in_backward(d, dgrad, wgrad)[0]
     if eager:

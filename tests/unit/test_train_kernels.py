@@ -110,12 +110,16 @@ def test_gpt2_trains_with_its_config_dropout_and_bias_gradients():
     assert cfg.hidden_dropout == 0.1 and cfg.attention_dropout == 0.1
     train = build_ops(cfg, Scenario(mode="train", impl="eager", batch=2, seq=512))
     names = {op.name.split("/", 1)[-1] for op in train}
-    assert {"attn/dropout", "mlp/dropout", "attn/dropout.bwd", "mlp/dropout.bwd"} <= names
+    assert {"attn/resid_dropout", "mlp/resid_dropout", "attn/resid_dropout.bwd",
+            "mlp/resid_dropout.bwd"} <= names  # fmt: skip
     assert all(op.dropout for op in train if isinstance(op, Attention))
     sums = [op for op in train if isinstance(op, Reduce) and op.name.endswith(".bias_grad")]
     assert len(sums) == 2 * 4  # c_attn, c_proj, c_fc, mlp c_proj per layer
     prefill = build_ops(cfg, Scenario(mode="prefill", impl="eager", batch=2, seq=512))
     assert not any("dropout" in op.name for op in prefill)
+    math = build_ops(cfg, Scenario(mode="train", impl="eager", batch=2, seq=512, attn="math"))
+    assert len([op for op in math if op.name.endswith(".bias_grad")]) == 2 * 4  # no score GEMMs
+    assert len({op.name for op in math}) == len([op.name for op in math])  # names are unique
     assert not any(op.dropout for op in prefill if isinstance(op, Attention))
 
 
@@ -196,3 +200,42 @@ def test_gpt_neox_partial_rotary_backward_slices_and_concatenates_its_qkv_gradie
         for op in build_ops(load_model("llama2-7b"), Scenario(mode="train", impl="eager", seq=512))
     }
     assert not any("slice.bwd_fill" in n or "grad_cat" in n for n in llama)
+
+
+def test_training_memory_keeps_dropout_masks_and_the_softcapped_logits():
+    from gpuperf.step.memory import memory_breakdown
+
+    gpt2 = from_hf_dict({"model_type": "gpt2", "n_embd": 768, "n_layer": 2, "n_head": 12,
+                         "vocab_size": 50257, "n_positions": 1024}, name="gpt2-2l")  # fmt: skip
+    sc = Scenario(mode="train", impl="eager", batch=2, seq=512)
+    with_masks = memory_breakdown(gpt2, sc)["activations"]
+    without = memory_breakdown(replace(gpt2, hidden_dropout=0.0, attention_dropout=0.0), sc)
+    assert with_masks - without["activations"] == pytest.approx(2 * 2 * 512 * 768 * 2)  # 2 layers
+    g2 = from_hf_dict({"model_type": "gemma2", "hidden_size": 256, "num_hidden_layers": 2,
+                       "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+                       "intermediate_size": 512, "vocab_size": 4096}, name="g2")  # fmt: skip
+    capped = memory_breakdown(g2, sc)["activations"]
+    plain = memory_breakdown(replace(g2, final_softcap=0.0), sc)["activations"]
+    assert capped - plain == pytest.approx(2 * 512 * 4096 * 2)  # the tanh's bf16 output
+
+
+def test_fit_formats_writes_a_model_table_into_a_profile_that_has_none(tmp_path):
+    import importlib.util
+
+    import tomllib
+
+    from gpuperf.hardware.loader import PROFILES_DIR
+
+    spec = importlib.util.spec_from_file_location(
+        "fit_formats", Path(__file__).resolve().parents[2] / "benchmarks" / "fit_formats.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    prof = tmp_path / "a100.toml"
+    prof.write_text((PROFILES_DIR / "a100-sxm4-80gb.toml").read_text())
+    assert "[model]" not in prof.read_text()
+    mod.write(prof, {"attn_bwd_eff": 0.5, "foreach_launch_s": 9e-6}, "a test")
+    mod.write(prof, {"attn_bwd_eff": 0.6}, "again")  # replaces the line, keeps one
+    data = tomllib.loads(prof.read_text())
+    assert data["model"]["attn_bwd_eff"] == 0.6 and prof.read_text().count("attn_bwd_eff") == 1
+    assert data["model"]["extra"]["foreach_launch_s"] == 9e-6
