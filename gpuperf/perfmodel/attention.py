@@ -113,8 +113,13 @@ def softmax_ops(op: Attention, gpu: GpuSpec) -> float:
 def dropout_ops(op: Attention, gpu: GpuSpec) -> float:
     """What dropout adds to a pair, in special-function operations: the random number is integer
     work that overlaps neither the matmuls nor the exp, so it adds to the pair whatever binds
-    it (measured: ~1 ps per pair at head dims 64 and 128 alike, train_kernels.json)."""
-    return float(gpu.params.extra.get("attn_dropout_ops", ATTN_DROPOUT_OPS)) if op.dropout else 0.0
+    it (measured: ~1 ps per pair at head dims 64 and 128 alike, train_kernels.json). The
+    backward draws it again beside more work of its own: attn_bwd_dropout_ops, the forward's
+    where a profile has not fitted it."""
+    if not op.dropout:
+        return 0.0
+    fwd = float(gpu.params.extra.get("attn_dropout_ops", ATTN_DROPOUT_OPS))
+    return float(gpu.params.extra.get("attn_bwd_dropout_ops", fwd)) if op.backward else fwd
 
 
 def kernel_head_dim(d: int, arch: str) -> int:

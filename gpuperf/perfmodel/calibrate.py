@@ -87,6 +87,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "attn_bwd_softmax_ops": (0.5, 16.0),
     "attn_bwd_fill_blocks": (0.0, 32.0),
     "attn_dropout_ops": (0.0, 16.0),
+    "attn_bwd_dropout_ops": (0.0, 16.0),
     "foreach_launch_s": (0.0, 50e-6),
     "issue_dropout": (1.0, 400.0),
     "issue_cat": (1.0, 400.0),
@@ -341,7 +342,14 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
         ("attn_bwd_eff", "attn_bwd_softmax_ops", "attn_bwd_fill_blocks"),
         lambda op: _plain_attention(op) and op.backward,
     ),
-    (("attn_dropout_ops",), lambda op: isinstance(op, Attention) and op.dropout),
+    (
+        ("attn_dropout_ops",),
+        lambda op: isinstance(op, Attention) and op.dropout and not op.backward,
+    ),
+    (
+        ("attn_bwd_dropout_ops",),
+        lambda op: isinstance(op, Attention) and op.dropout and op.backward,
+    ),
     # torch's _foreach ops (AdamW), and the dropout kernels of eager modules
     (("foreach_launch_s",), lambda op: isinstance(op, Elementwise) and op.foreach),
     (("issue_dropout",), lambda op: isinstance(op, Elementwise) and op.fn == "dropout"),
