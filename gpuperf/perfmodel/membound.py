@@ -41,10 +41,10 @@ ISSUE_WIDTH = 128  # thread instructions an SM issues per clock: 4 schedulers ×
 OVERLAP_NORM = 8.0
 
 
-def issue_time(fn: str, elements: float, gpu: GpuSpec) -> float | None:
+def issue_time(fn: str, elements: float, gpu: GpuSpec, default: float = 0.0) -> float | None:
     """Seconds to issue `elements` × the calibrated instruction cost of `fn` (issue_<fn> in the
-    profile's [model.extra]); None when the profile has no cost for it."""
-    cost = gpu.params.extra.get(f"issue_{fn}")
+    profile's [model.extra], else `default`); None when there is neither."""
+    cost = gpu.params.extra.get(f"issue_{fn}") or default
     if not cost:
         return None
     return elements * cost / (gpu.sms * ISSUE_WIDTH * gpu.boost_clock_mhz * 1e6)
@@ -116,12 +116,6 @@ STRIDED_FNS = frozenset({"repeat_kv", "masked_fill", "act_chunk", "mul_chunk"})
 ISSUE_GENERIC = 100.0
 
 
-def generic_issue_time(elements: float, gpu: GpuSpec) -> float:
-    """Seconds to issue `elements` through the non-vectorized path (Elementwise.generic)."""
-    cost = float(gpu.params.extra.get("issue_generic", ISSUE_GENERIC))
-    return elements * cost / (gpu.sms * ISSUE_WIDTH * gpu.boost_clock_mhz * 1e6)
-
-
 # torch's _foreach ops (multi_tensor_apply, ATen/native/cuda/MultiTensorApply.cuh) cut a
 # parameter list into chunks of kChunkSize = 65536 elements and launch at most 320 of them
 # (one CTA each) per kernel, so a list of P elements runs as ~P / (320 · 65536) equal launches.
@@ -145,7 +139,7 @@ def elementwise_time(op: Elementwise, gpu: GpuSpec) -> OpTime:
     fixed cost."""
     bw_eff = gpu.params.strided_copy_eff if op.fn in STRIDED_FNS else None
     if op.generic:
-        t_issue: float | None = generic_issue_time(op.numel, gpu)
+        t_issue = issue_time("generic", op.numel, gpu, ISSUE_GENERIC)
     else:
         t_issue = issue_time(op.fn, op.numel, gpu)
     out = stream_time(op.cost(), gpu, vector=_vector(op.dtype), bw_eff=bw_eff, t_issue=t_issue)
@@ -199,7 +193,6 @@ def copy_time(op: Copy, gpu: GpuSpec) -> OpTime:
     it): 135-170 on an H100 against the elementwise kernels' 99 (partial_rope.json)."""
     if op.generic:
         elements = op.nbytes / BYTES[op.dtype]
-        cost = gpu.params.extra.get("issue_cat")
-        t = issue_time("cat", elements, gpu) if cost else generic_issue_time(elements, gpu)
+        t = issue_time("cat", elements, gpu) or issue_time("generic", elements, gpu, ISSUE_GENERIC)
         return stream_time(op.cost(), gpu, t_issue=t)
     return stream_time(op.cost(), gpu)

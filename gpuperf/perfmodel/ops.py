@@ -378,7 +378,7 @@ class Copy:
     name: str
     nbytes: int
     dtype: DType = "bf16"
-    generic: bool = False  # out of strided views (RoPE's cat of the halves): issue_generic
+    generic: bool = False  # a torch.cat of strided views (RoPE's halves): issue_cat
     kind: ClassVar[OpKind] = "copy"
 
     def cost(self) -> Cost:

@@ -215,13 +215,8 @@ def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: 
         _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none") if recompute == "full" else 0.0
     )
     # the logits and their fp32 copy for the loss; a final softcap keeps its tanh's output too
-    head = (
-        b
-        * seq
-        // cp
-        * -(-cfg.vocab // tp)
-        * (pb + (4 if act != "fp32" else 0) + (pb if cfg.final_softcap else 0))
-    )
+    per_logit = pb + (4 if act != "fp32" else 0) + (pb if cfg.final_softcap else 0)
+    head = b * seq // cp * -(-cfg.vocab // tp) * per_logit
     return (pb, grad_bytes(act, eager), optimizer_bytes_per_param(pb, eager),
             _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute), rebuilt,
             float(head))  # fmt: skip

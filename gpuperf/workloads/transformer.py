@@ -32,6 +32,7 @@ from gpuperf.workloads.scenario import Scenario
 from gpuperf.workloads.transformer_layers import (
     Dims,
     eager_norm,
+    logits_gathered,
 )
 
 
@@ -139,7 +140,7 @@ def epilogue(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> list[Op]:
         ops.append(Copy("logits_gather", rows * h * BYTES[d.act], d.act))
     vocab = -(-cfg.vocab // d.g.tp)
     ops.append(Gemm("lm_head", rows, vocab, h, d.act))
-    gathered = d.g.tp > 1 and (mode != "train" or d.g.tp_impl == "dtensor" or eager)
+    gathered = logits_gathered(d, eager, mode == "train")
     if gathered:
         nbytes = rows * vocab * d.g.tp * BYTES[d.act]
         ops.append(Collective("lm_head.allgather", "allgather", nbytes, d.g.tp, d.act,

@@ -124,6 +124,13 @@ def _dims(cfg: ModelConfig, g: Groups, mode: str, mb: int, seq: int, ctx: int, d
     )
 
 
+def logits_gathered(d: Dims, eager: bool, train: bool) -> bool:
+    """Whether the column-parallel lm_head's logits are gathered whole under tensor parallelism
+    (inference, Hugging Face's tp_plan, the eager Megatron-style hooks), or stay split over the
+    vocabulary (Megatron's fused training, its vocab-parallel cross-entropy)."""
+    return d.g.tp > 1 and (not train or d.g.tp_impl == "dtensor" or eager)
+
+
 def _ew(name: str, fn: str, numel: int, dt: DType, n_in: int = 1, out: DType | None = None,
         flops: float = 1.0, n_out: int = 1, generic: bool = False) -> Elementwise:  # fmt: skip
     return Elementwise(name, fn, numel, n_in, n_out, dt, out, flops, generic)

@@ -32,7 +32,7 @@ from gpuperf.perfmodel.ops import (
 )
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
-from gpuperf.workloads.transformer_layers import Dims, _ew
+from gpuperf.workloads.transformer_layers import Dims, _ew, logits_gathered
 
 
 def gemm_backward(g: Gemm) -> list[Op]:
@@ -195,7 +195,7 @@ def bias_grad(cfg: ModelConfig, op: Op, a: DType) -> list[Op]:
         return []  # the lm_head, and math attention's batched score products, have no bias
     if not (cfg.linear_bias or (cfg.qkv_bias and op.name in _QKV)):
         return []
-    return [Reduce(op.name + ".bias_grad", "sum", op.n, op.m * op.batch, 1, a)]
+    return [Reduce(op.name + ".bias_grad", "sum", op.n, op.m, 1, a)]
 
 
 def _gqa_grad_sums(d: Dims) -> list[Op]:
@@ -310,7 +310,7 @@ def loss_ops(cfg: ModelConfig, d: Dims, eager: bool) -> tuple[list[Op], list[Op]
     logits stay split over the vocabulary (Megatron's vocab-parallel cross-entropy): three
     all-reduces of one fp32 per token (the max, the sum of exponentials, the target logit)."""
     # DTensor, and the eager Megatron-style hooks, gather the logits first (epilogue).
-    split = d.g.tp if d.g.tp_impl == "megatron" and not eager else 1
+    split = 1 if logits_gathered(d, eager, True) else d.g.tp
     T, V, a = d.T, -(-cfg.vocab // split), d.act
     if not eager:
         fwd: list[Op] = [Norm("loss/ce", "softmax", T, V, a)]  # type: ignore[arg-type]
@@ -439,8 +439,7 @@ def head_backward(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     vocab = -(-cfg.vocab // d.g.tp)
     if cfg.final_softcap:  # * cap, tanh, / cap backward (the tanh's reads its output too), on
         # the logits the loss saw: gathered (DTensor, eager) or this shard (Megatron's fused)
-        gathered = d.g.tp > 1 and (d.g.tp_impl == "dtensor" or eager)
-        n = T * (vocab * d.g.tp if gathered else vocab)
+        n = T * (vocab * d.g.tp if logits_gathered(d, eager, True) else vocab)
         ops += [_ew("lm_head/softcap_mul.bwd", "mul", n, a),
                 _ew("lm_head/softcap_tanh.bwd", "tanh_backward", n, a, 2, flops=3.0),
                 _ew("lm_head/softcap_div.bwd", "mul", n, a)]  # fmt: skip
