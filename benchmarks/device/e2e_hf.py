@@ -4,7 +4,7 @@ Run on the device machine from the repository root:
 
     python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan PLAN] [--only NAMES]
 
-(PLAN: llama, moe, ckpt, swa, families, hosts, trainfam, trainfam2 or unseen.)
+(PLAN: llama, moe, ckpt, swa, families, hosts, trainfam, trainfam2, unseen or ckpthost.)
 
 Writes e2e_<plan>.json (e2e_hf.json for the llama plan): for each run the model config (HF
 config.json form), the scenario, the measured time per step (median of per-iteration CUDA-event
@@ -32,6 +32,8 @@ Plans:
   3, Phi-3, Falcon, Nemotron, GPT-BigCode, GPT-2, GPT-NeoX), after Llama-3-8B on the same host:
   eager prefill, eager decode on a DynamicCache, decode on a StaticCache as a CUDA graph.
 - unseen: shapes and modes no run had met, GPU-bound (UNSEEN_PLAN).
+- ckpthost: small models' training steps on few tokens, plain and checkpointed, where the host
+  sets much of the pace (CKPT_HOST_PLAN).
 A run that fails records its error and the others go on.
 """
 
@@ -679,6 +681,11 @@ TRAIN_FAMILIES_PLAN = _train_plan((("llama3.2-1b", 4, 2048), ("gemma-3-1b", 4, 2
 TRAIN_FAMILIES_2_PLAN = _train_plan((("gemma2-9b-6l", 2, 2048), ("mistral-7b-8l", 2, 2048),
                                      ("minitron-8b-8l", 2, 2048), ("starcoder-6l", 2, 2048),
                                      ("falcon-7b-8l", 2, 2048)))  # fmt: skip
+# Small models' training steps on fewer tokens, where the host sets much of a checkpointed
+# step's pace (each layer's forward runs again from Python inside the backward): checks of
+# the training host model (train_host_probe.py measured its per-phase host costs).
+CKPT_HOST_PLAN = _train_plan((("gemma-3-1b", 1, 2048), ("gpt2-xl", 1, 1024),
+                              ("qwen3-0.6b", 2, 2048), ("llama3.2-1b", 1, 2048)))  # fmt: skip
 # Shapes and modes no run had met, chosen where the GPU sets the pace (the host hardly
 # matters): batched and long prefills (sliding windows past their length, 32k tokens), MLA with
 # 64 experts, CUDA-graph decode at batch 16-64, training of a 0.6B and a 15B-wide model.
@@ -703,7 +710,7 @@ UNSEEN_PLAN = [
 PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN,
          "families": FAMILIES_PLAN, "hosts": HOSTS_PLAN,
          "trainfam": TRAIN_FAMILIES_PLAN, "trainfam2": TRAIN_FAMILIES_2_PLAN,
-         "unseen": UNSEEN_PLAN}  # fmt: skip
+         "unseen": UNSEEN_PLAN, "ckpthost": CKPT_HOST_PLAN}  # fmt: skip
 
 
 def main() -> int:

@@ -12,7 +12,10 @@ Host costs (per kernel, on the CPU that issues it):
   on each DTensor parameter (inference runs the local kernels: HOST_DTENSOR_OP_S);
 - an eager decode step on a growing cache: host_decode_layer_s at the first kernel of each layer,
   and host_attn_plan_s once per step at the first attention kernel (cuDNN plans the new length;
-  none when the process has met the length before, kv_lengths="seen").
+  none when the process has met the length before, kv_lengths="seen");
+- Hugging Face gradient checkpointing (eager, recompute="full"): each checkpointed layer's
+  forward pays HOST_CKPT_LAYER_KERNELS launches' worth more at its first kernel, and each kernel
+  of its recomputation in the backward HOST_RECOMPUTE_FACTOR times a launch.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class HostRules:
     comm: float = 0.0
     dtensor: float = 0.0
     moe: float = 1.0  # host cost of an eager MoE block's kernels, in per_kernel units
+    recompute: float = 1.0  # host cost of a recomputed kernel, in per_kernel units
+    ckpt_layer: float = 0.0  # at the first kernel of a checkpointed layer's forward
 
     @staticmethod
     def of(sc: Scenario | None, gpu: GpuSpec, system: SystemSpec | None = None,
@@ -67,6 +72,7 @@ class HostRules:
         dtensor = sc.tp > 1 and sc.tp_impl == "dtensor" and sc.mode == "train"
         slow = host_slowdown(gpu, ranks_per_host(sc, system))
         dt = float(extra.get("host_dtensor_op_s", HOST_DTENSOR_OP_S)) if dtensor else 0.0
+        ckpt = sc.recompute == "full" and sc.impl == "eager" and sc.mode == "train"
         return HostRules(
             per_kernel=slow * p.host_dispatch_s,
             layer_first=slow * p.host_decode_layer_s if eager_decode else 0.0,
@@ -74,6 +80,14 @@ class HostRules:
             comm=slow * float(extra.get("host_collective_s", HOST_COLLECTIVE_S)),
             dtensor=slow * dt,
             moe=(moe or HF_MOE_HOST_DEFAULT) if sc.impl == "eager" else 1.0,
+            recompute=float(extra.get("host_recompute_factor", HOST_RECOMPUTE_FACTOR))
+            if ckpt
+            else 1.0,
+            ckpt_layer=slow
+            * p.host_dispatch_s
+            * float(extra.get("host_ckpt_layer_kernels", HOST_CKPT_LAYER_KERNELS))
+            if ckpt
+            else 0.0,
         )
 
 
@@ -101,6 +115,20 @@ HOST_DTENSOR_OP_S = 113e-6
 #   costs scale by 1 + k*log2(ranks on the host), k the median of those eight ratios' k
 #   (benchmarks/host_rank_slowdown.py; 0.25 from the mean rank before).
 HOST_RANK_SLOWDOWN = 0.44
+# Hugging Face gradient checkpointing, measured by benchmarks/device/train_host_probe.py on an
+# H100 and an H200 host (train_host.json): six families made tiny, at 2 and 6 layers, so the
+# difference is four layers' host time without the model call's own; each phase's host time per
+# layer over the kernels gpuperf predicts for it, against the same machine's no-grad forward per
+# kernel. A recomputed kernel costs 2.29x a forward kernel (the median of the 12 family-machine
+# pairs, 1.3-6.0; torch.utils.checkpoint's saved-tensor hooks in the recomputation and in the
+# backward that unpacks them), and a checkpointed layer's forward 34.8 kernels' worth more
+# (0.6-70: the checkpoint call's own Python, RNG state, a hook per saved tensor).
+# benchmarks/train_host_fit.py derives both from the files. The same pairs put a forward
+# kernel with autograd at 1.08x a no-grad one and a backward kernel at 1.2-1.5x (0.6-2.5), which
+# whole-model training steps do not bear out (a host-bound Gemma-3-1B step is already
+# predicted 27% slow): both left at 1.
+HOST_RECOMPUTE_FACTOR = 2.29
+HOST_CKPT_LAYER_KERNELS = 34.8
 # Hugging Face's MoE blocks (router, grouped_mm experts, shared experts) spend more host time per
 # kernel than its dense MLP: measured by benchmarks/device/host_block_probe.py on the H200 host
 # (host_block_probe.json), one block called back to back at one token, host µs per op gpuperf
@@ -122,6 +150,16 @@ MOE_PREFIXES = ("mlp/router", "mlp/topk", "mlp/experts", "mlp/shared")
 
 def _is_optimizer(op: Op) -> bool:
     return op.name.startswith("optimizer/")
+
+
+def _is_checkpointed_forward(ops: tuple[Op, ...]) -> bool:
+    """Whether a layer's run of ops is its forward (a checkpointed layer's backward starts with
+    its recomputation; FSDP's collectives around a layer are no compute kernels)."""
+    return (
+        bool(ops)
+        and not ops[0].name.endswith(".recompute")
+        and (comm_class(ops[0].name, ops[0].kind) == "compute")
+    )
 
 
 def ranks_per_host(sc: Scenario, system: SystemSpec | None) -> int:
@@ -407,6 +445,9 @@ class Coster:
         compute = sum(t[i] for i, r in enumerate(rows) if r[0] not in _COMM)
         hidden = _hidden(hide, ops, rows, t, compute)
         host = [rules.per_kernel] * len(ops)
+        if rules.recompute != 1.0:
+            host = [h * rules.recompute if op.name.endswith(".recompute") else h
+                    for h, op in zip(host, ops, strict=True)]  # fmt: skip
         plan_at = -1
         moe, comm, dtensor = rules.moe != 1.0, rules.comm, rules.dtensor
         want_plan = first_step and rules.attn_plan
@@ -428,6 +469,8 @@ class Coster:
             classes[cls] = classes.get(cls, 0.0) + float(e)
         if rules.layer_first and layered and len(ops):
             host[0] += rules.layer_first
+        if rules.ckpt_layer and layered and _is_checkpointed_forward(ops):
+            host[0] += rules.ckpt_layer
         once = Timed.of(eff, host)
         first = once
         if plan_at >= 0:
