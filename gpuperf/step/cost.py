@@ -73,6 +73,10 @@ class HostRules:
         slow = host_slowdown(gpu, ranks_per_host(sc, system))
         dt = float(extra.get("host_dtensor_op_s", HOST_DTENSOR_OP_S)) if dtensor else 0.0
         ckpt = sc.recompute == "full" and sc.impl == "eager" and sc.mode == "train"
+        rec = float(extra.get("host_recompute_factor", HOST_RECOMPUTE_FACTOR)) if ckpt else 1.0
+        layer_k = (
+            float(extra.get("host_ckpt_layer_kernels", HOST_CKPT_LAYER_KERNELS)) if ckpt else 0
+        )
         return HostRules(
             per_kernel=slow * p.host_dispatch_s,
             layer_first=slow * p.host_decode_layer_s if eager_decode else 0.0,
@@ -80,14 +84,8 @@ class HostRules:
             comm=slow * float(extra.get("host_collective_s", HOST_COLLECTIVE_S)),
             dtensor=slow * dt,
             moe=(moe or HF_MOE_HOST_DEFAULT) if sc.impl == "eager" else 1.0,
-            recompute=float(extra.get("host_recompute_factor", HOST_RECOMPUTE_FACTOR))
-            if ckpt
-            else 1.0,
-            ckpt_layer=slow
-            * p.host_dispatch_s
-            * float(extra.get("host_ckpt_layer_kernels", HOST_CKPT_LAYER_KERNELS))
-            if ckpt
-            else 0.0,
+            recompute=rec,
+            ckpt_layer=slow * p.host_dispatch_s * layer_k,
         )
 
 
@@ -155,11 +153,9 @@ def _is_optimizer(op: Op) -> bool:
 def _is_checkpointed_forward(ops: tuple[Op, ...]) -> bool:
     """Whether a layer's run of ops is its forward (a checkpointed layer's backward starts with
     its recomputation; FSDP's collectives around a layer are no compute kernels)."""
-    return (
-        bool(ops)
-        and not ops[0].name.endswith(".recompute")
-        and (comm_class(ops[0].name, ops[0].kind) == "compute")
-    )
+    if not ops or ops[0].name.endswith(".recompute"):
+        return False
+    return comm_class(ops[0].name, ops[0].kind) == "compute"
 
 
 def ranks_per_host(sc: Scenario, system: SystemSpec | None) -> int:
