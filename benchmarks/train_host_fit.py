@@ -29,7 +29,8 @@ PHASES = ("inf", "fwd", "bwd", "ckpt_fwd", "ckpt_bwd")
 
 def kernels_by_phase(config: dict, name: str, batch: int, seq: int) -> dict[str, int]:
     """The kernels gpuperf predicts for a checkpointed eager training step of `config`, by phase:
-    forward, backward, recomputation, optimizer (by the ops' names)."""
+    forward, backward, recomputation, optimizer (by the ops' names; the count is the same on
+    every GPU, the H100 profile only names one)."""
     from gpuperf.api import predict
     from gpuperf.workloads.config import from_hf_dict
 

@@ -17,9 +17,9 @@ phase (inf: the forward under no_grad; fwd: the forward with autograd; bwd; opt:
 and zero_grad; ckpt_fwd and ckpt_bwd under checkpointing) the host time of one call from an
 idle GPU (median of N, samples kept) and the GPU kernels torch.profiler saw (kernels, memsets
 and copies apart, the most frequent names; on these tiny shapes it missed about half of them,
-53 of a 2-layer Llama forward's ~110, so benchmarks/train_host_fit.py divides by the kernels
-gpuperf predicts instead); the machine's launch costs and its Hugging Face probe step
-(e2e_hf.py), which place it in the host pool.
+53 of the 119 gpuperf predicts for a 2-layer Llama's forward, so benchmarks/train_host_fit.py
+divides by the kernels gpuperf predicts instead); the machine's launch costs and its Hugging
+Face probe step (e2e_hf.py), which place it in the host pool.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import e2e_hf  # noqa: E402  (this folder)
@@ -43,7 +42,6 @@ FAMILIES = tuple(f"{name}@{layers}" for name in ("llama3.2-1b", "gemma-3-1b", "g
                                                  "qwen3-8b", "pythia-6.9b", "phi-3-mini")
                  for layers in (2, 6))  # fmt: skip
 BATCH, SEQ = 1, 64
-PHASES = ("inf", "fwd", "bwd", "opt", "ckpt_fwd", "ckpt_bwd")
 
 
 def tiny_config(name: str, layers: int) -> dict:
@@ -79,11 +77,11 @@ def probe_family(entry: str, iters: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     sync = e2e_hf.sync
-    # CPU beside CUDA: with CUDA alone the profiler lost most small kernels (87 of a tiny
-    # Llama forward's ~190 on the first run)
+    # CPU beside CUDA, as e2e_hf.kernel_profile records (the counts still fall short: docstring)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if e2e_hf.DEV == "cuda" else [])
-    name, _, layers = entry.partition("@")
-    cfg = tiny_config(name, int(layers or 4))
+    name, _, at = entry.partition("@")
+    layers = int(at or 4)
+    cfg = tiny_config(name, layers)
     model = e2e_hf.build_model(cfg)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
@@ -108,7 +106,7 @@ def probe_family(entry: str, iters: int) -> dict:
     order = ("inf", "fwd", "bwd", "opt")
     out: dict = {
         "model": name,
-        "layers": int(layers or 4),
+        "layers": layers,
         "config": cfg,
         "batch": BATCH,
         "seq": SEQ,
@@ -132,10 +130,8 @@ def probe_family(entry: str, iters: int) -> dict:
                     samples[phase].append(dt)
             if i >= 3:
                 steps.append(t_step)
-        for phase in order:
-            key = ("ckpt_" if ckpt and phase != "opt" else "") + phase
-            if ckpt and phase == "opt":
-                continue
+        for phase in ("fwd", "bwd") if ckpt else order:  # AdamW's step is the same either way
+            key = f"ckpt_{phase}" if ckpt else phase
             sync()
             if phase == "bwd":  # the loss to differentiate, made outside the profile
                 fwd()
