@@ -10,8 +10,8 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,dev]'
+	$(BIN)/python -m pip install -q --no-cache-dir --upgrade pip
+	$(BIN)/python -m pip install -q --no-cache-dir -c constraints.txt -e '.[test,dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
