@@ -255,6 +255,16 @@ def load_config(name: str, tiny: bool = False) -> dict:
     return cfg
 
 
+def tiny_layers(name: str, layers: int) -> dict:
+    """load_config(name, tiny=True) with `layers` decoder layers (the host probes build each
+    family at two depths: the difference is the layers' cost without the model call's own)."""
+    cfg = load_config(name, tiny=True)
+    for key in ("num_hidden_layers", "n_layer"):
+        if key in cfg:
+            cfg[key] = layers
+    return cfg
+
+
 def build_model(cfg_dict: dict):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -842,6 +852,16 @@ def main() -> int:
     _probe_hf(result, "hf_probe_end", ctx=768)
     path.write_text(json.dumps(result, indent=1))
     return 0
+
+
+def probe_file(**fields) -> dict:  # noqa: ANN003
+    """A probe's result file before its runs: the software, `fields`, the machine's launch costs
+    (on a GPU) and its Hugging Face probe step (host_pool places the machine by it)."""
+    result: dict = {"env": env_stamp(), **fields, "runs": []}
+    if DEV == "cuda":
+        result["launch"] = launch_costs()
+    _probe_hf(result, "hf_probe")
+    return result
 
 
 def _probe_hf(result: dict, key: str, ctx: int = 512) -> None:

@@ -44,14 +44,6 @@ FAMILIES = tuple(f"{name}@{layers}" for name in ("llama3.2-1b", "gemma-3-1b", "g
 BATCH, SEQ = 1, 64
 
 
-def tiny_config(name: str, layers: int) -> dict:
-    cfg = e2e_hf.load_config(name, tiny=True)
-    for key in ("num_hidden_layers", "n_layer"):
-        if key in cfg:
-            cfg[key] = layers
-    return cfg
-
-
 def count_kernels(prof, torch) -> dict:  # noqa: ANN001
     """GPU activity of one profiled call: kernels, memsets and copies apart (annotations such
     as Optimizer.step#AdamW.step are not kernels), and the most frequent kernel names."""
@@ -81,7 +73,7 @@ def probe_family(entry: str, iters: int) -> dict:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if e2e_hf.DEV == "cuda" else [])
     name, _, at = entry.partition("@")
     layers = int(at or 4)
-    cfg = tiny_config(name, layers)
+    cfg = e2e_hf.tiny_layers(name, layers)
     model = e2e_hf.build_model(cfg)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
@@ -169,10 +161,7 @@ def main() -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "train_host.json"
-    result: dict = {"env": e2e_hf.env_stamp(), "batch": BATCH, "seq": SEQ, "runs": []}
-    if e2e_hf.DEV == "cuda":
-        result["launch"] = e2e_hf.launch_costs()
-    e2e_hf._probe_hf(result, "hf_probe")
+    result = e2e_hf.probe_file(batch=BATCH, seq=SEQ)
     for entry in args.families.split(","):
         t0 = time.time()
         try:
