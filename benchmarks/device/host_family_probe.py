@@ -18,7 +18,10 @@ idle GPU, N calls each (median, samples kept). The calls run in rounds, every fa
 once per round, so a host whose speed drifts during the run (HF probe steps of one H100 host
 went 38 -> 26 -> 40 ms over two minutes) moves them all alike. Also the machine's launch costs
 and its Hugging Face probe step (e2e_hf.py), which place it in the host pool.
-benchmarks/host_family_fit.py turns the files into gpuperf's per-family host factors.
+benchmarks/host_family_fit.py turns the files into each family's ratio to Llama's host per
+kernel, which gpuperf does not charge (that script says why). A first version timed each entry's
+calls back to back, one entry after another, at 2 and 6 layers: on a host that drifted, two
+passes in one call disagreed by up to 3x in these ratios (not committed).
 """
 
 from __future__ import annotations
