@@ -80,6 +80,14 @@ class ModelConfig:
     # HF broadcasts K and V to every query head before SDPA, as copies, and caches them so
     # (Falcon's new decoder architecture: FalconAttention._split_heads flattens the broadcast).
     kv_broadcast: bool = False
+    # FalconAttention._split_heads with fewer K/V heads than query heads picks K and V with a
+    # Python list index: each a host-to-device copy of the index, then an index kernel.
+    kv_list_index: bool = False
+    # HF's apply_rotary_pos_emb slices the rotated part and cats it back to the rest even when
+    # RoPE rotates the whole head (Phi-3): one more copy per tensor.
+    rope_split: bool = False
+    # NemotronLayerNorm1P: layer_norm(x, weight + 1.0, bias): one small add before each norm.
+    norm_weight_plus1: bool = False
     num_experts: int = 0
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0  # width of one routed expert (0: intermediate_size)

@@ -243,6 +243,7 @@ def _phi3(f: _Reader) -> dict[str, Any]:
         qkv_fused=True,  # Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj
         gate_up_fused=True,
         rotary_frac=f.rope("partial_rotary_factor", default=1.0),
+        rope_split=True,  # apply_rotary_pos_emb: cat([rotated, q_pass]) at any rotary fraction
         rope_theta=f.rope("rope_theta", default=10000.0),
         hidden_dropout=f.num("resid_pdrop", default=0.0),
         **_window(f.opt("sliding_window", None), range(f.layers())),
@@ -270,6 +271,7 @@ def _falcon(f: _Reader) -> dict[str, Any]:
         sdpa_math=not new and kv_heads != heads,
         sdpa_mask=True,
         kv_broadcast=new and kv_heads != heads,
+        kv_list_index=kv_heads != heads,  # _split_heads: K and V picked by a list index
         intermediate_size=f.get("ffn_hidden_size", default=4 * h),
         vocab_size=f.get("vocab_size"),
         max_position_embeddings=f.get("max_position_embeddings", default=2048),
@@ -294,6 +296,7 @@ def _nemotron(f: _Reader) -> dict[str, Any]:
         mlp="plain",  # NemotronMLP: down(act(up(x)))
         hidden_act=f.act("hidden_act", "relu2"),
         norm="layernorm",  # NemotronLayerNorm1P: a LayerNorm with weight + 1
+        norm_weight_plus1=True,
         qkv_bias=f.flag("attention_bias", False),
         linear_bias=f.flag("mlp_bias", False),
         rotary_frac=f.rope("partial_rotary_factor", default=0.5),

@@ -219,7 +219,7 @@ def sdpa_math_fp32(d: Dims) -> list[Op]:
         ops.append(Reduce("attn/scores", "gemv", bh * d.kv_len, hd, 1, "fp32"))
     else:
         ops.append(Gemm("attn/scores", d.q_len, d.kv_len, hd, "fp32", bh))
-    ops.append(_ew("attn/math.mask_f32", "where", d.batch * d.q_len * d.kv_len, "int8", out="fp32"))
+    ops += bool_mask_ops(d, "attn/math.mask")
     ops.append(_ew("attn/math.mask_add", "add", n, "fp32", flops=1.0))
     ops.append(Norm("attn/softmax", "softmax", bh * d.q_len, d.kv_len, "fp32"))
     ops.append(_ew("attn/math.isneginf", "isneginf", n, "fp32", out="int8"))
@@ -407,7 +407,8 @@ def eager_norm(cfg: ModelConfig, name: str, rows: int, cols: int, act: DType) ->
     The casts vanish when the model runs in fp32. nn.LayerNorm is one kernel.
     """
     if cfg.norm == "layernorm":
-        return [Norm(name, "layernorm", rows, cols, act)]
+        plus1 = [_ew(f"{name}/weight_plus1", "add", cols, act)] if cfg.norm_weight_plus1 else []
+        return [*plus1, Norm(name, "layernorm", rows, cols, act)]
     n = rows * cols
     cast = act != "fp32"
     ops: list[Op] = []
@@ -436,11 +437,13 @@ def eager_norm(cfg: ModelConfig, name: str, rows: int, cols: int, act: DType) ->
     return ops
 
 
-def eager_rope(name: str, d: Dims, heads: int, dim: int | None = None) -> list[Op]:
+def eager_rope(name: str, d: Dims, heads: int, dim: int | None = None,
+               split: bool = False) -> list[Op]:  # fmt: skip
     """x * cos + rotate_half(x) * sin; rotate_half = cat(-x2, x1): 5 kernels per tensor, each
     on a view transposed to [batch, heads, T, head_dim] or a half of it, or with cos/sin
     broadcast over the heads: PyTorch's non-vectorized kernels (generic). Partial rotary
-    (`dim` < head_dim) slices the rotated part and cats it back to the rest."""
+    (`dim` < head_dim), or code that splits at any fraction (`split`: Phi-3), slices the rotated
+    part and cats it back to the rest."""
     rot = d.head_dim if dim is None else dim
     n = d.T * heads * rot
     ops: list[Op] = [
@@ -450,26 +453,47 @@ def eager_rope(name: str, d: Dims, heads: int, dim: int | None = None) -> list[O
         _ew(f"{name}/mul_sin", "mul", n, d.act, generic=True),
         _ew(f"{name}/add", "add", n, d.act, n_in=2, generic=True),
     ]
-    if rot < d.head_dim:
+    if rot < d.head_dim or split:
         # torch.cat([q_embed, q_pass]): q_pass a strided slice of a transposed view
         ops.append(Copy(f"{name}/cat_pass", d.T * heads * d.head_dim * BYTES[d.act], d.act,
                         generic=True))  # fmt: skip
     return ops
 
 
+def bool_mask_ops(d: Dims, name: str = "attn/mask") -> list[Op]:
+    """SDPA given a boolean mask makes it additive first (where(mask, 0, -inf)): the two
+    scalars become tensors on the GPU (two fills), then a where over the mask."""
+    ops: list[Op] = [_ew(f"{name}_{v}", "fill", 1, d.act, flops=0.0) for v in ("zero", "neg_inf")]
+    ops.append(_ew(f"{name}_where", "where", d.batch * d.q_len * d.kv_len, "int8", out="fp32"))
+    return ops
+
+
+def kv_list_index_ops(d: Dims) -> list[Op]:
+    """FalconAttention._split_heads of a model with fewer K/V heads than query heads picks K and
+    V with a Python list (fused_qkv[..., [-2], :], or qkv[:, :, :, [-2]] in the new decoder
+    architecture). Each list becomes an index tensor on the host, copied to the GPU from
+    pageable memory (PyTorch waits for that copy: the host stops until the GPU has run what
+    was queued before it; not modelled), then an index kernel gathers the K or V head."""
+    a = d.act
+    picked = d.T * d.kv_heads * d.head_dim * BYTES[a]
+    return [
+        Copy("attn/k_index_h2d", 8, "int8"),  # type: ignore[arg-type]
+        Copy("attn/pick_k", picked, a),  # type: ignore[arg-type]
+        Copy("attn/v_index_h2d", 8, "int8"),  # type: ignore[arg-type]
+        Copy("attn/pick_v", picked, a),  # type: ignore[arg-type]
+    ]
+
+
 def kv_broadcast_ops(d: Dims) -> list[Op]:
     """FalconAttention._split_heads of the new decoder architecture: the fused q/k/v output is
     viewed as (KV heads, group + 2, head_dim); the queries' slice is flattened into a copy,
-    K and V are picked by an index (a small copy each), broadcast to the group and flattened
-    into copies of every query head's size (what SDPA and the cache then get)."""
+    K and V (picked by kv_list_index_ops) are broadcast to the group and flattened into copies
+    of every query head's size (what SDPA and the cache then get)."""
     a, hd = d.act, d.head_dim
     q = d.T * d.heads * hd * BYTES[a]
-    picked = d.T * d.kv_heads * hd * BYTES[a]
     full = d.T * d.heads * hd
     return [
         Copy("attn/split_q", q, a),  # type: ignore[arg-type]
-        Copy("attn/pick_k", picked, a),  # type: ignore[arg-type]
-        Copy("attn/pick_v", picked, a),  # type: ignore[arg-type]
         Elementwise("attn/expand_k", "repeat_kv", full, 1, 1, a, None, 0.0),  # type: ignore[arg-type]
         Elementwise("attn/expand_v", "repeat_kv", full, 1, 1, a, None, 0.0),  # type: ignore[arg-type]
     ]
@@ -519,14 +543,17 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
         _gemm(ops, d, "attn/q", T, d.heads * hd, h)
         _gemm(ops, d, "attn/k", T, d.kv_heads * hd, h)
         _gemm(ops, d, "attn/v", T, d.kv_heads * hd, h)
+    if cfg.kv_list_index:
+        ops += kv_list_index_ops(d)
     if cfg.kv_broadcast and d.heads != d.kv_heads:
         ops += kv_broadcast_ops(d)
         d = replace(d, kv_heads=d.heads)  # RoPE, the cache and SDPA see every head's K and V
     ops += _qk_norms(cfg, d, True)
     if cfg.positions == "rope":
         rot = _rotary(cfg, d)
-        ops += eager_rope("attn/rope_q", d, d.heads, rot) + eager_rope(
-            "attn/rope_k", d, d.kv_heads, rot
+        split = cfg.rope_split
+        ops += eager_rope("attn/rope_q", d, d.heads, rot, split) + eager_rope(
+            "attn/rope_k", d, d.kv_heads, rot, split
         )
     math = cfg.sdpa_math and d.g.cp == 1 and d.attn == "flash"  # PyTorch's math SDPA
     if d.static_cache:
@@ -548,6 +575,7 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
                 ops.append(Copy("attn/window_v", win, d.kv))
             ops.append(sliding_sdpa(d, window))
         elif cfg.sdpa_mask and d.g.cp == 1 and d.attn == "flash":
+            ops += bool_mask_ops(d)
             ops.append(Attention("attn/core", d.batch, d.heads, d.kv_heads, d.q_len, d.kv_len,
                                  hd, True, d.act, d.kv, mask=True))  # fmt: skip
         else:  # SDPA takes the module's attention dropout in training (GPT-2's attn_pdrop)
@@ -589,6 +617,7 @@ def eager_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
     ops += _eager_dropout(cfg, d, "mlp/resid_dropout")
     if cfg.sandwich_norm:
         ops += eager_norm(cfg, "mlp/post_norm", T, h, a)
-    n_res = 3 if cfg.parallel_residual else 2
-    ops.append(_ew("mlp/residual", "add", T * h, a, n_in=n_res, flops=n_res - 1.0))
+    if cfg.parallel_residual:  # mlp_output + attn_output + hidden_states: two adds in Python
+        ops.append(_ew("mlp/residual_sum", "add", T * h, a, n_in=2))
+    ops.append(_ew("mlp/residual", "add", T * h, a, n_in=2))
     return ops

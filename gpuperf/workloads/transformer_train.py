@@ -75,7 +75,7 @@ def fused_backward(op: Op) -> list[Op]:
             )  # fmt: skip
         ]
     if isinstance(op, Copy):
-        return [replace(op, name=op.name + ".bwd")]
+        return [] if op.name.startswith(_NO_GRAD) else [replace(op, name=op.name + ".bwd")]
     if isinstance(op, P2P):  # ring attention: K/V and their gradients travel back
         return [replace(op, name=op.name + ".bwd", nbytes=2 * op.nbytes)]
     if isinstance(op, Collective) and op.coll == "alltoall":  # MoE dispatch/combine, mirrored
@@ -153,8 +153,10 @@ def _pass_slices_backward(name: str, rot: int, whole: int | None, a: str) -> lis
 
 
 _MATH = ("attn/scores", "attn/softmax", "attn/context", "attn/repeat_", "attn/math.")
-# Kernels of PyTorch's math SDPA that make its mask and find fully masked rows: no gradient.
-_NO_GRAD = ("attn/math.mask_f32", "attn/math.isneginf")
+# Kernels that make SDPA's additive mask from a boolean one, that find the math SDPA's fully
+# masked rows, or that copy a list index to the GPU: no gradient.
+_NO_GRAD = ("attn/math.mask_", "attn/mask_", "attn/math.isneginf", "attn/k_index_h2d",
+            "attn/v_index_h2d")  # fmt: skip
 
 
 def _fwd_gemm(layer: list[Op], name: str) -> Gemm:

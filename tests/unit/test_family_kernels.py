@@ -104,7 +104,7 @@ def test_math_sdpa_mask_kernels_have_no_backward_and_fused_gelu_new_is_tanh():
     falcon = _hf("falcon-7b", num_hidden_layers=2)
     names = [op.name for op in build_ops(falcon, Scenario(mode="train", seq=512, impl="eager"))]
     assert any(n.endswith("attn/math.isneginf") for n in names)
-    assert not any("isneginf.bwd" in n or "mask_f32.bwd" in n for n in names)
+    assert not any("isneginf.bwd" in n or "mask_where.bwd" in n for n in names)
     gated = from_hf_dict({**GPT2, "model_type": "llama", "hidden_act": "gelu_new",
                           "hidden_size": 256, "intermediate_size": 512,
                           "num_attention_heads": 4, "num_hidden_layers": 1,
@@ -148,3 +148,19 @@ def test_eager_norm_and_rope_run_pytorchs_non_vectorized_kernels():
     vec = dataclasses.replace(w, generic=False)
     # measured: 1.4-1.7 TB/s against ~3 for the vectorized kernel (eager_ew.json)
     assert op_time(w, g).time > 1.8 * op_time(vec, g).time
+
+
+def test_falcon_picks_k_and_v_by_a_list_index_and_sdpa_makes_its_mask_additive():
+    for name, math in (("falcon-7b", True), ("falcon-40b", False)):
+        cfg = _hf(name, num_hidden_layers=1)
+        names = _names(cfg, mode="decode", ctx=512, impl="eager")
+        # _split_heads: each list index copied to the GPU, then an index kernel
+        for t in "kv":
+            assert f"L0/attn/{t}_index_h2d" in names and f"L0/attn/pick_{t}" in names
+        mask = "L0/attn/math.mask" if math else "L0/attn/mask"
+        assert {f"{mask}_zero", f"{mask}_neg_inf", f"{mask}_where"} <= set(names)
+        # mlp_output += attention_output; residual + out: two adds
+        assert {"L0/mlp/residual_sum", "L0/mlp/residual"} <= set(names)
+    llama = _names(from_hf_dict({**GPT2, "model_type": "gpt2"}, name="gpt2"), mode="decode",
+                   ctx=64, impl="eager")  # fmt: skip
+    assert not any("index_h2d" in n or "mask_zero" in n for n in llama)

@@ -1,0 +1,61 @@
+"""Each family's eager decoder layer, as gpuperf lists it, against the real Hugging Face model:
+tiny models of every dense family built on the CPU at 2 and 3 layers, one eager decode step on
+a DynamicCache traced with a TorchDispatchMode (aten ops, views excluded: one per kernel), and
+the difference of the two traces (one layer's kernels) compared with the difference of
+gpuperf's two op lists.
+
+Decode steps only: in a prefill the CPU's flash SDPA returns its output in the query's layout, so
+families whose RoPE ends in a cat (Phi-3, GPT-NeoX, Nemotron, Falcon) pay a transpose copy on the
+CPU that CUDA's kernels, which write the output token-major, do not. Mixture-of-experts layers
+are left out (their expert loop runs other kernels on the CPU than grouped_mm on CUDA).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "device"))
+
+import e2e_hf  # noqa: E402
+
+from gpuperf.measure.eager_layer import aten_kernels  # noqa: E402
+from gpuperf.workloads.config import from_hf_dict  # noqa: E402
+from gpuperf.workloads.scenario import Scenario  # noqa: E402
+from gpuperf.workloads.transformer import build_ops  # noqa: E402
+
+# e2e_hf.CONFIGS names, one per family (model_type), and what gpuperf lists that the CPU trace
+# cannot show: Falcon's list index copies its index tensor to the GPU (two copies a layer).
+FAMILIES = {"llama3-8b": 0, "mistral-7b-8l": 0, "qwen2-7b-8l": 0, "qwen3-8b": 0,
+            "gemma2-9b-6l": 0, "gemma-3-1b": 0, "phi-3-mini": 0, "minitron-8b": 0,
+            "starcoder": 0, "gpt2-xl": 0, "pythia-6.9b": 0, "falcon-40b-4l": 2}  # fmt: skip
+
+
+def _traced_decode(cfg: dict) -> int:
+    from transformers import DynamicCache
+
+    e2e_hf.DEV = "cpu"
+    model = e2e_hf.build_model(cfg).eval()
+    ids = torch.randint(0, model.config.vocab_size, (1, 16))
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids=ids, past_key_values=cache, use_cache=True)
+    return len(aten_kernels(lambda: model(input_ids=ids[:, :1], past_key_values=cache)))
+
+
+def _listed(cfg: dict, name: str) -> int:
+    sc = Scenario(mode="decode", impl="eager", batch=1, ctx=16)
+    return len(build_ops(from_hf_dict(cfg, name=name), sc))
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_decode_layer_lists_the_kernels_hugging_face_runs(name):
+    two, three = e2e_hf.tiny_layers(name, 2), e2e_hf.tiny_layers(name, 3)
+    traced = _traced_decode(three) - _traced_decode(two)
+    listed = _listed(three, name) - _listed(two, name)
+    assert listed == traced + FAMILIES[name], (name, listed, traced)
