@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from gpuperf.cli.common import output_options
+from gpuperf.cli.common import COUNT, output_options
 from gpuperf.cli.ops_grammar import dtype_option, sweep
 from gpuperf.errors import InputError
 
@@ -179,15 +179,13 @@ def _command(coll: str) -> click.Command:
             help="Size in nccl-tests' convention: 4K, 1G, or a sweep 1K:1G:x4.",
         ),
         click.option("--system", default=None, help="System profile (dgx-h100) or a .toml."),
-        click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes (--system)."),
+        click.option("--nodes", type=COUNT, default=None, help="Nodes (--system)."),
         click.option(
             "--gpu",
             default=None,
             help="GPU profile; without --system: one node; with it: the system's GPU only.",
         ),
-        click.option(
-            "--nproc", type=click.IntRange(min=1), default=None, help="Ranks [default: 8 / node]."
-        ),
+        click.option("--nproc", type=COUNT, default=None, help="Ranks [default: 8 / node]."),
         dtype_option(),
         output_options,
     ]

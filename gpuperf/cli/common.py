@@ -50,3 +50,6 @@ class SizeType(click.ParamType):
 
 
 SIZE = SizeType()
+# A count (ranks, nodes, heads, lengths): positive, and below what would overflow the arithmetic
+# of the op it sizes (the Scenario's own bound).
+COUNT = click.IntRange(1, 2**31)

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from gpuperf.cli.common import Finite, output_options
+from gpuperf.cli.common import COUNT, Finite, output_options
 from gpuperf.cli.ops_grammar import dtype_option, op_commands, sweep
 from gpuperf.errors import EnvironmentUnavailable, GpuperfError, InputError, interrupted
 
@@ -306,11 +306,11 @@ def _collective_command(coll: str) -> click.Command:
         dtype_option(),
         click.option(
             "--nproc",
-            type=click.IntRange(min=1),
+            type=COUNT,
             default=None,
             help="Ranks per node (default: every GPU; 2 on the CPU).",
         ),
-        click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--nnodes", type=COUNT, default=1, show_default=True),
         click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True),
         click.option("--rdzv-endpoint", default=None, help="host:port of node 0 (multi-node)."),
         click.option(

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from gpuperf.cli.common import COUNT
 from gpuperf.dtypes import DTYPES, parse_dtype
 from gpuperf.errors import InputError
 from gpuperf.perfmodel.ops import Op
@@ -166,7 +167,7 @@ def op_commands(run: RunOps, common: Sequence[Decorator], verb: str) -> list[cli
         ]
         run(ops, **kw)
 
-    pos = click.IntRange(min=1)
+    pos = COUNT
     cmds.append(
         click.command(
             "attention",

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from gpuperf.cli.common import SIZE, Finite
+from gpuperf.cli.common import COUNT, SIZE, Finite
 
 # CLI option name -> api.predict argument, for the options below.
 PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "nodes", "global_batch", "micro_batch", "zero",
@@ -25,7 +25,7 @@ plan_cli_options: list[Callable[..., Any]] = [
                  help="Context-parallel GPUs (ring attention over the sequence)."),
     click.option("--ep", type=SIZE, default="1", show_default=True,
                  help="Expert-parallel GPUs (out of --dp)."),
-    click.option("--nodes", type=click.IntRange(min=1), default=None,
+    click.option("--nodes", type=COUNT, default=None,
                  help="Nodes of --system [default: as many as the plan fills]."),
     click.option("--global-batch", type=SIZE, default=None,
                  help="Train: sequences per step over all replicas (sets --batch per replica)."),

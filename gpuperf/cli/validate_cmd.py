@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from gpuperf.cli.common import SIZE, Finite
+from gpuperf.cli.common import COUNT, SIZE, Finite
 from gpuperf.cli.measure_cmd import (
     _predict,
     _render,
@@ -59,14 +59,14 @@ EXAMPLES = (
     show_default=True,
     help="Kernels as vLLM (fused) or HF eager PyTorch run them; eager adds a whole-layer run.",
 )
-@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--batch", type=COUNT, default=1, show_default=True,
               help="Sequences (per data-parallel rank).")  # fmt: skip
-@click.option("--seq", type=click.IntRange(min=1), default=2048, show_default=True)
-@click.option("--ctx", type=click.IntRange(min=1), default=2048, show_default=True)
+@click.option("--seq", type=COUNT, default=2048, show_default=True)
+@click.option("--ctx", type=COUNT, default=2048, show_default=True)
 @dtype_option()
 @click.option(
     "--nproc",
-    type=click.IntRange(min=1),
+    type=COUNT,
     default=None,
     help="Run the whole model under torchrun on N GPUs (the plan's tp·dp).",
 )
@@ -102,7 +102,7 @@ EXAMPLES = (
 @click.option("--cuda-graphs", is_flag=True, help="Decode: StaticCache replayed as a CUDA graph.")
 @click.option(
     "--iters",
-    type=click.IntRange(min=1),
+    type=COUNT,
     default=10,
     show_default=True,
     help="Timed steps of a whole-model run.",

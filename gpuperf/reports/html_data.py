@@ -202,7 +202,61 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
+# Fields of a saved prediction and the type each must have when present (null: absent).
+_SAVED_TYPES = {"memory": dict, "scenario": dict, "extra": dict, "env": dict, "warnings": list,
+                "model": str, "gpu": str, "mfu_convention": str}  # fmt: skip
+# Numbers an op row or a prediction carries: finite and not negative when present.
+_OP_NUMBERS = ("flops", "bytes", "intensity", "time_ms", "t_math_ms", "t_mem_ms",
+               "t_overhead_ms", "t_comm_ms", "overlap_ms", "share", "predicted_ms")  # fmt: skip
+
+
+def _check_saved(data: dict, path: Any) -> None:
+    """A saved prediction's fields have the types gpuperf writes (InputError names the first
+    that does not)."""
+    for key, kind in _SAVED_TYPES.items():
+        value = data.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise InputError(f"{path}: '{key}' must be {'an' if kind is dict else 'a'} "
+                             f"{_KIND_NAMES[kind]}, got {shown(value)}")  # fmt: skip
+    if not all(isinstance(w, str) for w in data.get("warnings") or []):
+        raise InputError(f"{path}: 'warnings' must be a list of strings")
+    for key in ("total_ms", "tokens_per_s", "mfu", "hfu", "memory_capacity"):
+        _check_number(data.get(key), f"{path}: '{key}'")
+    env = data.get("env") or {}
+    mem = env.get("gpu_memory_bytes")
+    if mem is not None and (isinstance(mem, bool) or not isinstance(mem, int | float)):
+        raise InputError(f"{path}: env.gpu_memory_bytes must be a number, got {shown(mem)}")
+
+
+_KIND_NAMES = {dict: "object", list: "list", str: "string"}
+
+
+def _check_number(value: Any, where: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"{where} must be a number, got {shown(value)}")
+    if not 0 <= value < math.inf:
+        raise InputError(f"{where} must be a finite number >= 0, got {shown(value)}")
+
+
+def _check_ops(rows: list, path: Any) -> None:
+    """Op rows: objects with a string name and finite, non-negative numbers."""
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise InputError(f"{path}: op {i} is {type(row).__name__}, not an object")
+        name = row.get("name")
+        if not isinstance(name, str):
+            raise InputError(f"{path}: op rows need 'name' (a string); op {i} has {shown(name)}")
+        for key in _OP_NUMBERS:
+            _check_number(row.get(key), f"{path}: op {i} ({name[:60]}): {key}")
+
+
 def _from_ops_json(data: dict, path: Any, gpu: Any | None) -> ReportItem:
+    _check_saved(data, path)
+    _check_ops(data["ops"], path)
+    if not any(isinstance(r.get("time_ms"), int | float) for r in data["ops"]):
+        raise InputError(f"{path}: no op has a time_ms; nothing to draw")
     table = _coerce(pd.DataFrame(data["ops"]), path)
     env = data.get("env") or {}
     spec, notes = _spec(gpu or data.get("gpu") or None, env)
@@ -229,10 +283,16 @@ def _from_ops_json(data: dict, path: Any, gpu: Any | None) -> ReportItem:
 
 
 def _from_results_file(data: dict, path: Any, gpu: Any | None) -> ReportItem:
+    _check_saved(data, path)
     env = data.get("env") or {}
     rows = data["rows"]
     if not rows:
         raise InputError(f"{path}: the results file has no rows")
+    for i, row in enumerate(rows):
+        _check_row(row, i, str(path))
+    _check_ops(rows, path)
+    if not any(row.get("measured_ms") is not None for row in rows):
+        raise InputError(f"{path}: no row has a measured_ms; nothing to draw")
     table = _coerce(pd.DataFrame(rows), path)
     spec, notes = _spec(gpu, env)
     repredicted = _repredict(rows, spec) if spec is not None else None

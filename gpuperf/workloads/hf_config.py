@@ -258,8 +258,8 @@ def _falcon(f: _Reader) -> dict[str, Any]:
     new = f.flag("new_decoder_architecture", False)
     parallel = f.flag("parallel_attn", True)
     # FalconAttention: num_kv_heads with the new architecture, else one (multi_query) or all
-    kv = f.get("num_kv_heads", "n_head_kv", default=heads) if new else None
-    n_ln = f.get("num_ln_in_parallel_attn", default=2 if new else 1)
+    kv = f.count("num_kv_heads", "n_head_kv", default=heads) if new else None
+    n_ln = f.count("num_ln_in_parallel_attn", default=2 if new else 1)
     kv_heads = kv or (1 if f.flag("multi_query", True) else heads)
     return dict(
         hidden_size=h,
@@ -476,5 +476,5 @@ def from_hf_dict(d: dict[str, Any], *, name: str, source: str = "") -> ModelConf
     except TypeError as exc:  # e.g. a string where a number belongs
         raise InputError(f"{source}: malformed config ({exc})") from None
     except InputError as exc:  # ModelConfig's checks name the model; the reader needs the file
-        message = str(exc).removeprefix(f"{name}: ")
+        message = str(exc).removeprefix(f"{name}: ").removeprefix(f"{source}: ")
         raise InputError(f"{source}: {message}") from None

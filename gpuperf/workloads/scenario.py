@@ -220,6 +220,9 @@ class Scenario:
             raise InputError("fp8_scales=row scales fp8 GEMMs: it needs dtype=fp8 (--dtype fp8)")
         if self.moe_imbalance != 1 and self.ep == 1:
             raise InputError("moe_imbalance skews expert-parallel ranks: it needs ep > 1 (--ep)")
+        if self.moe_imbalance > self.ep > 1:  # the busiest rank at most receives every copy
+            raise InputError(f"moe_imbalance {self.moe_imbalance:g} exceeds ep={self.ep}: the "
+                             "busiest of ep ranks receives at most ep times the mean")  # fmt: skip
         if self.kv_lengths == "seen" and self.mode not in ("decode", "generate"):
             raise InputError("kv_lengths=seen describes decode steps (--mode decode or generate)")
         if self.sequence_parallel and self.tp == 1:

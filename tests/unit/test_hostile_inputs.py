@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hostile import VALUES, check_cli, examples
 from hypothesis import given
 from hypothesis import strategies as st
@@ -158,3 +159,20 @@ def test_api_predict_op_is_a_result_or_an_input_error(kind, system, kw):
     except InputError:
         return
     assert _finite(p.total_ms) and p.total_ms > 0, (kind, system, kw)
+
+
+HUGE = "1" + "0" * 305  # past a float: counts are bounded before the arithmetic sees them
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["predict", "attention", "--seq", "4096", "--kv-len", HUGE],
+     ["predict", "attention", "--batch", HUGE, "--heads", "32"],
+     ["predict", "allreduce", "--bytes", "1G", "--system", "dgx-h100", "--nodes", HUGE],
+     ["predict", "allgather", "--bytes", "1G", "--system", "dgx-h100", "--nodes", str(2**62)],
+     ["predict", "mixtral-8x7b", "--ep", "8", "--dp", "8", "--system", "dgx-h100",
+      "--moe-imbalance", "64"]],
+)  # fmt: skip
+def test_counts_past_their_bounds_are_refused_in_one_line(argv):
+    code, _ = check_cli(argv)  # no traceback; an error is one line
+    assert code == 2, argv

@@ -328,3 +328,30 @@ def test_malformed_measured_rows_are_input_errors(rows, match):
     with pytest.raises(InputError, match=match):
         measured_frame({"rows": rows})
     assert len(measured_frame({"rows": [{"name": "a", "measured_ms": None}]})) == 1
+
+
+_OP = {"name": "gemm", "kind": "gemm", "flops": 1e12, "bytes": 1e8, "time_ms": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("saved", "message"),
+    [({"ops": [_OP], "memory": "x"}, "'memory' must be an object"),
+     ({"ops": [_OP], "warnings": 5}, "'warnings' must be a list"),
+     ({"ops": [_OP], "scenario": "x"}, "'scenario' must be an object"),
+     ({"ops": [_OP], "env": "x"}, "'env' must be an object"),
+     ({"ops": [_OP], "model": ["x"]}, "'model' must be a string"),
+     ({"ops": [_OP], "total_ms": -5}, "'total_ms' must be a finite number >= 0"),
+     ({"ops": [_OP], "env": {"gpu_memory_bytes": "x"}}, "gpu_memory_bytes must be a number"),
+     ({"ops": [{**_OP, "time_ms": "abc"}]}, "time_ms must be a number"),
+     ({"ops": [{**_OP, "flops": float("inf")}]}, "flops must be a finite number"),
+     ({"ops": [{**_OP, "time_ms": None}]}, "no op has a time_ms"),
+     ({"rows": [{"name": "a", "flops": 1, "bytes": 1}]}, "no row has a measured_ms"),
+     ({"rows": [{"name": "a", "flops": 1, "bytes": 1, "measured_ms": -5}]}, "measured_ms must be"),
+     ({"rows": [{"name": "a", "flops": 1, "bytes": 1, "measured_ms": 1}], "env": "x"},
+      "'env' must be an object")],
+)  # fmt: skip
+def test_saved_files_with_fields_of_the_wrong_type_are_refused(tmp_path, saved, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(saved))
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_saved(path)
