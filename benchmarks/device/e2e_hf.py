@@ -231,6 +231,12 @@ CONFIGS = {
     "llama2-13b-8l": lambda: _few_layers(_preset("llama2-13b"), 8),
     "qwen3-32b-4l": lambda: _few_layers(_preset("qwen3-32b"), 4),
     "llama3-8b-8l": lambda: _few_layers(_preset("llama3-8b"), 8),
+    "gemma-7b": lambda: _hf("gemma-7b"),
+    "starcoder2-7b": lambda: _hf("starcoder2-7b"),
+    "granite-3.1-8b": lambda: _hf("granite-3.1-8b"),
+    "gemma-7b-8l": lambda: _few_layers(_hf("gemma-7b"), 8),
+    "starcoder2-7b-8l": lambda: _few_layers(_hf("starcoder2-7b"), 8),
+    "granite-3.1-8b-8l": lambda: _few_layers(_hf("granite-3.1-8b"), 8),
 }
 
 
@@ -717,10 +723,25 @@ UNSEEN_PLAN = [
     ("gpt2-xl", "train", "eager", False, 8, 1024, 0),
     ("llama3.2-1b", "train", "eager", False, 8, 1024, 0, True),
 ]  # fmt: skip
+# Three families the loader took on after every run above (Gemma 1, StarCoder2, Granite; their
+# kernels checked against the CPU traces only): full-size inference as FAMILIES_PLAN runs it,
+# 8-layer training cuts. All held out.
+NEW_FAMILIES_PLAN = [
+    (model, mode, "eager", graphs, batch, seq, ctx + 16 * i if ctx else 0)
+    for i, model in enumerate(("gemma-7b", "starcoder2-7b", "granite-3.1-8b"))
+    for mode, graphs, batch, seq, ctx in (
+        ("prefill", False, 1, 2048, 0),
+        ("decode", False, 1, 0, 2048),
+        ("decode", True, 8, 0, 2048),
+    )
+] + _train_plan((("gemma-7b-8l", 2, 2048), ("starcoder2-7b-8l", 2, 2048),
+                 ("granite-3.1-8b-8l", 2, 2048)))  # fmt: skip
+
 PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN,
          "families": FAMILIES_PLAN, "hosts": HOSTS_PLAN,
          "trainfam": TRAIN_FAMILIES_PLAN, "trainfam2": TRAIN_FAMILIES_2_PLAN,
-         "unseen": UNSEEN_PLAN, "ckpthost": CKPT_HOST_PLAN}  # fmt: skip
+         "unseen": UNSEEN_PLAN, "ckpthost": CKPT_HOST_PLAN,
+         "newfam": NEW_FAMILIES_PLAN}  # fmt: skip
 
 
 def main() -> int:

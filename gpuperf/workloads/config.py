@@ -58,7 +58,11 @@ class ModelConfig:
     gate_up_fused: bool = False  # the HF module is one gate/up linear (Phi-3 gate_up_proj)
     qk_norm: bool = False  # RMSNorm over each head of q and k (Qwen3, Gemma3)
     sandwich_norm: bool = False  # norms after attention and after the MLP too (Gemma2/3)
-    embed_scale: bool = False  # embeddings times sqrt(hidden_size) (Gemma)
+    embed_scale: bool = False  # embeddings times a constant (Gemma's sqrt(hidden), Granite's)
+    # Each block's output times a constant before its residual add (Granite's
+    # residual_multiplier): one kernel each.
+    residual_scale: bool = False
+    logit_scale: bool = False  # the logits times a constant (Granite: / logits_scaling)
     # Gemma's RMSNorm scales by (1 + weight) in fp32 and casts back after it; Llama's casts back,
     # then scales in the model's dtype (eager kernels only: their bytes differ).
     norm_weight_fp32: bool = False

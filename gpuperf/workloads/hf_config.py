@@ -152,7 +152,7 @@ def _shape(f: _Reader, max_pos: int, **defaults: Any) -> dict[str, Any]:
     return kw
 
 
-_MAX_POS = {"llama": 2048, "mistral": 131072, "mixtral": 131072, "qwen2": 32768,
+_MAX_POS = {"llama": 2048, "granite": 4096, "mistral": 131072, "mixtral": 131072, "qwen2": 32768,
             "qwen2_moe": 32768, "qwen3": 32768, "qwen3_moe": 32768}  # fmt: skip
 
 
@@ -207,7 +207,17 @@ def _llama_like(f: _Reader) -> dict[str, Any]:
 
 
 def _gemma(f: _Reader) -> dict[str, Any]:
-    """gemma2, gemma3_text (and gemma3's text_config)."""
+    """gemma, gemma2, gemma3_text (and gemma3's text_config)."""
+    if f.mtype == "gemma":  # Gemma 1: Gemma2's norms and MLP, no post-norms, caps or windows
+        kw = _shape(f, 8192, head_dim=256)
+        return kw | dict(
+            tie_word_embeddings=f.flag("tie_word_embeddings", True),
+            hidden_act=f.act("hidden_act", "gelu_pytorch_tanh"),  # GemmaMLP: ACT2FN[hidden_act]
+            qkv_bias=f.flag("attention_bias", False),
+            embed_scale=True,
+            norm_weight_fp32=True,  # GemmaRMSNorm: output * (1.0 + weight.float())
+            rope_theta=f.rope("rope_theta", default=10000.0),
+        )
     g3 = f.mtype != "gemma2"
     defaults = {"num_key_value_heads": 4, "head_dim": 256}
     if g3:  # Gemma3 config.json files leave these to Gemma3TextConfig's defaults
@@ -287,6 +297,33 @@ def _falcon(f: _Reader) -> dict[str, Any]:
         attention_dropout=f.num("attention_dropout", default=0.0),
         hidden_dropout=f.num("hidden_dropout", default=0.0),
     )
+
+
+def _starcoder2(f: _Reader) -> dict[str, Any]:
+    """Starcoder2: LayerNorms, a plain GELU MLP, biases on every linear (use_bias), GQA, RoPE, a
+    window on every layer."""
+    kw = _shape(f, 4096)
+    bias = f.flag("use_bias", True)
+    return kw | dict(
+        tie_word_embeddings=f.flag("tie_word_embeddings", True),
+        mlp="plain",  # Starcoder2MLP: c_proj(act(c_fc(x)))
+        hidden_act=f.act("hidden_act", "gelu_pytorch_tanh"),
+        norm="layernorm",
+        qkv_bias=bias,
+        linear_bias=bias,
+        rope_theta=f.rope("rope_theta", default=10000.0),
+        hidden_dropout=f.num("residual_dropout", default=0.0),
+        **_window(f.opt("sliding_window", None), range(f.layers())),
+    )
+
+
+def _granite(f: _Reader) -> dict[str, Any]:
+    """Granite: Llama with constant multipliers on the embeddings, on each block's output before
+    its residual add and on the logits (the attention's is SDPA's scale: no kernel)."""
+    kw = _llama_like(f)
+    for key in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
+        f.num(key, default=1.0)  # a number where given (read for the check)
+    return kw | dict(embed_scale=True, residual_scale=True, logit_scale=True)
 
 
 def _nemotron(f: _Reader) -> dict[str, Any]:
@@ -417,7 +454,8 @@ def _gpt_neox(f: _Reader) -> dict[str, Any]:
 
 FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     **dict.fromkeys(_MAX_POS, _llama_like),
-    "gemma2": _gemma, "gemma3": _gemma, "gemma3_text": _gemma,
+    "gemma": _gemma, "gemma2": _gemma, "gemma3": _gemma, "gemma3_text": _gemma,
+    "granite": _granite, "starcoder2": _starcoder2,
     "phi3": _phi3, "falcon": _falcon, "nemotron": _nemotron,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
     "gpt2": _gpt2, "gpt_bigcode": _gpt_bigcode, "gpt_neox": _gpt_neox,

@@ -84,6 +84,8 @@ def prologue(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     ops: list[Op] = [Embedding("embed", d.T, d.hidden, d.act)]
     if d.g.tp_impl == "megatron":  # vocab-parallel lookup: partial rows summed over tp
         ops += comm_ops.row_out(d, "embed")  # (Hugging Face's tp_plan replicates the embedding)
+    if cfg.embed_scale:  # Gemma's * sqrt(hidden), Granite's * embedding_multiplier
+        ops.append(Elementwise("embed_scale", "mul", d.T * d.hidden, 1, 1, d.act))
     if cfg.positions == "learned":
         ops.append(Embedding("pos_embed", d.T, d.hidden, d.act))
         ops.append(Elementwise("embed_add", "add", d.T * d.hidden, 2, 1, d.act))
@@ -148,5 +150,8 @@ def epilogue(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> list[Op]:
         if eager and d.g.tp_impl == "megatron":  # torch.cat of the gathered shards
             ops.append(Copy("lm_head.cat", nbytes, d.act))
     # on the logits the model's loss (or sampler) sees: whole once gathered, else this shard
-    ops += final_softcap(cfg, rows * vocab * (d.g.tp if gathered else 1), d.act)
+    n = rows * vocab * (d.g.tp if gathered else 1)
+    ops += final_softcap(cfg, n, d.act)
+    if cfg.logit_scale:  # Granite: logits / logits_scaling
+        ops.append(Elementwise("lm_head/logit_scale", "mul", n, 1, 1, d.act))
     return ops

@@ -384,6 +384,7 @@ def fused_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
         ops += comm_ops.row_out(d, "attn/out")
     if cfg.sandwich_norm:  # Gemma2/3: the attention output is normalized before the residual
         ops.append(Norm("attn/post_norm", cfg.norm, d.rows, h, d.act))
+    ops += _residual_scale(cfg, "attn", d.rows * h, d.act)
     if drop:
         ops.append(_ew("attn/bias_dropout_add", "dropout_add", d.rows * h, d.act, n_in=2,
                        flops=3.0))  # fmt: skip
@@ -392,6 +393,7 @@ def fused_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
     ops += mlp_block(cfg, d, False, kind)
     if cfg.sandwich_norm:
         ops.append(Norm("mlp/post_norm", cfg.norm, d.rows, h, d.act))
+    ops += _residual_scale(cfg, "mlp", d.rows * h, d.act)
     if drop:
         ops.append(_ew("mlp/bias_dropout_add", "dropout_add", d.rows * h, d.act, n_in=2,
                        flops=3.0))  # fmt: skip
@@ -611,6 +613,7 @@ def eager_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
         if not cfg.shared_input_norm:
             ops += eager_norm(cfg, "mlp/norm", T, h, a)
     else:
+        ops += _residual_scale(cfg, "attn", T * h, a)
         ops.append(_ew("attn/residual", "add", T * h, a, n_in=2))
         ops += eager_norm(cfg, "mlp/norm", T, h, a)
     ops += mlp_block(cfg, d, True, kind)
@@ -619,5 +622,12 @@ def eager_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
         ops += eager_norm(cfg, "mlp/post_norm", T, h, a)
     if cfg.parallel_residual:  # mlp_output + attn_output + hidden_states: two adds in Python
         ops.append(_ew("mlp/residual_sum", "add", T * h, a, n_in=2))
+    else:
+        ops += _residual_scale(cfg, "mlp", T * h, a)
     ops.append(_ew("mlp/residual", "add", T * h, a, n_in=2))
     return ops
+
+
+def _residual_scale(cfg: ModelConfig, block: str, n: int, a: DType) -> list[Op]:
+    """Granite's residual_multiplier: the block's output scaled before the residual add."""
+    return [_ew(f"{block}/residual_scale", "mul", n, a)] if cfg.residual_scale else []

@@ -445,6 +445,9 @@ def head_backward(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
         ops += [_ew("lm_head/softcap_mul.bwd", "mul", n, a),
                 _ew("lm_head/softcap_tanh.bwd", "tanh_backward", n, a, 2, flops=3.0),
                 _ew("lm_head/softcap_div.bwd", "mul", n, a)]  # fmt: skip
+    if cfg.logit_scale:  # the loss gradient times the same constant
+        n = T * (vocab * d.g.tp if logits_gathered(d, eager, True) else vocab)
+        ops.append(_ew("lm_head/logit_scale.bwd", "mul", n, a))
     if eager and d.g.tp > 1 and d.g.tp_impl == "megatron":  # the gather's backward: our slice
         ops.append(Copy("lm_head.slice", T * vocab * BYTES[a], a))
     dgrad, wgrad = gemm_backward(Gemm("lm_head", T, vocab, h, a))  # type: ignore[arg-type]

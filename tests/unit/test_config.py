@@ -599,3 +599,22 @@ def test_gpt2_family_generic_keys_win_over_their_n_aliases(model_type):
                            "n_head": 48, "n_positions": 8192, "vocab_size": 1000},
                           name="n")  # fmt: skip
     assert (only_n.layers, only_n.hidden, only_n.heads) == (40, 6144, 48)
+
+
+def test_gemma_starcoder2_and_granite_configs_read_as_their_modeling_code_runs():
+    data = Path(__file__).parent / "data" / "hf_configs"
+    read = {n: from_hf_dict(json.loads((data / f"{n}.json").read_text()), name=n)
+            for n in ("gemma-7b", "starcoder2-7b", "granite-3.1-8b")}  # fmt: skip
+    gemma = read["gemma-7b"]  # Gemma 1: Gemma2's (1 + w) norms and scaled embedding, no more
+    assert gemma.hd == 256 and gemma.hidden_act == "gelu" and gemma.mlp == "gated"
+    assert gemma.norm_weight_fp32 and gemma.embed_scale and not gemma.sandwich_norm
+    assert not (gemma.attn_softcap or gemma.final_softcap or gemma.sliding_layers)
+    sc2 = read["starcoder2-7b"]
+    assert sc2.norm == "layernorm" and sc2.mlp == "plain" and sc2.linear_bias and sc2.qkv_bias
+    assert sc2.kv_heads == 4 and sc2.sliding_window == 4096 and len(sc2.sliding_layers) == 32
+    granite = read["granite-3.1-8b"]
+    assert granite.embed_scale and granite.residual_scale and granite.logit_scale
+    assert granite.kv_heads == 8 and granite.tie_word_embeddings
+    bad = json.loads((data / "granite-3.1-8b.json").read_text()) | {"residual_multiplier": "x"}
+    with pytest.raises(InputError, match="residual_multiplier"):
+        from_hf_dict(bad, name="bad")

@@ -32,8 +32,12 @@ from gpuperf.workloads.transformer import build_ops  # noqa: E402
 # e2e_hf.CONFIGS names, one per family (model_type), and what gpuperf lists that the CPU trace
 # cannot show: Falcon's list index copies its index tensor to the GPU (two copies a layer).
 FAMILIES = {"llama3-8b": 0, "mistral-7b-8l": 0, "qwen2-7b-8l": 0, "qwen3-8b": 0,
-            "gemma2-9b-6l": 0, "gemma-3-1b": 0, "phi-3-mini": 0, "minitron-8b": 0,
-            "starcoder": 0, "gpt2-xl": 0, "pythia-6.9b": 0, "falcon-40b-4l": 2}  # fmt: skip
+            "gemma-7b": 0, "gemma2-9b-6l": 0, "gemma-3-1b": 0, "phi-3-mini": 0,
+            "minitron-8b": 0, "starcoder": 0, "starcoder2-7b": 0, "gpt2-xl": 0,
+            "pythia-6.9b": 0, "granite-3.1-8b": 0, "falcon-40b-4l": 2}  # fmt: skip
+# Families whose whole step (embedding, positions, final norm, lm_head too) is listed exactly.
+WHOLE = ("llama3-8b", "qwen3-8b", "gemma-7b", "gemma-3-1b", "phi-3-mini", "minitron-8b",
+         "starcoder2-7b", "pythia-6.9b", "granite-3.1-8b")  # fmt: skip
 
 
 def _traced_decode(cfg: dict) -> int:
@@ -59,3 +63,9 @@ def test_a_decode_layer_lists_the_kernels_hugging_face_runs(name):
     traced = _traced_decode(three) - _traced_decode(two)
     listed = _listed(three, name) - _listed(two, name)
     assert listed == traced + FAMILIES[name], (name, listed, traced)
+
+
+@pytest.mark.parametrize("name", WHOLE)
+def test_a_whole_decode_step_lists_the_kernels_hugging_face_runs(name):
+    cfg = e2e_hf.tiny_layers(name, 2)
+    assert _listed(cfg, name) == _traced_decode(cfg), name
