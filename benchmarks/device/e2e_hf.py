@@ -237,6 +237,8 @@ CONFIGS = {
     "gemma-7b-8l": lambda: _few_layers(_hf("gemma-7b"), 8),
     "starcoder2-7b-8l": lambda: _few_layers(_hf("starcoder2-7b"), 8),
     "granite-3.1-8b-8l": lambda: _few_layers(_hf("granite-3.1-8b"), 8),
+    "olmo2-7b": lambda: _hf("olmo2-7b"),
+    "olmo2-7b-8l": lambda: _few_layers(_hf("olmo2-7b"), 8),
 }
 
 
@@ -723,19 +725,19 @@ UNSEEN_PLAN = [
     ("gpt2-xl", "train", "eager", False, 8, 1024, 0),
     ("llama3.2-1b", "train", "eager", False, 8, 1024, 0, True),
 ]  # fmt: skip
-# Three families the loader took on after every run above (Gemma 1, StarCoder2, Granite; their
+# Families the loader took on after every run above (Gemma 1, StarCoder2, Granite, OLMo-2; their
 # kernels checked against the CPU traces only): full-size inference as FAMILIES_PLAN runs it,
 # 8-layer training cuts. All held out.
 NEW_FAMILIES_PLAN = [
     (model, mode, "eager", graphs, batch, seq, ctx + 16 * i if ctx else 0)
-    for i, model in enumerate(("gemma-7b", "starcoder2-7b", "granite-3.1-8b"))
+    for i, model in enumerate(("gemma-7b", "starcoder2-7b", "granite-3.1-8b", "olmo2-7b"))
     for mode, graphs, batch, seq, ctx in (
         ("prefill", False, 1, 2048, 0),
         ("decode", False, 1, 0, 2048),
         ("decode", True, 8, 0, 2048),
     )
 ] + _train_plan((("gemma-7b-8l", 2, 2048), ("starcoder2-7b-8l", 2, 2048),
-                 ("granite-3.1-8b-8l", 2, 2048)))  # fmt: skip
+                 ("granite-3.1-8b-8l", 2, 2048), ("olmo2-7b-8l", 2, 2048)))  # fmt: skip
 
 PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN,
          "families": FAMILIES_PLAN, "hosts": HOSTS_PLAN,

@@ -58,6 +58,10 @@ class ModelConfig:
     gate_up_fused: bool = False  # the HF module is one gate/up linear (Phi-3 gate_up_proj)
     qk_norm: bool = False  # RMSNorm over each head of q and k (Qwen3, Gemma3)
     sandwich_norm: bool = False  # norms after attention and after the MLP too (Gemma2/3)
+    pre_norm: bool = True  # a norm before each block (OLMo-2: the blocks' outputs only)
+    qk_norm_full: bool = False  # q/k norms over the whole projection, not each head (OLMo-2)
+    # RoPE's cos and sin stay fp32: q and k rotate in fp32 and are cast back (OLMo-2).
+    rope_fp32: bool = False
     embed_scale: bool = False  # embeddings times a constant (Gemma's sqrt(hidden), Granite's)
     # Each block's output times a constant before its residual add (Granite's
     # residual_multiplier): one kernel each.
@@ -335,8 +339,10 @@ class ModelConfig:
         n_moe = self.moe_layers
         shared_w = self.shared_intermediate_size
         shared = self._mlp_params(shared_w) if shared_w else 0
-        per_layer_norms = 4 if self.sandwich_norm else 1 if self.shared_input_norm else 2
+        pre = 0 if not self.pre_norm else 1 if self.shared_input_norm else 2
+        per_layer_norms = pre + (2 if self.sandwich_norm else 0)
         norm = h * (2 if self.norm == "layernorm" else 1)
+        qk = (self.heads + self.kv_heads) * self.hd if self.qk_norm_full else 2 * self.hd
         return {
             "embed": self.vocab * h,
             "pos_embed": self.max_position_embeddings * h if self.positions == "learned" else 0,
@@ -347,7 +353,7 @@ class ModelConfig:
             "dense_mlp": len(self.dense_layers) * self._mlp_params(self.intermediate),
             "shared_expert": n_moe * (shared + (h if self.shared_expert_gate else 0)),
             "router": n_moe * (h * E + (E if self.router_bias else 0)),
-            "norms": (per_layer_norms * L + 1) * norm + (2 * L * self.hd if self.qk_norm else 0),
+            "norms": (per_layer_norms * L + 1) * norm + (L * qk if self.qk_norm else 0),
             "lm_head": 0 if self.tie_word_embeddings else self.vocab * h,
         }
 

@@ -317,6 +317,23 @@ def _starcoder2(f: _Reader) -> dict[str, Any]:
     )
 
 
+def _olmo2(f: _Reader) -> dict[str, Any]:
+    """OLMo-2: Llama's attention and MLP with RMSNorms on the blocks' outputs only (before each
+    residual add) and over each token's whole q and k projections."""
+    kw = _shape(f, 4096)
+    return kw | dict(
+        tie_word_embeddings=f.flag("tie_word_embeddings", False),
+        hidden_act=f.act("hidden_act", "silu"),
+        qkv_bias=f.flag("attention_bias", False),
+        pre_norm=False,
+        sandwich_norm=True,
+        qk_norm=True,
+        qk_norm_full=True,
+        rope_fp32=True,  # Olmo2RotaryEmbedding returns fp32 cos/sin; q, k cast back after
+        rope_theta=f.rope("rope_theta", default=10000.0),
+    )
+
+
 def _granite(f: _Reader) -> dict[str, Any]:
     """Granite: Llama with constant multipliers on the embeddings, on each block's output before
     its residual add and on the logits (the attention's is SDPA's scale: no kernel)."""
@@ -455,7 +472,7 @@ def _gpt_neox(f: _Reader) -> dict[str, Any]:
 FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     **dict.fromkeys(_MAX_POS, _llama_like),
     "gemma": _gemma, "gemma2": _gemma, "gemma3": _gemma, "gemma3_text": _gemma,
-    "granite": _granite, "starcoder2": _starcoder2,
+    "granite": _granite, "olmo2": _olmo2, "starcoder2": _starcoder2,
     "phi3": _phi3, "falcon": _falcon, "nemotron": _nemotron,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
     "gpt2": _gpt2, "gpt_bigcode": _gpt_bigcode, "gpt_neox": _gpt_neox,

@@ -109,7 +109,7 @@ def prologue(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
             Elementwise("rope_cache/sin", "sin", n, 1, 1, "fp32", None, 8.0),
             Elementwise("rope_cache/sin_scale", "mul", n, 1, 1, "fp32"),
         ]
-        if cast:
+        if cast and not cfg.rope_fp32:
             ops.append(Elementwise("rope_cache/cos_cast", "cast", n, 1, 1, "fp32", d.act, 0.0))
             ops.append(Elementwise("rope_cache/sin_cast", "cast", n, 1, 1, "fp32", d.act, 0.0))
     return ops

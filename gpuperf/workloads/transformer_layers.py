@@ -336,16 +336,27 @@ def mlp_block(cfg: ModelConfig, d: Dims, eager: bool, kind: LayerKind) -> list[O
 
 
 def _qk_norms(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
-    """Qwen3's and Gemma3's RMSNorm over each head of q and of k."""
+    """Qwen3's and Gemma3's RMSNorm over each head of q and of k (OLMo-2's over all of q, and
+    all of k)."""
     if not cfg.qk_norm:
         return []
-    rows_q, rows_k, hd, a = d.T * d.heads, d.T * d.kv_heads, d.head_dim, d.act
-    if eager:
-        return eager_norm(cfg, "attn/q_norm", rows_q, hd, a) + eager_norm(
-            cfg, "attn/k_norm", rows_k, hd, a
+    a = d.act
+    if cfg.qk_norm_full:  # OLMo-2: one norm over each token's whole q (and k) projection
+        (rows_q, cols_q), (rows_k, cols_k) = (
+            (d.T, d.heads * d.head_dim),
+            (d.T, d.kv_heads * d.head_dim),
         )
-    return [Norm("attn/q_norm", "rmsnorm", rows_q, hd, a), Norm("attn/k_norm", "rmsnorm", rows_k,
-                                                                  hd, a)]  # fmt: skip
+    else:
+        (rows_q, cols_q), (rows_k, cols_k) = (
+            (d.T * d.heads, d.head_dim),
+            (d.T * d.kv_heads, d.head_dim),
+        )
+    if eager:
+        return eager_norm(cfg, "attn/q_norm", rows_q, cols_q, a) + eager_norm(
+            cfg, "attn/k_norm", rows_k, cols_k, a
+        )
+    return [Norm("attn/q_norm", "rmsnorm", rows_q, cols_q, a),
+            Norm("attn/k_norm", "rmsnorm", rows_k, cols_k, a)]  # fmt: skip
 
 
 def _rotary(cfg: ModelConfig, d: Dims) -> int:
@@ -365,7 +376,9 @@ def fused_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
     # bias-dropout-add kernel, so the next norm reads a finished residual.
     drop = d.train and cfg.hidden_dropout > 0
     fused_res = not cfg.parallel_residual and not drop
-    ops: list[Op] = [Norm("attn/norm", cfg.norm, d.rows, h, d.act, fused_res)]
+    ops: list[Op] = (
+        [Norm("attn/norm", cfg.norm, d.rows, h, d.act, fused_res)] if cfg.pre_norm else []
+    )
     ops += comm_ops.col_in(d, "attn/qkv")  # sequence parallel: gather before the projections
     if cfg.is_mla:
         from gpuperf.workloads.mla_layers import mla_attention
@@ -388,7 +401,9 @@ def fused_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
     if drop:
         ops.append(_ew("attn/bias_dropout_add", "dropout_add", d.rows * h, d.act, n_in=2,
                        flops=3.0))  # fmt: skip
-    if not (cfg.parallel_residual and cfg.shared_input_norm):
+    if not cfg.pre_norm:  # no next norm to fuse the residual add into
+        ops.append(_ew("attn/residual", "add", d.rows * h, d.act, n_in=2))
+    elif not (cfg.parallel_residual and cfg.shared_input_norm):
         ops.append(Norm("mlp/norm", cfg.norm, d.rows, h, d.act, fused_res))
     ops += mlp_block(cfg, d, False, kind)
     if cfg.sandwich_norm:
@@ -397,6 +412,8 @@ def fused_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
     if drop:
         ops.append(_ew("mlp/bias_dropout_add", "dropout_add", d.rows * h, d.act, n_in=2,
                        flops=3.0))  # fmt: skip
+    if not cfg.pre_norm:
+        ops.append(_ew("mlp/residual", "add", d.rows * h, d.act, n_in=2))
     if cfg.parallel_residual:
         ops.append(_ew("residual", "add", d.rows * h, d.act, n_in=3, flops=2.0))
     return ops
@@ -440,21 +457,25 @@ def eager_norm(cfg: ModelConfig, name: str, rows: int, cols: int, act: DType) ->
 
 
 def eager_rope(name: str, d: Dims, heads: int, dim: int | None = None,
-               split: bool = False) -> list[Op]:  # fmt: skip
+               split: bool = False, fp32: bool = False) -> list[Op]:  # fmt: skip
     """x * cos + rotate_half(x) * sin; rotate_half = cat(-x2, x1): 5 kernels per tensor, each
     on a view transposed to [batch, heads, T, head_dim] or a half of it, or with cos/sin
     broadcast over the heads: PyTorch's non-vectorized kernels (generic). Partial rotary
     (`dim` < head_dim), or code that splits at any fraction (`split`: Phi-3), slices the rotated
-    part and cats it back to the rest."""
+    part and cats it back to the rest. With fp32 cos and sin (`fp32`: OLMo-2) the products and
+    their sum are fp32, then cast back."""
     rot = d.head_dim if dim is None else dim
-    n = d.T * heads * rot
+    n, a = d.T * heads * rot, d.act
+    wide = "fp32" if fp32 else None
     ops: list[Op] = [
-        _ew(f"{name}/mul_cos", "mul", n, d.act, generic=True),
-        _ew(f"{name}/neg", "neg", n // 2, d.act, generic=True),
-        Copy(f"{name}/cat", n * BYTES[d.act], d.act, generic=True),
-        _ew(f"{name}/mul_sin", "mul", n, d.act, generic=True),
-        _ew(f"{name}/add", "add", n, d.act, n_in=2, generic=True),
+        _ew(f"{name}/mul_cos", "mul", n, a, out=wide, generic=True),
+        _ew(f"{name}/neg", "neg", n // 2, a, generic=True),
+        Copy(f"{name}/cat", n * BYTES[a], a, generic=True),
+        _ew(f"{name}/mul_sin", "mul", n, a, out=wide, generic=True),
+        _ew(f"{name}/add", "add", n, wide or a, n_in=2, generic=True),
     ]
+    if fp32:
+        ops.append(_ew(f"{name}/cast_back", "cast", n, "fp32", out=a, flops=0.0))
     if rot < d.head_dim or split:
         # torch.cat([q_embed, q_pass]): q_pass a strided slice of a transposed view
         ops.append(Copy(f"{name}/cat_pass", d.T * heads * d.head_dim * BYTES[d.act], d.act,
@@ -553,9 +574,9 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
     ops += _qk_norms(cfg, d, True)
     if cfg.positions == "rope":
         rot = _rotary(cfg, d)
-        split = cfg.rope_split
-        ops += eager_rope("attn/rope_q", d, d.heads, rot, split) + eager_rope(
-            "attn/rope_k", d, d.kv_heads, rot, split
+        split, fp32 = cfg.rope_split, cfg.rope_fp32 and d.act != "fp32"
+        ops += eager_rope("attn/rope_q", d, d.heads, rot, split, fp32) + eager_rope(
+            "attn/rope_k", d, d.kv_heads, rot, split, fp32
         )
     math = cfg.sdpa_math and d.g.cp == 1 and d.attn == "flash"  # PyTorch's math SDPA
     if d.static_cache:
@@ -599,7 +620,7 @@ def eager_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
     """A Hugging Face decoder layer with SDPA and a DynamicCache (GQA via SDPA enable_gqa, no
     repeat_kv): LlamaDecoderLayer and the families built like it."""
     T, h, a = d.T, d.hidden, d.act
-    ops: list[Op] = eager_norm(cfg, "attn/norm", T, h, a)
+    ops: list[Op] = eager_norm(cfg, "attn/norm", T, h, a) if cfg.pre_norm else []
     if cfg.is_mla:
         from gpuperf.workloads.mla_layers import mla_attention
 
@@ -615,7 +636,8 @@ def eager_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
     else:
         ops += _residual_scale(cfg, "attn", T * h, a)
         ops.append(_ew("attn/residual", "add", T * h, a, n_in=2))
-        ops += eager_norm(cfg, "mlp/norm", T, h, a)
+        if cfg.pre_norm:
+            ops += eager_norm(cfg, "mlp/norm", T, h, a)
     ops += mlp_block(cfg, d, True, kind)
     ops += _eager_dropout(cfg, d, "mlp/resid_dropout")
     if cfg.sandwich_norm:

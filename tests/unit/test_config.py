@@ -618,3 +618,11 @@ def test_gemma_starcoder2_and_granite_configs_read_as_their_modeling_code_runs()
     bad = json.loads((data / "granite-3.1-8b.json").read_text()) | {"residual_multiplier": "x"}
     with pytest.raises(InputError, match="residual_multiplier"):
         from_hf_dict(bad, name="bad")
+
+
+def test_olmo2_normalizes_the_blocks_outputs_and_whole_q_and_k():
+    data = Path(__file__).parent / "data" / "hf_configs" / "olmo2-7b.json"
+    cfg = from_hf_dict(json.loads(data.read_text()), name="olmo2-7b")
+    assert not cfg.pre_norm and cfg.sandwich_norm and cfg.qk_norm_full and cfg.rope_fp32
+    # OLMo-2 7B is published as 7.30B parameters: two norms a layer, q and k norms of 4096 each
+    assert abs(cfg.param_count() / 7.30e9 - 1) < 0.005, cfg.param_count()
