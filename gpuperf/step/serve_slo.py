@@ -50,7 +50,10 @@ def parse_slo(text: str) -> dict[str, float]:
                 from None  # fmt: skip
         if not 0 < value < 1e9:
             raise InputError(f"--slo {item.strip()}: the time must be positive")
-        out[f"{m.group(1).lower()}_p{m.group(2) or 90}_ms"] = value
+        key = f"{m.group(1).lower()}_p{m.group(2) or 90}_ms"
+        if key in out:  # ttft=5ms,ttft=6ms: which one was meant?
+            raise InputError(f"--slo names {key.removesuffix('_ms')} twice; give each target once")
+        out[key] = value
     return out
 
 

@@ -281,3 +281,10 @@ def test_attention_head_dim_is_bounded_with_the_limit_named(capsys):
             match="head-dim must be at most 1024")  # fmt: skip
     with pytest.raises(InputError, match="at most 1024"):
         api.predict_op("attention", batch=1, heads=8, seq=128, head_dim=2048)
+
+
+def test_an_slo_that_names_a_target_twice_is_refused(capsys):
+    refused(capsys, "serve", "llama3.2-1b", "--slo", "ttft=5ms,ttft=6ms", "--requests", "20",
+            match="ttft_p90 twice")  # fmt: skip
+    refused(capsys, "serve", "llama3.2-1b", "--slo", "tpot_p99=5ms,TPOT_P99=9ms",
+            "--requests", "20", match="tpot_p99 twice")  # fmt: skip
