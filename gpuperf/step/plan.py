@@ -41,6 +41,10 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
         )
     if cfg.intermediate % tp:
         raise InputError(f"tp={tp} does not divide the MLP width {cfg.intermediate}")
+    if tp > 1 and cfg.qk_norm_full:  # every rank would need all of q and k first
+        raise InputError(f"{cfg.name}: tensor parallelism of q/k norms over whole "
+                         "projections (OLMo-2) is not modelled (the q and k gathers before "
+                         "them); use tp=1")  # fmt: skip
     chunks = sc.pp * sc.virtual_stages
     if chunks > cfg.layers:
         raise InputError(f"pp·v = {chunks} model chunks but {cfg.name} has {cfg.layers} layers")

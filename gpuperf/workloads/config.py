@@ -291,6 +291,10 @@ class ModelConfig:
             why.append("q/k or sandwich norms")
         if self.sliding_layers or self.attn_softcap:
             why.append("sliding windows or attention softcap")
+        if self.residual_scale or self.rope_fp32 or self.rope_split or not self.pre_norm:
+            why.append("scaled residuals, RoPE in fp32 or split, or norms after the blocks only")
+        if self.kv_list_index or self.norm_weight_plus1:
+            why.append("K/V picked by a list index, or norm weights + 1")
         return why
 
     @property

@@ -278,7 +278,7 @@ def _forward_parts(cfg, d, eager, mode, st, runs, fsdp) -> list[Part]:  # noqa: 
             return _around((), layer, hide, fsdp.fwd, fsdp.fwd_hide, **kw)
 
         ends_stage = first + n == end
-        if first == 0 and not eager and not cfg.parallel_residual:
+        if first == 0 and not eager and not cfg.parallel_residual and cfg.pre_norm:
             # vLLM's first layer has no residual yet: a plain norm, not the fused add + norm.
             parts.append(body(n == 1 and ends_stage, _first_layer(layer), layer0=0))
             n, first = n - 1, 1

@@ -134,7 +134,9 @@ def epilogue(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> list[Op]:
     if eager:
         ops = eager_norm(cfg, "final_norm", d.rows, h, d.act)
     else:
-        ops = [Norm("final_norm", cfg.norm, d.rows, h, d.act, not cfg.parallel_residual)]
+        # the last layer's residual add fuses into the final norm (not where it adds its own)
+        fres = cfg.pre_norm and not cfg.parallel_residual
+        ops = [Norm("final_norm", cfg.norm, d.rows, h, d.act, fres)]
     ops += comm_ops.col_in(d, "lm_head")
     rows = d.batch if mode == "prefill" else T
     if mode == "prefill" and not eager and d.q_len > 1:

@@ -137,12 +137,27 @@ def _eager_rope_backward(name: str, n: int, a: str) -> list[Op]:
     ]
 
 
+def _fp32_rope_casts(name: str, n: int, a: str, wide: bool) -> list[Op]:
+    """The casts autograd adds around a RoPE computed in fp32 (OLMo-2): none otherwise."""
+    if not wide:
+        return []
+    return [_ew(f"{name}/cast_back.bwd", "cast", n, a, out="fp32", flops=0.0),
+            _ew(f"{name}/mul_cos.bwd_cast", "cast", n, "fp32", out=a, flops=0.0),
+            _ew(f"{name}/mul_sin.bwd_cast", "cast", n, "fp32", out=a, flops=0.0)]  # fmt: skip
+
+
 def _pass_slices_backward(name: str, rot: int, whole: int | None, a: str) -> list[Op]:
     """Partial rotary (GPT-NeoX, Nemotron): q[..., :rot] and q[..., rot:] each reach q's gradient
     through slice_backward (a zero-filled q-sized tensor, the slice's gradient copied into its
     strided place), then the two are added. None without a pass-through part (`whole` None)."""
     if not whole:
         return []
+    if whole == rot:  # split at full rotary (Phi-3): the empty pass part's slice costs nothing
+        return [
+            _ew(f"{name}/rot_slice.bwd_fill", "fill", whole, a, 0),
+            _ew(f"{name}/rot_slice.bwd", "slice_backward", rot, a, generic=True),
+            _ew(f"{name}/slices.bwd_add", "add", whole, a, 2),
+        ]
     return [
         _ew(f"{name}/rot_slice.bwd_fill", "fill", whole, a, 0),
         _ew(f"{name}/rot_slice.bwd", "slice_backward", rot, a, generic=True),
@@ -223,6 +238,10 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
              if isinstance(op, Elementwise) and op.name.endswith("/mul_cos")}  # fmt: skip
     whole = {op.name.rpartition("/")[0]: op.nbytes // BYTES[d.act] for op in layer
              if isinstance(op, Copy) and op.name.endswith("/cat_pass")}  # fmt: skip
+    # RoPE in fp32 (OLMo-2): the cast back's gradient widens, and each product's gradient is
+    # cast back to the input's dtype (three casts per tensor)
+    wide = {op.name.rpartition("/")[0] for op in layer if op.name.endswith("/cast_back")
+            and op.name.rpartition("/")[0] in ropes}  # fmt: skip
     names = {op.name for op in layer}
     a, first_residual = d.act, None
     out: list[Op] = []
@@ -233,7 +252,8 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
                 done.add(name)
                 out += (eager_norm_backward(cfg, name, *norms[name], a) if name in norms
                         else _eager_rope_backward(name, ropes[name], a)
-                        + _pass_slices_backward(name, ropes[name], whole.get(name), a))  # fmt: skip
+                        + _pass_slices_backward(name, ropes[name], whole.get(name), a)
+                        + _fp32_rope_casts(name, ropes[name], a, name in wide))  # fmt: skip
             continue
         if op.name in ("attn/cache_k", "attn/cache_v"):
             continue
@@ -455,7 +475,7 @@ def head_backward(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     if eager:
         ops += eager_norm_backward(cfg, "final_norm", T, h, a)
     else:
-        fres = not cfg.parallel_residual
+        fres = cfg.pre_norm and not cfg.parallel_residual
         ops.append(Norm("final_norm.bwd", cfg.norm, d.rows, h, a, fres, True))  # type: ignore[arg-type]
     return ops
 
@@ -464,7 +484,9 @@ def tail_backward(cfg: ModelConfig, d: Dims) -> list[Op]:
     """The embedding's gradient (scatter-add of the token rows); under sequence parallelism the
     gradient of its reduce-scatter is all-gathered first."""
     T, h, a = d.T, d.hidden, d.act
-    ops: list[Op] = comm_ops.row_out_backward(d, "embed") if d.g.tp_impl == "megatron" else []
+    # the embedding scale's gradient (Gemma, Granite): the rows' gradient times the constant
+    ops: list[Op] = [_ew("embed_scale.bwd", "mul", T * h, a)] if cfg.embed_scale else []
+    ops += comm_ops.row_out_backward(d, "embed") if d.g.tp_impl == "megatron" else []
     ops.append(_ew("embed.bwd", "embedding_backward", T * h, a))
     if cfg.positions == "learned":
         ops.append(_ew("pos_embed.bwd", "embedding_backward", T * h, a))

@@ -69,3 +69,32 @@ def test_a_decode_layer_lists_the_kernels_hugging_face_runs(name):
 def test_a_whole_decode_step_lists_the_kernels_hugging_face_runs(name):
     cfg = e2e_hf.tiny_layers(name, 2)
     assert _listed(cfg, name) == _traced_decode(cfg), name
+
+
+CONFIGS = Path(__file__).resolve().parent / "data" / "hf_configs"
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")), ids=lambda p: p.stem)
+def test_every_config_predicts_fused_and_eager_in_every_mode(path):
+    """What the CPU traces do not reach: the fused (vLLM / Megatron) layers, training and tensor
+    parallelism, for every family the loader reads."""
+    import json
+
+    from gpuperf import api
+    from gpuperf.errors import InputError
+
+    data = json.loads(path.read_text())
+    for d in (data, data.get("text_config") or {}):  # two layers are enough
+        if "num_hidden_layers" in d:
+            d["num_hidden_layers"] = 2
+    cfg = from_hf_dict(data, name=path.stem)
+    for impl in ("fused", "eager"):
+        for mode, kw in (("prefill", {"seq": 512}), ("decode", {"ctx": 512}),
+                         ("train", {"seq": 512})):  # fmt: skip
+            p = api.predict(cfg, gpu="h100", mode=mode, impl=impl, **kw)
+            assert p.total_ms > 0 and p.table["time_ms"].notna().all(), (path.stem, impl, mode)
+    try:
+        p = api.predict(cfg, system="dgx-h100", tp=2, mode="train", seq=512)
+        assert p.total_ms > 0
+    except InputError as exc:  # a split the model cannot take says why
+        assert "tp" in str(exc)
