@@ -70,6 +70,8 @@ class ModelConfig:
     # Gemma's RMSNorm scales by (1 + weight) in fp32 and casts back after it; Llama's casts back,
     # then scales in the model's dtype (eager kernels only: their bytes differ).
     norm_weight_fp32: bool = False
+    # OLMo-2's RMSNorm: (weight * x) in fp32, then the cast back (Gemma's order, no + 1).
+    norm_scale_fp32: bool = False
     parallel_residual: bool = False  # GPT-NeoX / Falcon: x + attn(ln1(x)) + mlp(ln2(x))
     shared_input_norm: bool = False  # parallel_residual with one norm for both (Falcon-7B)
     sliding_window: int = 0  # tokens a sliding layer attends to (0: none)
@@ -293,7 +295,7 @@ class ModelConfig:
             why.append("sliding windows or attention softcap")
         if self.residual_scale or self.rope_fp32 or self.rope_split or not self.pre_norm:
             why.append("scaled residuals, RoPE in fp32 or split, or norms after the blocks only")
-        if self.kv_list_index or self.norm_weight_plus1:
+        if self.kv_list_index or self.norm_weight_plus1 or self.norm_scale_fp32:
             why.append("K/V picked by a list index, or norm weights + 1")
         return why
 

@@ -330,6 +330,7 @@ def _olmo2(f: _Reader) -> dict[str, Any]:
         qk_norm=True,
         qk_norm_full=True,
         rope_fp32=True,  # Olmo2RotaryEmbedding returns fp32 cos/sin; q, k cast back after
+        norm_scale_fp32=True,  # Olmo2RMSNorm: (self.weight * hidden_states).to(input_dtype)
         rope_theta=f.rope("rope_theta", default=10000.0),
     )
 

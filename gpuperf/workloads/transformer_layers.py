@@ -421,7 +421,8 @@ def fused_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
 
 def eager_norm(cfg: ModelConfig, name: str, rows: int, cols: int, act: DType) -> list[Op]:
     """LlamaRMSNorm in eager PyTorch: to(fp32), pow, mean, add eps, rsqrt, mul, to(dtype), mul w;
-    Gemma's (cfg.norm_weight_fp32) multiplies by 1 + w in fp32, then casts back.
+    Gemma's (cfg.norm_weight_fp32) multiplies by 1 + w in fp32, then casts back; OLMo-2's
+    (cfg.norm_scale_fp32) by w in fp32, then casts back.
 
     The casts vanish when the model runs in fp32. nn.LayerNorm is one kernel.
     """
@@ -443,15 +444,17 @@ def eager_norm(cfg: ModelConfig, name: str, rows: int, cols: int, act: DType) ->
         _ew(f"{name}/rsqrt", "rsqrt", rows, "fp32"),
         _ew(f"{name}/mul", "mul", n, "fp32", generic=True),
     ]
-    weight = _ew(f"{name}/mul_weight", "mul", n, "fp32" if cfg.norm_weight_fp32 else act,
-                 generic=True)  # fmt: skip
+    in32 = cfg.norm_weight_fp32 or cfg.norm_scale_fp32  # the weight scales before the cast back
+    weight = _ew(f"{name}/mul_weight", "mul", n, "fp32" if in32 else act, generic=True)
     if cfg.norm_weight_fp32:  # 1.0 + self.weight.float(): two small kernels first
         if cast:
             ops.append(_ew(f"{name}/weight_f32", "cast", cols, act, out="fp32", flops=0.0))
-        ops += [_ew(f"{name}/weight_plus1", "add", cols, "fp32"), weight]
+        ops.append(_ew(f"{name}/weight_plus1", "add", cols, "fp32"))
+    if in32:
+        ops.append(weight)
     if cast:
         ops.append(_ew(f"{name}/cast_back", "cast", n, "fp32", out=act, flops=0.0))
-    if not cfg.norm_weight_fp32:
+    if not in32:
         ops.append(weight)
     return ops
 

@@ -87,13 +87,14 @@ def fused_backward(op: Op) -> list[Op]:
 
 def eager_norm_backward(cfg: ModelConfig, name: str, rows: int, cols: int, a: str) -> list[Op]:
     """Autograd of LlamaRMSNorm's 8 eager kernels: 16 kernels (weight grad, then input grad);
-    Gemma's (norm_weight_fp32) scales in fp32 after the cast back's gradient and casts the
-    weight's gradient back to the weight's dtype (17). No casts when the model runs in fp32."""
+    Gemma's (norm_weight_fp32) and OLMo-2's (norm_scale_fp32) scale in fp32 after the cast
+    back's gradient and cast the weight's gradient back to the weight's dtype (17). No casts
+    when the model runs in fp32."""
     if cfg.norm == "layernorm":
         return [Norm(name + ".bwd", "layernorm", rows, cols, a, backward=True)]  # type: ignore[arg-type]
     n, f = rows * cols, "fp32"
     cast = a != f
-    g32 = cfg.norm_weight_fp32
+    g32 = cfg.norm_weight_fp32 or cfg.norm_scale_fp32
     w = f if g32 else a
     bwd_x = _ew(f"{name}/mul_weight.bwd_x", "mul", n, w, 2, generic=True)
     bwd_w = _ew(f"{name}/mul_weight.bwd_w", "mul", n, w, 2)

@@ -624,6 +624,12 @@ def test_olmo2_normalizes_the_blocks_outputs_and_whole_q_and_k():
     data = Path(__file__).parent / "data" / "hf_configs" / "olmo2-7b.json"
     cfg = from_hf_dict(json.loads(data.read_text()), name="olmo2-7b")
     assert not cfg.pre_norm and cfg.sandwich_norm and cfg.qk_norm_full and cfg.rope_fp32
+    # Olmo2RMSNorm: (weight * x) in fp32, then the cast back; no + 1 (Gemma's)
+    from gpuperf.workloads.transformer_layers import eager_norm
+
+    names = [(op.name.rsplit("/", 1)[-1], op.dtype) for op in eager_norm(cfg, "n", 4, 8, "bf16")]
+    assert names[-2:] == [("mul_weight", "fp32"), ("cast_back", "fp32")]
+    assert not any(n == "weight_plus1" for n, _ in names)
 
 
 # Parameters as transformers 5.17 counts them (the model built on the meta device from the same
