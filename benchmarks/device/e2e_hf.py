@@ -239,6 +239,8 @@ CONFIGS = {
     "granite-3.1-8b-8l": lambda: _few_layers(_hf("granite-3.1-8b"), 8),
     "olmo2-7b": lambda: _hf("olmo2-7b"),
     "olmo2-7b-8l": lambda: _few_layers(_hf("olmo2-7b"), 8),
+    "phi-2": lambda: _hf("phi-2"),
+    "phi-2-8l": lambda: _few_layers(_hf("phi-2"), 8),
 }
 
 
@@ -257,6 +259,8 @@ def load_config(name: str, tiny: bool = False) -> dict:
         cfg.update({k: v for k, v in TINY.items() if k in cfg})
         if mha and "num_attention_heads" in cfg or cfg.get("model_type", "").startswith("deepseek"):
             cfg["num_key_value_heads"] = cfg["num_attention_heads"]  # MHA stays MHA
+        if cfg.get("model_type") == "phi":  # 0.4 of the tiny head (64) is an odd rotary width
+            cfg["partial_rotary_factor"] = 0.5
         for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # inside the small vocab
             if isinstance(cfg.get(key), int) and cfg[key] >= cfg["vocab_size"]:
                 cfg[key] = 0
@@ -725,19 +729,21 @@ UNSEEN_PLAN = [
     ("gpt2-xl", "train", "eager", False, 8, 1024, 0),
     ("llama3.2-1b", "train", "eager", False, 8, 1024, 0, True),
 ]  # fmt: skip
-# Families the loader took on after every run above (Gemma 1, StarCoder2, Granite, OLMo-2; their
-# kernels checked against the CPU traces only): full-size inference as FAMILIES_PLAN runs it,
-# 8-layer training cuts. All held out.
+# Families the loader took on after every run above (Gemma 1, StarCoder2, Granite, OLMo-2,
+# Phi-2; their kernels checked against the CPU traces only): full-size inference as
+# FAMILIES_PLAN runs it, 8-layer training cuts. All held out.
 NEW_FAMILIES_PLAN = [
     (model, mode, "eager", graphs, batch, seq, ctx + 16 * i if ctx else 0)
-    for i, model in enumerate(("gemma-7b", "starcoder2-7b", "granite-3.1-8b", "olmo2-7b"))
+    for i, model in enumerate(("gemma-7b", "starcoder2-7b", "granite-3.1-8b", "olmo2-7b",
+                               "phi-2"))
     for mode, graphs, batch, seq, ctx in (
         ("prefill", False, 1, 2048, 0),
         ("decode", False, 1, 0, 2048),
         ("decode", True, 8, 0, 2048),
     )
 ] + _train_plan((("gemma-7b-8l", 2, 2048), ("starcoder2-7b-8l", 2, 2048),
-                 ("granite-3.1-8b-8l", 2, 2048), ("olmo2-7b-8l", 2, 2048)))  # fmt: skip
+                 ("granite-3.1-8b-8l", 2, 2048), ("olmo2-7b-8l", 2, 2048),
+                 ("phi-2-8l", 2, 2048)))  # fmt: skip
 
 PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN,
          "families": FAMILIES_PLAN, "hosts": HOSTS_PLAN,

@@ -67,6 +67,7 @@ class ModelConfig:
     # residual_multiplier): one kernel each.
     residual_scale: bool = False
     logit_scale: bool = False  # the logits times a constant (Granite: / logits_scaling)
+    lm_head_bias: bool = False  # the lm_head Linear has a bias (Phi-1/2: fused into its GEMM)
     # Gemma's RMSNorm scales by (1 + weight) in fp32 and casts back after it; Llama's casts back,
     # then scales in the model's dtype (eager kernels only: their bytes differ).
     norm_weight_fp32: bool = False
@@ -360,7 +361,8 @@ class ModelConfig:
             "shared_expert": n_moe * (shared + (h if self.shared_expert_gate else 0)),
             "router": n_moe * (h * E + (E if self.router_bias else 0)),
             "norms": (per_layer_norms * L + 1) * norm + (L * qk if self.qk_norm else 0),
-            "lm_head": 0 if self.tie_word_embeddings else self.vocab * h,
+            "lm_head": (0 if self.tie_word_embeddings else self.vocab * h)
+            + (self.vocab if self.lm_head_bias else 0),
         }
 
     def param_count(self) -> int:

@@ -335,6 +335,29 @@ def _olmo2(f: _Reader) -> dict[str, Any]:
     )
 
 
+def _phi(f: _Reader) -> dict[str, Any]:
+    """Phi-1/1.5/2: one LayerNorm feeding attention and MLP in parallel, partial rotary, a plain
+    GELU MLP, biases on every linear."""
+    if f.flag("qk_layernorm", False):
+        raise f.fail("qk_layernorm", "is true: Phi's q/k LayerNorms are not modelled")
+    kw = _shape(f, 2048)
+    return kw | dict(
+        tie_word_embeddings=f.flag("tie_word_embeddings", False),
+        mlp="plain",  # PhiMLP: fc2(act(fc1(x)))
+        hidden_act=f.act("hidden_act", "gelu_new"),
+        norm="layernorm",
+        qkv_bias=True,
+        linear_bias=True,
+        parallel_residual=True,
+        shared_input_norm=True,  # PhiDecoderLayer: input_layernorm only
+        lm_head_bias=True,  # PhiForCausalLM.lm_head = nn.Linear(..., bias=True)
+        rotary_frac=f.rope("partial_rotary_factor", default=0.5),
+        rope_theta=f.rope("rope_theta", default=10000.0),
+        hidden_dropout=f.num("resid_pdrop", default=0.0),
+        attention_dropout=f.num("attention_dropout", default=0.0),
+    )
+
+
 def _granite(f: _Reader) -> dict[str, Any]:
     """Granite: Llama with constant multipliers on the embeddings, on each block's output before
     its residual add and on the logits (the attention's is SDPA's scale: no kernel)."""
@@ -473,7 +496,7 @@ def _gpt_neox(f: _Reader) -> dict[str, Any]:
 FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     **dict.fromkeys(_MAX_POS, _llama_like),
     "gemma": _gemma, "gemma2": _gemma, "gemma3": _gemma, "gemma3_text": _gemma,
-    "granite": _granite, "olmo2": _olmo2, "starcoder2": _starcoder2,
+    "granite": _granite, "olmo2": _olmo2, "phi": _phi, "starcoder2": _starcoder2,
     "phi3": _phi3, "falcon": _falcon, "nemotron": _nemotron,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
     "gpt2": _gpt2, "gpt_bigcode": _gpt_bigcode, "gpt_neox": _gpt_neox,

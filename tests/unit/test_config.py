@@ -635,7 +635,8 @@ def test_olmo2_normalizes_the_blocks_outputs_and_whole_q_and_k():
 # Parameters as transformers 5.17 counts them (the model built on the meta device from the same
 # config.json): the norms, biases, tied embeddings and q/k norm widths all count.
 HF_PARAMS = {"olmo2-7b": 7_298_617_344, "granite-3.1-8b": 8_170_848_256,
-             "gemma-7b": 8_537_680_896, "starcoder2-7b": 7_173_923_840}  # fmt: skip
+             "gemma-7b": 8_537_680_896, "starcoder2-7b": 7_173_923_840,
+             "phi-2": 2_779_683_840}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(HF_PARAMS))

@@ -34,10 +34,11 @@ from gpuperf.workloads.transformer import build_ops  # noqa: E402
 FAMILIES = {"llama3-8b": 0, "mistral-7b-8l": 0, "qwen2-7b-8l": 0, "qwen3-8b": 0,
             "gemma-7b": 0, "gemma2-9b-6l": 0, "gemma-3-1b": 0, "phi-3-mini": 0,
             "minitron-8b": 0, "starcoder": 0, "starcoder2-7b": 0, "gpt2-xl": 0,
-            "pythia-6.9b": 0, "granite-3.1-8b": 0, "olmo2-7b": 0, "falcon-40b-4l": 2}  # fmt: skip
+            "pythia-6.9b": 0, "granite-3.1-8b": 0, "olmo2-7b": 0, "phi-2": 0,
+            "falcon-40b-4l": 2}  # fmt: skip
 # Families whose whole step (embedding, positions, final norm, lm_head too) is listed exactly.
 WHOLE = ("llama3-8b", "qwen3-8b", "gemma-7b", "gemma-3-1b", "phi-3-mini", "minitron-8b",
-         "starcoder2-7b", "pythia-6.9b", "granite-3.1-8b", "olmo2-7b")  # fmt: skip
+         "starcoder2-7b", "pythia-6.9b", "granite-3.1-8b", "olmo2-7b", "phi-2")  # fmt: skip
 
 
 def _traced_decode(cfg: dict) -> int:
