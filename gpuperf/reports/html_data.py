@@ -208,6 +208,7 @@ _SAVED_TYPES = {"memory": dict, "scenario": dict, "extra": dict, "env": dict, "w
 # Numbers an op row or a prediction carries: finite and not negative when present.
 _OP_NUMBERS = ("flops", "bytes", "intensity", "time_ms", "t_math_ms", "t_mem_ms",
                "t_overhead_ms", "t_comm_ms", "overlap_ms", "share", "predicted_ms")  # fmt: skip
+_KIND_NAMES = {dict: "object", list: "list", str: "string"}
 
 
 def _check_saved(data: dict, path: Any) -> None:
@@ -226,9 +227,6 @@ def _check_saved(data: dict, path: Any) -> None:
     mem = env.get("gpu_memory_bytes")
     if mem is not None and (isinstance(mem, bool) or not isinstance(mem, int | float)):
         raise InputError(f"{path}: env.gpu_memory_bytes must be a number, got {shown(mem)}")
-
-
-_KIND_NAMES = {dict: "object", list: "list", str: "string"}
 
 
 def _check_number(value: Any, where: str) -> None:

@@ -297,7 +297,7 @@ class ModelConfig:
         if self.residual_scale or self.rope_fp32 or self.rope_split or not self.pre_norm:
             why.append("scaled residuals, RoPE in fp32 or split, or norms after the blocks only")
         if self.kv_list_index or self.norm_weight_plus1 or self.norm_scale_fp32:
-            why.append("K/V picked by a list index, or norm weights + 1")
+            why.append("K/V picked by a list index, or norm weights + 1 or scaled in fp32")
         return why
 
     @property

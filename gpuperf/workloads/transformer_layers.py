@@ -340,23 +340,14 @@ def _qk_norms(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     all of k)."""
     if not cfg.qk_norm:
         return []
-    a = d.act
+    a, hd = d.act, d.head_dim
     if cfg.qk_norm_full:  # OLMo-2: one norm over each token's whole q (and k) projection
-        (rows_q, cols_q), (rows_k, cols_k) = (
-            (d.T, d.heads * d.head_dim),
-            (d.T, d.kv_heads * d.head_dim),
-        )
-    else:
-        (rows_q, cols_q), (rows_k, cols_k) = (
-            (d.T * d.heads, d.head_dim),
-            (d.T * d.kv_heads, d.head_dim),
-        )
+        q, k = (d.T, d.heads * hd), (d.T, d.kv_heads * hd)
+    else:  # (rows, columns)
+        q, k = (d.T * d.heads, hd), (d.T * d.kv_heads, hd)
     if eager:
-        return eager_norm(cfg, "attn/q_norm", rows_q, cols_q, a) + eager_norm(
-            cfg, "attn/k_norm", rows_k, cols_k, a
-        )
-    return [Norm("attn/q_norm", "rmsnorm", rows_q, cols_q, a),
-            Norm("attn/k_norm", "rmsnorm", rows_k, cols_k, a)]  # fmt: skip
+        return eager_norm(cfg, "attn/q_norm", *q, a) + eager_norm(cfg, "attn/k_norm", *k, a)
+    return [Norm("attn/q_norm", "rmsnorm", *q, a), Norm("attn/k_norm", "rmsnorm", *k, a)]
 
 
 def _rotary(cfg: ModelConfig, d: Dims) -> int:
@@ -481,8 +472,7 @@ def eager_rope(name: str, d: Dims, heads: int, dim: int | None = None,
         ops.append(_ew(f"{name}/cast_back", "cast", n, "fp32", out=a, flops=0.0))
     if rot < d.head_dim or split:
         # torch.cat([q_embed, q_pass]): q_pass a strided slice of a transposed view
-        ops.append(Copy(f"{name}/cat_pass", d.T * heads * d.head_dim * BYTES[d.act], d.act,
-                        generic=True))  # fmt: skip
+        ops.append(Copy(f"{name}/cat_pass", d.T * heads * d.head_dim * BYTES[a], a, generic=True))
     return ops
 
 

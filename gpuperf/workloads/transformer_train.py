@@ -153,19 +153,12 @@ def _pass_slices_backward(name: str, rot: int, whole: int | None, a: str) -> lis
     strided place), then the two are added. None without a pass-through part (`whole` None)."""
     if not whole:
         return []
-    if whole == rot:  # split at full rotary (Phi-3): the empty pass part's slice costs nothing
-        return [
-            _ew(f"{name}/rot_slice.bwd_fill", "fill", whole, a, 0),
-            _ew(f"{name}/rot_slice.bwd", "slice_backward", rot, a, generic=True),
-            _ew(f"{name}/slices.bwd_add", "add", whole, a, 2),
-        ]
-    return [
-        _ew(f"{name}/rot_slice.bwd_fill", "fill", whole, a, 0),
-        _ew(f"{name}/rot_slice.bwd", "slice_backward", rot, a, generic=True),
-        _ew(f"{name}/pass_slice.bwd_fill", "fill", whole, a, 0),
-        _ew(f"{name}/pass_slice.bwd", "slice_backward", whole - rot, a, generic=True),
-        _ew(f"{name}/slices.bwd_add", "add", whole, a, 2),
-    ]
+    ops = [_ew(f"{name}/rot_slice.bwd_fill", "fill", whole, a, 0),
+           _ew(f"{name}/rot_slice.bwd", "slice_backward", rot, a, generic=True)]  # fmt: skip
+    if whole > rot:  # split at full rotary (Phi-3): the empty pass part's slice costs nothing
+        ops.append(_ew(f"{name}/pass_slice.bwd_fill", "fill", whole, a, 0))
+        ops.append(_ew(f"{name}/pass_slice.bwd", "slice_backward", whole - rot, a, generic=True))
+    return [*ops, _ew(f"{name}/slices.bwd_add", "add", whole, a, 2)]
 
 
 _MATH = ("attn/scores", "attn/softmax", "attn/context", "attn/repeat_", "attn/math.")
@@ -460,14 +453,13 @@ def head_backward(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     T, h, a = d.T, d.hidden, d.act
     ops: list[Op] = loss_ops(cfg, d, eager)[1]
     vocab = -(-cfg.vocab // d.g.tp)
-    if cfg.final_softcap:  # * cap, tanh, / cap backward (the tanh's reads its output too), on
-        # the logits the loss saw: gathered (DTensor, eager) or this shard (Megatron's fused)
-        n = T * (vocab * d.g.tp if logits_gathered(d, eager, True) else vocab)
+    # on the logits the loss saw: gathered (DTensor, eager) or this shard (Megatron's fused)
+    n = T * (vocab * d.g.tp if logits_gathered(d, eager, True) else vocab)
+    if cfg.final_softcap:  # * cap, tanh, / cap backward (the tanh's reads its output too)
         ops += [_ew("lm_head/softcap_mul.bwd", "mul", n, a),
                 _ew("lm_head/softcap_tanh.bwd", "tanh_backward", n, a, 2, flops=3.0),
                 _ew("lm_head/softcap_div.bwd", "mul", n, a)]  # fmt: skip
     if cfg.logit_scale:  # the loss gradient times the same constant
-        n = T * (vocab * d.g.tp if logits_gathered(d, eager, True) else vocab)
         ops.append(_ew("lm_head/logit_scale.bwd", "mul", n, a))
     if eager and d.g.tp > 1 and d.g.tp_impl == "megatron":  # the gather's backward: our slice
         ops.append(Copy("lm_head.slice", T * vocab * BYTES[a], a))
