@@ -48,10 +48,6 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
     chunks = sc.pp * sc.virtual_stages
     if chunks > cfg.layers:
         raise InputError(f"pp·v = {chunks} model chunks but {cfg.name} has {cfg.layers} layers")
-    if sc.virtual_stages > 1 and cfg.layers % chunks:
-        raise InputError(
-            f"the interleaved schedule needs pp·v = {chunks} to divide the {cfg.layers} layers"
-        )
     if sc.schedule == "interleaved" and sc.microbatches % sc.pp:
         raise InputError(
             f"the interleaved schedule needs the micro-batches ({sc.microbatches}) to be a "
