@@ -14,7 +14,8 @@ rows):
   FSDP (ZeRO-3) where the table gives an FSDP size; gradient reduce-scatter and parameter
   all-gather overlapped with the backward and the next forward; TP communication overlap with
   sequence parallelism; no activation recomputation; the interleaved schedule where VP > 1;
-  fp8 GEMMs where the precision says FP8.
+  fp8 GEMMs where the precision says FP8; NVIDIA's performance recipes (Megatron-Bridge, NeMo)
+  also reduce gradients in bf16 (grad_reduce_in_fp32=False).
 - NeMo AutoModel: PyTorch FSDP2 over Transformer Engine layers (ZeRO-3, prefetch overlap).
 - Llama 3: FSDP that keeps the gathered weights through the backward (ZeRO-2), as the paper
   describes.
@@ -84,6 +85,8 @@ def options(row: dict[str, str]) -> dict:
         kw.update(zero=3)
     else:  # Megatron-Core
         kw.update(zero=3 if fsdp else 1, tp_overlap=tp > 1)
+        if table.startswith(("megatron-bridge", "nemo 2")):  # NVIDIA's performance recipes
+            kw.update(grad_dtype="param")
     if vp > 1:
         kw.update(schedule="interleaved", virtual_stages=vp)
     for item in row["options"].split():

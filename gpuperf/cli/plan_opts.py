@@ -14,7 +14,8 @@ from gpuperf.cli.common import COUNT, SIZE, Finite
 # CLI option name -> api.predict argument, for the options below.
 PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "nodes", "global_batch", "micro_batch", "zero",
              "dp_overlap", "recompute", "sequence_parallel", "tp_impl", "tp_overlap",
-             "tp_allreduce", "schedule", "virtual_stages", "nvls", "moe_imbalance")  # fmt: skip
+             "tp_allreduce", "schedule", "virtual_stages", "nvls", "moe_imbalance",
+             "grad_dtype")  # fmt: skip
 
 plan_cli_options: list[Callable[..., Any]] = [
     click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs."),
@@ -60,6 +61,12 @@ plan_cli_options: list[Callable[..., Any]] = [
     click.option("--moe-imbalance", type=Finite(1, 64), default=1.0, show_default=True,
                  help="With --ep: the busiest rank gets this many times the mean token copies "
                  "(e.g. --moe-imbalance 1.3)."),
+    click.option("--grad-dtype", type=click.Choice(["auto", "fp32", "param"]), default="auto",
+                 show_default=True,
+                 help="Train: gradients kept and reduced in fp32 (Megatron's "
+                 "grad_reduce_in_fp32) or in the parameters' dtype (PyTorch; NVIDIA's "
+                 "performance recipes); auto: fp32 with fused kernels, param with eager "
+                 "(e.g. --grad-dtype param)."),
 ]  # fmt: skip
 
 

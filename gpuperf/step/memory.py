@@ -11,17 +11,21 @@ one layer (the residual stream and norm output plus the larger of the attention 
 intermediates; layers run one after another and free theirs) plus the fp32 logits.
 
 Training (mixed-precision AdamW): 16-bit parameters, gradients as dp_ops.grad_bytes says (fp32
-main gradients under Megatron's bf16 training, the parameters' dtype in eager PyTorch), and the
-optimizer's states (optimizer_bytes_per_param). Megatron's distributed-optimizer table
-(docs/user-guide/features/dist_optimizer.md): bf16 params + fp32 grads 18 | 6 + 12/d bytes per
-parameter (non-distributed | distributed over d); ZeRO (Rajbhandari et al. SC20 §5): stage 1
-shards the optimizer, 2 the gradients too, 3 the parameters too. Activations follow Korthikanti
+main gradients under Megatron's bf16 training, the parameters' dtype in eager PyTorch, either
+where Scenario.grad_dtype says), and the optimizer's states (optimizer_bytes_per_param).
+Megatron's distributed-optimizer table (docs/user-guide/features/dist_optimizer.md): bf16
+params + fp32 grads 18 | 6 + 12/d bytes per parameter (non-distributed | distributed over d),
+16-bit params and grads 20 | 4 + 16/d (the optimizer keeps an fp32 copy of its gradients); ZeRO
+(Rajbhandari et al. SC20 §5): stage 1 shards the optimizer, 2 the gradients too, 3 the
+parameters too. Activations follow Korthikanti
 et al. 2022 §4, generalised to GQA and SwiGLU, with FlashAttention (no s² tensors; it keeps O and
 the fp32 log-sum-exp) and no dropout (modern LLM pre-training runs with dropout 0): per layer,
 16-bit, bytes =
   2 s b (h + h) [two norm inputs] + 2 s b (h + q + 2 kv + q) [QKV input, Q, K, V, O]
   + 2 s b (h + 2 f + f) [MLP input, gate/up outputs, down input; GELU: h + f + f] + 4 s b a [LSE]
 which for MHA, a 4h GELU MLP and dropout masks (dropout=True) is Korthikanti's s b h (34).
+fp8 training (Transformer Engine) keeps the QKV, MLP and down-projection inputs in fp8 and an
+fp8 copy of O for the output projection: s b (h + h + f - q) bytes fewer.
 Materialized attention (attn=math) also keeps the scores and softmax output (Korthikanti's
 5 a s² b with dropout; 4 a s² b without) unless selective recomputation drops them. Tensor
 parallelism splits all but the norm, QKV and MLP inputs (sequence parallelism splits those too);
@@ -95,9 +99,13 @@ def kv_cache_bytes(cfg: ModelConfig, tokens: int, batch: int, dtype: DType) -> f
 
 @functools.lru_cache(maxsize=1024)
 def train_activation_bytes_per_layer(
-    cfg: ModelConfig, batch: int, seq: int, dtype: DType = "bf16", dropout: bool = False
-) -> float:
-    """Bytes a layer keeps for backward (module docstring); dropout adds 1-byte masks."""
+    cfg: ModelConfig, batch: int, seq: int, dtype: DType = "bf16", dropout: bool = False,
+    fp8_inputs: bool = False,
+) -> float:  # fmt: skip
+    """Bytes a layer keeps for backward (module docstring); dropout adds 1-byte masks.
+    fp8_inputs: Transformer Engine's fp8 training keeps each GEMM's input, for its weight
+    gradient, in fp8: the QKV and MLP inputs and the down projection's at 1 byte, and the
+    output projection's as an fp8 copy beside the 16-bit O the attention backward reads."""
     sb, b = seq * batch, BYTES[dtype]
     h, q, kv, f = cfg.hidden, cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd, cfg.intermediate
     norms = 2 * h
@@ -108,20 +116,28 @@ def train_activation_bytes_per_layer(
     else:
         mlp = h + (3 * f if cfg.mlp == "gated" else 2 * f)
     total = b * sb * (norms + attn + mlp) + 4 * sb * cfg.heads
+    if fp8_inputs and b == 2:  # 16-bit activations, fp8 GEMMs
+        if cfg.is_moe:
+            k, fe = cfg.num_experts_per_tok, cfg.expert_intermediate
+            down = k * (h + fe) + cfg.shared_intermediate_size
+        else:
+            down = h + f  # the MLP's input and its down projection's
+        total += sb * (q - h - down)
     if dropout:  # attention-output and MLP-output dropout masks (Korthikanti: sbh each)
         total += 2 * sb * h
     return float(total)
 
 
 def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: bool, act: DType,
-                     attn: str, recompute: str) -> float:  # fmt: skip
+                     attn: str, recompute: str, fp8: bool = False) -> float:  # fmt: skip
     """Bytes one layer keeps for backward for one micro-batch of `b` sequences of `seq` tokens
-    on one GPU."""
+    on one GPU (fp8: the GEMMs' inputs kept in fp8)."""
     s = seq // cp
     h = cfg.hidden
     if recompute == "full":  # only the layer's input (sequence-parallel: its shard)
         return BYTES[act] * b * s * h / (tp if sp else 1)
-    full = train_activation_bytes_per_layer(cfg, b, s, act, dropout=cfg.hidden_dropout > 0)
+    full = train_activation_bytes_per_layer(cfg, b, s, act, dropout=cfg.hidden_dropout > 0,
+                                            fp8_inputs=fp8)  # fmt: skip
     if attn == "math" and recompute != "selective":
         # scores and softmax output, 16-bit each, and with attention dropout its 1-byte mask
         full += (5 if cfg.attention_dropout > 0 else 4) * cfg.heads * s * s * b
@@ -151,17 +167,20 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
     return float(b * T * (2 * h + max(attn, mlp)) + 4 * rows * -(-cfg.vocab // tp))
 
 
-def optimizer_bytes_per_param(param_bytes: int, eager: bool) -> int:
+def optimizer_bytes_per_param(param_bytes: int, eager: bool, grad_bytes: int = 4) -> int:
     """AdamW state per parameter, as gpuperf's training op lists step it.
 
     eager (torch.optim.AdamW on the model's own parameters): m and v in the parameters' dtype.
     fused (mixed precision, Megatron-style): an fp32 master copy when the parameters are narrower
-    than fp32, and m and v at least in fp32 (fp64 for an fp64 model).
+    than fp32, and m and v at least in fp32 (fp64 for an fp64 model); with 16-bit gradients,
+    also the fp32 copy of the gradients it steps (Megatron's distributed-optimizer table: 16-bit
+    parameters and gradients, 4 + 16/d bytes a parameter).
     """
     if eager:
         return 2 * param_bytes
     master = 4 if param_bytes < 4 else 0
-    return master + 2 * max(4, param_bytes)
+    main_grad = 4 if grad_bytes < 4 and param_bytes < 4 else 0
+    return master + main_grad + 2 * max(4, param_bytes)
 
 
 def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Params,
@@ -201,24 +220,30 @@ def _plan_terms(cfg: ModelConfig, sc: Scenario) -> tuple[int, int, int, float, f
     its backward (0 otherwise), the head's logits (its stage only)."""
     return _shared_terms(cfg, _act_dtype(sc), sc.impl == "eager", sc.recompute,
                          sc.micro_batch or sc.batch, sc.seq, sc.cp, sc.tp,
-                         bool(sc.sequence_parallel), sc.attn)  # fmt: skip
+                         bool(sc.sequence_parallel), sc.attn, sc.grad_dtype,
+                         BYTES[sc.dtype] == 1)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
 def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: int, seq: int,
-                  cp: int, tp: int, sp: bool, attn: str) -> tuple:  # fmt: skip
-    """_plan_terms from the fields it reads (plans of a search share them)."""
+                  cp: int, tp: int, sp: bool, attn: str, grad_dtype: str = "auto",
+                  fp8: bool = False) -> tuple:  # fmt: skip
+    """_plan_terms from the fields it reads (plans of a search share them); fp8: the GEMMs
+    run in fp8 (Transformer Engine keeps their inputs in fp8)."""
     from gpuperf.workloads.dp_ops import grad_bytes
 
     pb = BYTES[act]
+    gb = grad_bytes(act, eager, grad_dtype)
     rebuilt = (
-        _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none") if recompute == "full" else 0.0
+        _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none", fp8)
+        if recompute == "full"
+        else 0.0
     )
     # the logits and their fp32 copy for the loss; a final softcap keeps its tanh's output too
     per_logit = pb + (4 if act != "fp32" else 0) + (pb if cfg.final_softcap else 0)
     head = b * seq // cp * -(-cfg.vocab // tp) * per_logit
-    return (pb, grad_bytes(act, eager), optimizer_bytes_per_param(pb, eager),
-            _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute), rebuilt,
+    return (pb, gb, optimizer_bytes_per_param(pb, eager, gb),
+            _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute, fp8), rebuilt,
             float(head))  # fmt: skip
 
 

@@ -5,6 +5,8 @@ Gradients per parameter, one rule for memory and communication:
   (`accumulate_allreduce_grads_in_fp32` is on with --bf16); fp16 and fp32 training keep and
   reduce them in the parameters' dtype.
 - eager (PyTorch DDP / FSDP2 on a model held in its dtype): gradients in the parameters' dtype.
+- Scenario.grad_dtype overrides either: fp32, or param (the parameters' dtype; NVIDIA's
+  performance recipes run Megatron-Core with grad_reduce_in_fp32=False).
 
 Buckets: PyTorch DDP all-reduces buckets of at least 25 MiB (`bucket_cap_mb`; whole parameters,
 so a larger parameter is a bucket of its own: ddp_buckets) as the backward produces them;
@@ -29,9 +31,12 @@ TORCH_DDP_BUCKET_BYTES = 25 * 2**20
 MEGATRON_BUCKET_PARAMS = 40_000_000
 
 
-def grad_bytes(act: DType, eager: bool) -> int:
-    """Bytes per gradient element, in memory and on the wire (module docstring)."""
-    if eager:
+def grad_bytes(act: DType, eager: bool, grad_dtype: str = "auto") -> int:
+    """Bytes per gradient element, in memory and on the wire (module docstring); grad_dtype
+    (Scenario's) fp32 or param overrides the default."""
+    if grad_dtype == "fp32":
+        return max(4, BYTES[act])
+    if eager or grad_dtype == "param":
         return BYTES[act]
     return 4 if act == "bf16" else BYTES[act]
 
@@ -152,7 +157,7 @@ def sync_parts(cfg: ModelConfig, sc: Scenario, g: Groups, params: Params) -> tup
     if sc.zero == 3:
         return (), ()
     act: DType = "bf16" if BYTES[sc.dtype] == 1 else sc.dtype
-    gb = grad_bytes(act, sc.impl == "eager")
+    gb = grad_bytes(act, sc.impl == "eager", sc.grad_dtype)
     gdt: DType = "fp32" if gb == 4 else act
     bucket = bucket_bytes(sc, gb)
     coll = "allreduce" if sc.zero == 0 else "reducescatter"

@@ -27,6 +27,7 @@ AttnImpl = Literal["flash", "math"]
 Fp8Scales = Literal["tensor", "row"]
 MlaForm = Literal["auto", "naive", "absorbed"]
 KvLengths = Literal["new", "seen"]
+GradDtype = Literal["auto", "fp32", "param"]
 MODES: tuple[Mode, ...] = ("prefill", "decode", "generate", "train")
 TP_IMPLS: tuple[TpImpl, ...] = ("megatron", "dtensor")
 TP_ALLREDUCES: tuple[TpAllreduce, ...] = ("nccl", "custom")
@@ -40,7 +41,7 @@ DEGREES = ("tp", "pp", "dp", "cp", "ep")
 # The parallel options (api.predict's keyword arguments, the CLI's --tp ... --nvls).
 PARALLEL_FIELDS = (*DEGREES, "micro_batch", "global_batch", "zero", "dp_overlap", "recompute",
                    "sequence_parallel", "tp_impl", "tp_overlap", "tp_allreduce", "schedule",
-                   "virtual_stages", "nvls", "moe_imbalance")  # fmt: skip
+                   "virtual_stages", "nvls", "moe_imbalance", "grad_dtype")  # fmt: skip
 _POSITIVE = ("batch", "seq", "ctx", "new_tokens", *DEGREES, "virtual_stages")
 _BOOLS = ("cuda_graphs", "tp_overlap", "nvls")
 _CHOICES = {
@@ -54,6 +55,7 @@ _CHOICES = {
     "fp8_scales": ("tensor", "row"),
     "mla": ("auto", "naive", "absorbed"),
     "kv_lengths": ("new", "seen"),
+    "grad_dtype": ("auto", "fp32", "param"),
 }
 
 
@@ -129,6 +131,10 @@ class Scenario:
     # Expert parallelism: the busiest rank receives this many times the mean token copies (1:
     # uniform routing; real routers are uneven, and the busiest rank sets the layer's pace).
     moe_imbalance: float = 1.0
+    # Training: gradient buffers and their reduction in fp32 (Megatron's grad_reduce_in_fp32,
+    # its default in bf16) or in the parameters' dtype (PyTorch's; NVIDIA's performance recipes
+    # set grad_reduce_in_fp32=False); auto: fp32 with fused kernels, the parameters' with eager.
+    grad_dtype: GradDtype = "auto"
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -264,6 +270,8 @@ class Scenario:
                              "cache: drop it (--kv-dtype) or use an inference mode")  # fmt: skip
         if self.mode != "train" and (self.zero or self.recompute != "none"):
             raise InputError("zero and recompute apply to training only")
+        if self.mode != "train" and self.grad_dtype != "auto":
+            raise InputError("grad_dtype is the gradients' format: training only (--mode train)")
         if self.zero and self.dp * self.cp == 1:
             raise InputError(
                 f"zero={self.zero} shards over data- and context-parallel ranks: it needs dp·cp > 1"
@@ -321,4 +329,6 @@ class Scenario:
             parts.append(self.tp_impl)
         if self.tp_allreduce != "nccl":
             parts.append(f"{self.tp_allreduce}-ar")
+        if self.grad_dtype != "auto":
+            parts.append(f"{self.grad_dtype}-grads")
         return " ".join(parts)

@@ -44,18 +44,57 @@ def test_inference_weights():
 
 def test_training_bytes_per_param_as_megatron_and_zero():
     # Megatron dist_optimizer.md: bf16 params + fp32 main grads + fp32 master, m, v = 18 bytes;
-    # fp16 (grads in fp16) is ZeRO's 2 + 2 + 12 = 16 Psi (Rajbhandari et al. SC20 §3.1).
+    # 16-bit grads (fp16 training, or bf16 with grad_reduce_in_fp32 off) 20: the optimizer
+    # also keeps the fp32 copy of the gradients it steps.
     cfg = load_model("llama2-7b")
     P = cfg.param_count()
     m = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=2048))
     assert (m["weights"], m["gradients"], m["optimizer"]) == (2 * P, 4 * P, 12 * P)
     m16 = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=2048, dtype="fp16"))
-    assert m16["weights"] + m16["gradients"] + m16["optimizer"] == 16 * P
+    assert m16["weights"] + m16["gradients"] + m16["optimizer"] == 20 * P
+    bf = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=2048, grad_dtype="param"))
+    assert (bf["weights"], bf["gradients"], bf["optimizer"]) == (2 * P, 2 * P, 16 * P)
     eager = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=2048, impl="eager"))
     assert eager["gradients"] == 2 * P and eager["optimizer"] == 4 * P  # bf16 grads, m and v
     m32 = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=2048, dtype="fp32"))
     assert m32["weights"] + m32["gradients"] + m32["optimizer"] == 16 * P
     assert m["kv_cache"] == 0
+
+
+def test_distributed_optimizer_table_with_sixteen_bit_gradients():
+    """Megatron's distributed optimizer over d ranks: 4 + 16/d bytes a parameter with 16-bit
+    gradients, 6 + 12/d with fp32 ones (dist_optimizer.md)."""
+    cfg = load_model("llama2-7b")
+    P, d = cfg.param_count(), 8
+
+    def per_param(**kw):
+        m = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=2048, dp=d, zero=1, **kw))
+        return (m["weights"] + m["gradients"] + m["optimizer"]) / P
+
+    assert per_param(grad_dtype="param") == pytest.approx(4 + 16 / d)
+    assert per_param() == pytest.approx(6 + 12 / d)
+    assert per_param(grad_dtype="fp32") == per_param()
+
+
+def test_fp8_training_keeps_the_gemm_inputs_in_fp8():
+    """Transformer Engine keeps each GEMM's input for its weight gradient in fp8: the QKV and
+    MLP inputs and the down projection's at 1 byte instead of 2, and an fp8 copy of the
+    attention output beside the 16-bit one the attention backward reads."""
+    cfg = load_model("llama3-70b")
+    s, h, q, f = 4096, 8192, 8192, 28672
+    bf16 = train_activation_bytes_per_layer(cfg, 1, s, "bf16")
+    fp8 = train_activation_bytes_per_layer(cfg, 1, s, "bf16", fp8_inputs=True)
+    assert bf16 - fp8 == s * (h + h + f - q)
+    sc = dict(mode="train", batch=1, seq=s)
+    assert (memory_breakdown(cfg, Scenario(**sc, dtype="fp8"))["activations"]
+            < memory_breakdown(cfg, Scenario(**sc))["activations"])  # fmt: skip
+
+
+def test_grad_dtype_is_a_training_option():
+    from gpuperf.errors import InputError
+
+    with pytest.raises(InputError, match="training only"):
+        Scenario(mode="prefill", grad_dtype="param")
 
 
 def test_korthikanti_34sbh_for_gpt_layer():
