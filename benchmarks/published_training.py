@@ -178,6 +178,21 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, expr, med, within in summary(results):
         print(f"| {name} | {expr} | {med} | {within} |")
+    print("\n| source (dense runs) | n | median error | signed median | range |")
+    print("|---|---|---|---|---|")
+
+    def group(r: Result) -> str:  # Megatron-Bridge's releases together
+        return r.row["table"].split(" ")[0] if "bridge" in r.row["table"] else r.row["table"]
+
+    for source in dict.fromkeys(group(r) for r in results):
+        rs = [r for r in results if group(r) == source
+              and r.row["arch"] == "dense" and not r.why_not]  # fmt: skip
+        if rs:
+            e = sorted(r.error for r in rs)
+            print(
+                f"| {source} | {len(rs)} | {statistics.median(abs(x) for x in e):.1%} | "
+                f"{statistics.median(e):+.1%} | {e[0]:+.0%} to {e[-1]:+.0%} |"
+            )
     if not args.markdown:
         dense = [r for r in results if r.row["arch"] == "dense" and not r.why_not]
         med = statistics.median(abs(r.error) for r in dense)
