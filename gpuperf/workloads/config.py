@@ -68,6 +68,9 @@ class ModelConfig:
     residual_scale: bool = False
     logit_scale: bool = False  # the logits times a constant (Granite: / logits_scaling)
     lm_head_bias: bool = False  # the lm_head Linear has a bias (Phi-1/2: fused into its GEMM)
+    # A learned logit per head that joins each softmax row (GPT-OSS's attention sinks): its
+    # parameters; the fused kernels fold it into their softmax (no kernel of its own).
+    attn_sinks: bool = False
     # Gemma's RMSNorm scales by (1 + weight) in fp32 and casts back after it; Llama's casts back,
     # then scales in the model's dtype (eager kernels only: their bytes differ).
     norm_weight_fp32: bool = False
@@ -296,6 +299,8 @@ class ModelConfig:
             why.append("sliding windows or attention softcap")
         if self.residual_scale or self.rope_fp32 or self.rope_split or not self.pre_norm:
             why.append("scaled residuals, RoPE in fp32 or split, or norms after the blocks only")
+        if self.attn_sinks:
+            why.append("attention sinks")
         if self.kv_list_index or self.norm_weight_plus1 or self.norm_scale_fp32:
             why.append("K/V picked by a list index, or norm weights + 1 or scaled in fp32")
         return why
@@ -331,7 +336,7 @@ class ModelConfig:
         attn = h * (q + 2 * kv) + q * h
         if self.qkv_bias or self.linear_bias:
             attn += q + 2 * kv
-        return attn + (h if self.linear_bias else 0)
+        return attn + (h if self.linear_bias else 0) + (H if self.attn_sinks else 0)
 
     def _mlp_params(self, width: int) -> int:
         """One MLP (or one expert) of `width`."""

@@ -440,6 +440,31 @@ def _deepseek(f: _Reader) -> dict[str, Any]:
     return kw
 
 
+def _gpt_oss(f: _Reader) -> dict[str, Any]:
+    """GPT-OSS: GQA attention with biases and a learned sink logit per head, full and
+    128-token sliding-window layers alternating, routed experts only (top-k over a biased
+    router, softmax over the k), each expert a clamped SwiGLU with biases, RMSNorms."""
+    kw = _shape(f, 131072, head_dim=64)
+    L = f.layers()
+    if (layers := f.layer_types(L)) is None:  # GptOssConfig: the even layers slide
+        layers = tuple(range(0, L, 2))
+    return kw | dict(
+        tie_word_embeddings=f.flag("tie_word_embeddings", False),
+        hidden_act=f.act("hidden_act", "silu"),
+        linear_bias=f.flag("attention_bias", True),  # q, k, v, o and the experts' projections
+        attn_sinks=True,
+        # GptOssAttention's eager path materializes the scores to append the sinks to them
+        sdpa_math=True,
+        rope_theta=f.rope("rope_theta", default=150000.0),
+        num_experts=f.count("num_local_experts", default=128),
+        num_experts_per_tok=f.count("num_experts_per_tok", "experts_per_token", default=4),
+        moe_intermediate_size=f.count("intermediate_size", default=2880),
+        router_bias=True,  # GptOssTopKRouter.bias
+        norm_topk_prob=True,  # the softmax runs over the k chosen logits
+        **_window(f.opt("sliding_window", 128), layers),
+    )
+
+
 def _gpt2(f: _Reader) -> dict[str, Any]:
     # GPT2Config and GPTBigCodeConfig map the generic names onto n_* (attribute_map), and a
     # generic key given beside its n_* key is set last (PretrainedConfig's kwargs): it wins.
@@ -499,7 +524,7 @@ FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "granite": _granite, "olmo2": _olmo2, "phi": _phi, "starcoder2": _starcoder2,
     "phi3": _phi3, "falcon": _falcon, "nemotron": _nemotron,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
-    "gpt2": _gpt2, "gpt_bigcode": _gpt_bigcode, "gpt_neox": _gpt_neox,
+    "gpt2": _gpt2, "gpt_bigcode": _gpt_bigcode, "gpt_neox": _gpt_neox, "gpt_oss": _gpt_oss,
 }  # fmt: skip
 SUPPORTED_TYPES = tuple(FAMILIES)
 

@@ -37,6 +37,9 @@ PARAMS = {
     # 16 x (q, o 2048*2048 + k, v 2048*512 + MLP 3*2048*8192 + norms 2*2048) + final norm 2048
     # + tied embedding 128256*2048 (the model card: 1.23B)
     "llama3.2-1b": 1_235_814_400,
+    # transformers' GptOssForCausalLM built on the meta device from each config.json
+    "gpt-oss-20b": 20_914_757_184,
+    "gpt-oss-120b": 116_829_156_672,
 }
 
 

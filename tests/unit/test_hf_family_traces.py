@@ -73,9 +73,11 @@ def test_a_whole_decode_step_lists_the_kernels_hugging_face_runs(name):
 
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "hf_configs"
+PRESET_DIR = Path(__file__).resolve().parents[2] / "gpuperf" / "workloads" / "presets"
 
 
-@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")) + sorted(PRESET_DIR.glob("*.json")),
+                         ids=lambda p: p.stem)  # fmt: skip
 def test_every_config_predicts_fused_and_eager_in_every_mode(path):
     """What the CPU traces do not reach: the fused (vLLM / Megatron) layers, training and tensor
     parallelism, for every family the loader reads."""
@@ -88,6 +90,10 @@ def test_every_config_predicts_fused_and_eager_in_every_mode(path):
     for d in (data, data.get("text_config") or {}):  # two layers are enough
         if "num_hidden_layers" in d:
             d["num_hidden_layers"] = 2
+        if "layer_types" in d:
+            d["layer_types"] = d["layer_types"][:2]
+        if d.get("first_k_dense_replace"):  # one dense layer and one routed
+            d["first_k_dense_replace"] = 1
     cfg = from_hf_dict(data, name=path.stem)
     for impl in ("fused", "eager"):
         for mode, kw in (("prefill", {"seq": 512}), ("decode", {"ctx": 512}),
