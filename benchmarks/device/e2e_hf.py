@@ -189,7 +189,8 @@ def _hf(name: str) -> dict:
 
 
 def _few_layers(cfg: dict, layers: int, **more) -> dict:  # noqa: ANN003
-    return {**cfg, "num_hidden_layers": layers, **more}
+    cut = {"layer_types": cfg["layer_types"][:layers]} if "layer_types" in cfg else {}
+    return {**cfg, "num_hidden_layers": layers, **cut, **more}
 
 
 def _preset(name: str) -> dict:
