@@ -143,7 +143,8 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
         full += (5 if cfg.attention_dropout > 0 else 4) * cfg.heads * s * s * b
     if sp:
         return full / tp
-    replicated = BYTES[act] * b * s * 4 * h  # two norm inputs, QKV input, MLP input
+    # two norm inputs, QKV input, MLP input (the GEMMs' inputs in fp8 under fp8 training)
+    replicated = BYTES[act] * b * s * 2 * h + (1 if fp8 else BYTES[act]) * b * s * 2 * h
     return replicated + (full - replicated) / tp
 
 

@@ -8,9 +8,10 @@ clock, kernel floors, host dispatch, CUDA-graph gaps), and adds what parallelism
 - a stage's micro-batch runs its kernels and blocking collectives back to back behind the host
   (step.dispatch); communication that overlaps (ring attention, Megatron's backward all-reduce,
   FSDP's prefetch) shows only the part its window does not cover;
-- pipeline (1F1B; interleaved with v chunks): m·t_max + (Σ_s t_s − t_max) / v, t_s a stage's
-  forward + backward + boundary transfers per micro-batch (the slowest stage sets the pace; an
-  uneven split is fine); the rest of the slowest stage's time is the bubble;
+- pipeline (1F1B; interleaved with v chunks): m·t_max + (Σ_s t_s − t_max)·⌈L/v⌉/L, t_s a
+  stage's forward + backward + boundary transfers per micro-batch, L the pacing stage's layers
+  (1/v when v divides them; the slowest stage sets the pace; an uneven split is fine); the rest
+  of the slowest stage's time is the bubble;
 - data parallel: gradient buckets all-reduced (or reduce-scattered) under the backward of the last
   micro-batch, the last bucket always exposed: max(t_last, t_sync − t_bwd·(1 − 1/buckets));
   ZeRO-1/2's parameter all-gather hides under the next forward;
@@ -228,7 +229,10 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement, coster: Coster |
     else:  # t_s = t_fb + hop for every stage
         t_max = pipe.t_fb[pace] + hop
         total_stage = sum((t + hop) * c for t, c in zip(pipe.t_fb, pipe.counts, strict=True))
-        bubble = (total_stage - t_max) / v
+        # A stage's v chunks hold ceil(layers / v) layers at most (Megatron-Core splits a stage
+        # that v does not divide unevenly): the bubble scales with the largest chunk.
+        layers = work.stages[pace].stage.layers
+        bubble = (total_stage - t_max) * (-(-layers // v) / layers)
         total = m * t_max + bubble + tail.end
     breakdown = {k: m * t for k, t in ps.classes}
     breakdown["pp_comm"] += m * hop

@@ -452,9 +452,7 @@ def _gpt_oss(f: _Reader) -> dict[str, Any]:
         tie_word_embeddings=f.flag("tie_word_embeddings", False),
         hidden_act=f.act("hidden_act", "silu"),
         linear_bias=f.flag("attention_bias", True),  # q, k, v, o and the experts' projections
-        attn_sinks=True,
-        # GptOssAttention's eager path materializes the scores to append the sinks to them
-        sdpa_math=True,
+        attn_sinks=True,  # (the eager path's bf16 scores with the sinks appended: not traced)
         rope_theta=f.rope("rope_theta", default=150000.0),
         num_experts=f.count("num_local_experts", default=128),
         num_experts_per_tok=f.count("num_experts_per_tok", "experts_per_token", default=4),

@@ -272,6 +272,9 @@ class Scenario:
             raise InputError("zero and recompute apply to training only")
         if self.mode != "train" and self.grad_dtype != "auto":
             raise InputError("grad_dtype is the gradients' format: training only (--mode train)")
+        if self.grad_dtype == "fp32" and self.impl == "eager":
+            raise InputError("eager PyTorch keeps a model's gradients in its parameters' dtype: "
+                             "grad_dtype=fp32 needs fused (Megatron-style) training")  # fmt: skip
         if self.zero and self.dp * self.cp == 1:
             raise InputError(
                 f"zero={self.zero} shards over data- and context-parallel ranks: it needs dp·cp > 1"

@@ -22,6 +22,7 @@ from gpuperf.dtypes import BYTES
 from gpuperf.perfmodel.ops import P2P, Collective, Copy, Op
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
+from gpuperf.workloads.dp_ops import grad_bytes
 from gpuperf.workloads.groups import SINGLE, Groups
 from gpuperf.workloads.layer_kinds import LayerKind, kind_runs
 from gpuperf.workloads.scenario import Scenario
@@ -166,7 +167,10 @@ def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
         raise InputError("generate is prefill + decode steps; build the two scenarios separately")
     d = make_dims(cfg, sc, g)
     # What of the groups a stage's kernels see beyond d (d.g drops the data-parallel ranks).
-    fsdp = (g.dp, g.dp_nodes, g.edp, g.edp_nodes) if sc.zero == 3 else None
+    fsdp = None
+    if sc.zero == 3:
+        gb = grad_bytes(d.act, sc.impl == "eager", sc.grad_dtype)
+        fsdp = (g.dp, g.dp_nodes, g.edp, g.edp_nodes, gb)
     link = (g.tp, g.tp_nodes, g.pp_inter_node, g.sp)
     out = _stages(cfg, d, sc.impl == "eager", sc.mode, sc.recompute, sc.pp, fsdp, link)
     sync, kernels, opt, post = ((), (), (), ())
@@ -182,10 +186,10 @@ def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
 
 @functools.lru_cache(maxsize=8192)
 def _stages(cfg: ModelConfig, d: Dims, eager: bool, mode: str, recompute: str, pp: int,
-            fsdp: tuple[int, int, int, int] | None,
+            fsdp: tuple[int, int, int, int, int] | None,
             link: tuple[int, int, bool, bool]) -> tuple[StageWork, ...]:  # fmt: skip
     """Every distinct pipeline stage's micro-batch; fsdp: (dp ranks, dp nodes, expert-dp ranks,
-    expert-dp nodes) under ZeRO-3; link: (tp, tp nodes, pp crosses nodes, sp)."""
+    expert-dp nodes, gradient bytes) under ZeRO-3; link: (tp, tp nodes, pp crosses nodes, sp)."""
     out = []
     for st, params in stage_params(cfg, pp, d.g.tp, d.g.ep):
         shard = (params, *fsdp) if fsdp is not None else None
@@ -248,7 +252,7 @@ def _ends(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> tuple[tuple[Op, 
 def _stage_parts(cfg: ModelConfig, d: Dims, eager: bool, mode: str, recompute: str, st: Stage,
                  fsdp: tuple | None) -> tuple[tuple[Part, ...], tuple[Part, ...]]:  # fmt: skip
     """A stage's forward and backward Parts; fsdp: (params, dp ranks, dp nodes, expert-dp ranks,
-    expert-dp nodes) under ZeRO-3."""
+    expert-dp nodes, gradient bytes) under ZeRO-3."""
     train = mode == "train"
     runs = [(first, n, _layer_templates(cfg, d, eager, train, recompute, kind))
             for first, n, kind in kind_runs(cfg, st.first, st.layers)]  # fmt: skip
@@ -347,23 +351,28 @@ class _Fsdp:
 
 @functools.lru_cache(maxsize=1024)
 def _fsdp_layer_ops(d: Dims, layers: int, params: Params, dp: int, dp_nodes: int, edp: int,
-                    edp_nodes: int) -> _Fsdp:  # fmt: skip
+                    edp_nodes: int, gb: int) -> _Fsdp:  # fmt: skip
+    """gb: bytes of a gradient element as dp_ops.grad_bytes says (what the reduce-scatters
+    carry; the all-gathers carry the parameters)."""
     pb = BYTES[d.act]
     dense = max(1, int(params.layer_dense * pb))
     expert = int(params.layer_expert * pb)
     root = int((params.dense - layers * params.layer_dense) * pb)
+    gdt = "fp32" if gb == 4 and pb < 4 else d.act
 
     def coll(name: str, kind: str, nbytes: int, ranks: int, nodes: int) -> list[Op]:
         if nbytes <= 0 or ranks <= 1:
             return []
-        return [Collective(name, kind, nbytes, ranks, d.act, nodes)]  # type: ignore[arg-type]
+        dtype = gdt if kind == "reducescatter" else d.act
+        nbytes = nbytes * gb // pb if kind == "reducescatter" else nbytes
+        return [Collective(name, kind, nbytes, ranks, dtype, nodes)]  # type: ignore[arg-type]
 
     def gather(name: str) -> list[Op]:  # one layer's parameters
         return coll(name, "allgather", dense, dp, dp_nodes) + coll(
             name + "_experts", "allgather", expert, edp, edp_nodes
         )
 
-    def scatter(name: str) -> list[Op]:  # gradients reduced in the parameters' dtype
+    def scatter(name: str) -> list[Op]:  # gradients, in grad_bytes' dtype
         return coll(name, "reducescatter", dense, dp, dp_nodes) + coll(
             name + "_experts", "reducescatter", expert, edp, edp_nodes
         )

@@ -54,6 +54,28 @@ def test_interleaving_needs_no_even_split_of_the_layers():
     assert one.total_ms > two.total_ms > four.total_ms
 
 
+def test_uneven_chunks_pay_the_bubble_of_the_largest():
+    """Llama-2-70B over 16 stages of 5 layers in 2 chunks: 3 + 2 layers, so the bubble is 3/5
+    of the 1F1B one, not half (the largest chunk paces the interleaved warm-up)."""
+    base = dict(mode="train", system="dgx-h100", nodes=16, tp=8, pp=16, global_batch=64,
+                micro_batch=1, seq=4096, recompute="full")  # fmt: skip
+    one = api.predict("llama2-70b", **base).extra["breakdown_ms"]["bubble"]
+    two = api.predict("llama2-70b", **base, schedule="interleaved", virtual_stages=2)
+    assert two.extra["breakdown_ms"]["bubble"] == pytest.approx(one * 3 / 5, rel=0.02)
+
+
+def test_grad_dtype_sets_what_fsdp_reduce_scatters():
+    base = dict(mode="train", system="dgx-h100", dp=8, zero=3, global_batch=8, micro_batch=1)
+    half = api.predict("llama3-8b", **base, grad_dtype="param")
+    full = api.predict("llama3-8b", **base, grad_dtype="fp32")
+    rs = [t.loc[t["name"].str.endswith("L0/fsdp/reducescatter"), "shape"].item()
+          for t in (half.table, full.table)]  # fmt: skip
+    sizes = [int(shape.split()[1]) for shape in rs]  # "reducescatter <bytes> B ×8"
+    assert sizes[0] > 0 and sizes[1] == 2 * sizes[0]
+    with pytest.raises(InputError, match="parameters' dtype"):
+        api.predict("llama3-8b", **base, impl="eager", grad_dtype="fp32")
+
+
 def test_interleaving_shrinks_the_bubble():
     base = dict(TRAIN, global_batch=64)
     a = api.predict("llama2-70b", **base)

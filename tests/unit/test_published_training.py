@@ -32,6 +32,21 @@ def test_every_row_is_sourced_and_either_evaluated_or_says_why_not():
             assert 0.6 < r.predicted_s / r.measured_s < 1.6
 
 
+def test_each_row_runs_the_model_it_names():
+    """The size in a row's model name (GPT OSS 120B, LLAMA3.1_405B, GPT 1.7B) is its config's
+    parameter count within 10%."""
+    import re
+
+    checked = 0
+    for row in pt.rows():
+        size = re.search(r"(\d+(?:\.\d+)?)B", row["model"])
+        if row["config"] and size:
+            total = pt.model(row).param_count() / 1e9
+            assert total == pytest.approx(float(size.group(1)), rel=0.1), row["model"]
+            checked += 1
+    assert checked >= 60
+
+
 def test_dense_runs_within_ten_percent_in_the_median():
     """45 dense runs on 8 to 16,384 H100s (Llama 2/3, GPT-3, Nemotron-4 340B, Megatron-LM's
     GPTs to 462B; bf16 and fp8; TP, PP and interleaving, CP to 32, FSDP): median |error| ≤ 10%,
