@@ -95,7 +95,7 @@ def options(row: dict[str, str]) -> dict:
     return kw
 
 
-def measured_s(row: dict[str, str], kw: dict) -> float:
+def measured_s(row: dict[str, str]) -> float:
     """The published step time (module docstring)."""
     tokens = int(row["gbs"]) * int(row["seq"])
     gpus = int(row["gpus"])
@@ -128,7 +128,7 @@ def evaluate(row: dict[str, str]) -> Result:
         p = api.predict(cfg, **kw)
     except InputError as exc:
         return Result(row, why_not=f"gpuperf refuses the plan: {exc}")
-    return Result(row, measured_s(row, kw), p.total_ms / 1e3, p.fits)
+    return Result(row, measured_s(row), p.total_ms / 1e3, p.fits)
 
 
 def _median(results: list[Result]) -> str:

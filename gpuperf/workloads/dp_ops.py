@@ -41,6 +41,11 @@ def grad_bytes(act: DType, eager: bool, grad_dtype: str = "auto") -> int:
     return 4 if act == "bf16" else BYTES[act]
 
 
+def grad_wire_dtype(act: DType, gb: int) -> DType:
+    """The dtype gradients of `gb` bytes (grad_bytes) are reduced in."""
+    return "fp32" if gb == 4 else act
+
+
 def bucket_bytes(sc: Scenario, gb: int) -> float:
     if sc.impl == "eager":
         return TORCH_DDP_BUCKET_BYTES
@@ -158,7 +163,7 @@ def sync_parts(cfg: ModelConfig, sc: Scenario, g: Groups, params: Params) -> tup
         return (), ()
     act: DType = "bf16" if BYTES[sc.dtype] == 1 else sc.dtype
     gb = grad_bytes(act, sc.impl == "eager", sc.grad_dtype)
-    gdt: DType = "fp32" if gb == 4 else act
+    gdt = grad_wire_dtype(act, gb)
     bucket = bucket_bytes(sc, gb)
     coll = "allreduce" if sc.zero == 0 else "reducescatter"
     if sc.impl == "eager" and sc.zero == 0 and sc.gpus == sc.dp * sc.cp and not cfg.is_moe:

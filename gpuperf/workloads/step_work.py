@@ -22,7 +22,7 @@ from gpuperf.dtypes import BYTES
 from gpuperf.perfmodel.ops import P2P, Collective, Copy, Op
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
-from gpuperf.workloads.dp_ops import grad_bytes
+from gpuperf.workloads.dp_ops import grad_bytes, grad_wire_dtype
 from gpuperf.workloads.groups import SINGLE, Groups
 from gpuperf.workloads.layer_kinds import LayerKind, kind_runs
 from gpuperf.workloads.scenario import Scenario
@@ -358,7 +358,7 @@ def _fsdp_layer_ops(d: Dims, layers: int, params: Params, dp: int, dp_nodes: int
     dense = max(1, int(params.layer_dense * pb))
     expert = int(params.layer_expert * pb)
     root = int((params.dense - layers * params.layer_dense) * pb)
-    gdt = "fp32" if gb == 4 and pb < 4 else d.act
+    gdt = grad_wire_dtype(d.act, gb)
 
     def coll(name: str, kind: str, nbytes: int, ranks: int, nodes: int) -> list[Op]:
         if nbytes <= 0 or ranks <= 1:

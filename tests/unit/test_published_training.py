@@ -69,8 +69,8 @@ def test_megatron_bridge_counts_causal_attention_at_half():
     from gpuperf.workloads.scenario import Scenario
 
     row = next(r for r in pt.rows() if r["model"] == "LLAMA3_70B" and r["table"].endswith("26.04"))
-    by_tokens = pt.measured_s(row, pt.options(row))
-    by_flops = pt.measured_s(dict(row, tokens_per_s_per_gpu=""), pt.options(row))
+    by_tokens = pt.measured_s(row)
+    by_flops = pt.measured_s(dict(row, tokens_per_s_per_gpu=""))
     sc = Scenario(mode="train", seq=int(row["seq"]))
     full, _ = model_flops_per_token(pt.model(row), sc)
     causal = full - 1.5 * attention_flops_per_token(pt.model(row), sc)  # ×3 passes, half
