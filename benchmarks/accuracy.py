@@ -143,7 +143,7 @@ def multigpu_runs_table(d: Path) -> str:
             what = what.replace("pipeline", f"pipeline pp{sc['pp']}×tp{sc['tp']} 1F1B "
                                 f"{sc['batch'] // sc['micro_batch']} micro-batches")  # fmt: skip
         else:  # Megatron-style TP training runs as a one-stage pipeline
-            what = what.replace("pipeline", "megatron")
+            what = what.replace("pipeline", "megatron").replace(" cp ", " context-parallel ")
         if sc.get("cuda_graphs"):
             what = what.replace(" graphs", "") + " (CUDA graph)"
         shape = f"b{sc['batch']} " + (f"ctx{sc['ctx']}" if sc["mode"] == "decode" else

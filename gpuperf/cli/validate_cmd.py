@@ -32,7 +32,8 @@ EXAMPLES = (
     "  gpuperf validate llama3-8b --impl eager --tp 2 --nproc 2 --mode prefill\n"
     "  gpuperf validate llama-1.1b.json --impl eager --mode train --dp 2 --zero 3 --nproc 2\n"
     "  gpuperf validate llama3-8b --impl eager --mode train --pp 2 --tp 2 --batch 8 "
-    "--micro-batch 1"
+    "--micro-batch 1\n"
+    "  gpuperf validate llama3-8b --impl eager --mode train --cp 2 --seq 8192 --nproc 2"
 )
 
 
@@ -42,10 +43,10 @@ EXAMPLES = (
     "skipped; with --impl eager one whole eager decoder layer also runs end to end. With "
     "--nproc N: the whole model (a Hugging Face Llama with random weights, eager kernels) runs "
     "as the plan says under torchrun on N GPUs -- DDP (--dp), FSDP2 (--dp --zero 3), DTensor "
-    "(--tp --tp-impl dtensor), Megatron-style TP (--tp) or a 1F1B pipeline (--pp, with "
-    "--micro-batch) -- and the step time (the slowest "
-    "rank, median of --iters) and peak memory per GPU are printed beside the prediction.\n\n"
-    + EXAMPLES
+    "(--tp --tp-impl dtensor), Megatron-style TP (--tp), a 1F1B pipeline (--pp, with "
+    "--micro-batch) or PyTorch's context parallelism (--cp, ring attention) -- and the step "
+    "time (the slowest rank, median of --iters) and peak memory per GPU are printed beside "
+    "the prediction.\n\n" + EXAMPLES
 )
 @click.argument("model")
 @click.option(
@@ -68,10 +69,14 @@ EXAMPLES = (
     "--nproc",
     type=COUNT,
     default=None,
-    help="Run the whole model under torchrun on N GPUs (the plan's tp·dp).",
+    help="Run the whole model under torchrun on N GPUs (the plan's tp·pp·dp·cp).",
 )
 @click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs.")
 @click.option("--dp", type=SIZE, default="1", show_default=True, help="Data-parallel GPUs.")
+@click.option(
+    "--cp", type=SIZE, default="1", show_default=True,
+    help="Context-parallel GPUs (PyTorch's context_parallel; prefill and train).",
+)  # fmt: skip
 @click.option(
     "--pp",
     type=SIZE,
@@ -116,12 +121,15 @@ EXAMPLES = (
 )
 @common_options
 def validate(
-    model: str, mode: str, nproc: int | None, tp: int, dp: int, pp: int, micro_batch: int | None,
-    zero: str, tp_impl: str, cuda_graphs: bool, iters: int, timeout: float, **kw: Any,
+    model: str, mode: str, nproc: int | None, tp: int, dp: int, cp: int, pp: int,
+    micro_batch: int | None, zero: str, tp_impl: str, cuda_graphs: bool, iters: int,
+    timeout: float, **kw: Any,
 ) -> None:  # fmt: skip
-    parallel = dict(tp=tp, dp=dp, pp=pp, micro_batch=micro_batch, zero=int(zero),
+    parallel = dict(tp=tp, dp=dp, cp=cp, pp=pp, micro_batch=micro_batch, zero=int(zero),
                     tp_impl=tp_impl, cuda_graphs=cuda_graphs)  # fmt: skip
-    whole = nproc is not None or tp > 1 or dp > 1 or pp > 1 or mode == "train" or cuda_graphs
+    whole = (
+        nproc is not None or tp > 1 or dp > 1 or cp > 1 or pp > 1 or mode == "train" or cuda_graphs
+    )
     if not whole:
         _validate_layer(model, mode, **kw)
         return

@@ -25,7 +25,7 @@ def whole_model(model: str, mode: str, nproc: int | None, parallel: dict[str, An
     sc = Scenario(mode=mode, batch=batch, seq=seq, ctx=ctx, dtype=dtype, impl=impl,
                   sequence_parallel=False, **parallel)  # type: ignore[arg-type]  # fmt: skip
     if nproc is not None and nproc != sc.gpus:
-        raise InputError(f"--nproc {nproc} but the plan (tp·pp·dp) uses {sc.gpus} GPUs")
+        raise InputError(f"--nproc {nproc} but the plan (tp·pp·dp·cp) uses {sc.gpus} GPUs")
     what = implementation(sc)
     if save:
         from gpuperf.fileio import check_writable

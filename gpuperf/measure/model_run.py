@@ -3,7 +3,8 @@ measured step back: what `gpuperf validate MODEL --nproc N` and the device scrip
 
 A Scenario says what to run; `implementation(sc)` names the code that runs it (Hugging Face
 eager kernels in every case): single, ddp, fsdp (ZeRO-3 as FSDP2), dtensor (HF's tp_plan) or
-megatron (plain-PyTorch TP). What none of them runs is refused with the reason.
+megatron (plain-PyTorch TP) or cp (PyTorch's context parallelism). What none of them runs is
+refused with the reason.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def implementation(sc: Any) -> str:
         raise InputError(f"whole-model runs do not cover {why}")
     if sc.pp > 1 or (sc.mode == "train" and sc.tp > 1 and sc.tp_impl == "megatron"):
         return "pipeline"  # Megatron-style TP training: pp_runner's one-stage pipeline
+    if sc.cp > 1:
+        return "cp"
     if sc.tp > 1:
         return sc.tp_impl
     if sc.dp > 1:
@@ -43,7 +46,8 @@ def _unsupported(sc: Any) -> str:
     checks = [
         (sc.impl != "eager", "--impl fused (they run Hugging Face's eager kernels: --impl eager)"),
         (sc.mode == "generate", "--mode generate (time prefill and decode steps apart)"),
-        (sc.cp > 1 or sc.ep > 1, "context or expert parallelism"),
+        (sc.ep > 1, "expert parallelism"),
+        (sc.cp > 1 and sc.gpus != sc.cp, "context parallelism beside other parallelism"),
         (sc.pp > 1 and (sc.dp > 1 or sc.tp_impl != "megatron" or sc.mode == "decode"),
          "pipelines with data parallelism, DTensor or decode (megatron-style TP inside stages, "
          "prefill and train)"),

@@ -8,7 +8,11 @@ Implementations (spec["impl"]): single (one GPU), ddp (DistributedDataParallel, 
 fsdp (FSDP2: fully_shard on every decoder layer and on the root; the model in its dtype, so
 gathers and reduce-scatters run in it), dtensor (Hugging Face's tp_plan, applied with
 apply_tensor_parallelism: DTensor weights), megatron (plain-PyTorch tensor parallelism,
-gpuperf.measure.tp_megatron). NCCL on GPUs, gloo on CPUs.
+gpuperf.measure.tp_megatron), cp (context parallelism as PyTorch runs it: the
+`context_parallel` context of torch.distributed.tensor.experimental shards the tokens with its
+head-tail load balance and turns SDPA into ring attention, its K and V rotated by one
+all-gather; in training the model is wrapped in DDP, whose all-reduce joins the CP ranks'
+gradients). NCCL on GPUs, gloo on CPUs.
 
 Modes: prefill (no_grad, one forward, logits of the last token), decode (one-token steps on a
 DynamicCache holding ctx tokens, growing by one per step; with graphs, a StaticCache captured in
@@ -90,7 +94,7 @@ def build(spec: dict[str, Any], device: torch.device, rank: int, world: int) -> 
         return model
     with torch.device(device):
         model = causal_lm(cfg).to(dtype)
-    if impl == "ddp":
+    if impl == "ddp" or (impl == "cp" and spec["mode"] == "train"):
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
@@ -129,6 +133,8 @@ def step_fn(model: Any, spec: dict[str, Any], device: torch.device) -> Any:
     gen = torch.Generator(device="cpu").manual_seed(1)
     if spec["impl"] == "pipeline":
         return _pipeline_step(model, spec, device, gen)
+    if spec["impl"] == "cp":
+        return _cp_step(model, spec, device, gen)
     if mode == "prefill":
         _inner(model).eval()
         ids = torch.randint(0, vocab, (b, spec["seq"]), generator=gen).to(device)
@@ -164,6 +170,39 @@ def _param_groups(model: Any) -> list[dict[str, Any]]:
     split = [[p for p in params if isinstance(p, DTensor)],
              [p for p in params if not isinstance(p, DTensor)]]  # fmt: skip
     return [{"params": group} for group in split if group]
+
+
+def _cp_step(model: Any, spec: dict[str, Any], device: torch.device, gen: Any) -> Any:
+    """A context-parallel step: each call copies the whole sequence's tokens into buffers that
+    `context_parallel` shards in place (its load balancer gives each rank a head and a tail
+    chunk), then runs the forward (and backward) inside it. The positions stay the local ones
+    (0 .. seq/cp - 1): passing the balanced positions would make Hugging Face see packed
+    sequences and build a mask; the kernels and their shapes are the same either way."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    vocab, b, mode = spec["config"]["vocab_size"], spec["batch"], spec["mode"]
+    ids = torch.randint(0, vocab, (b, spec["seq"]), generator=gen).to(device)
+    if mode == "prefill":
+        _inner(model).eval()
+    else:
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
+
+    def step() -> None:
+        tokens, labels = ids.clone(), ids.clone()
+        with context_parallel(mesh, buffers=[tokens, labels], buffer_seq_dims=[1, 1],
+                              no_restore_buffers={tokens, labels}):  # fmt: skip
+            if mode == "prefill":
+                with torch.no_grad():
+                    model(input_ids=tokens, use_cache=False, logits_to_keep=1)
+                return
+            model(input_ids=tokens, labels=labels, use_cache=False).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
 
 
 def _pipeline_step(pipe: Any, spec: dict[str, Any], device: torch.device, gen: Any) -> Any:

@@ -202,7 +202,7 @@ class MultiGpuRun:
     @property
     def gpus(self) -> int:
         sc = self.scenario
-        return sc["tp"] * sc["dp"] * sc.get("pp", 1)
+        return sc["tp"] * sc["dp"] * sc.get("pp", 1) * sc.get("cp", 1)
 
     @property
     def label(self) -> str:
@@ -303,7 +303,7 @@ def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
 
 
 # The Scenario fields a whole-model run records and its prediction takes.
-SCENARIO_KEYS = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "dtype", "tp", "dp",
+SCENARIO_KEYS = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "dtype", "tp", "dp", "cp",
                   "pp", "micro_batch", "zero", "tp_impl", "sequence_parallel", "recompute",
                   "weight_dtype", "fp8_scales")  # fmt: skip
 
@@ -322,6 +322,8 @@ def multigpu_class(r: MultiGpuRun) -> str:
         return "one GPU of the multi-GPU host"
     if sc.get("pp", 1) > 1:
         return "pipeline-parallel prefill and training"
+    if sc.get("cp", 1) > 1:
+        return "context-parallel prefill and training"
     if sc["dp"] > 1:
         return "data-parallel training (DDP, FSDP2)"
     if sc["mode"] == "decode":

@@ -225,7 +225,7 @@ def _layer_templates(cfg: ModelConfig, d: Dims, eager: bool, train: bool, recomp
         from gpuperf.workloads.transformer_train import layer_backward
 
         layer_bwd, bwd_hide = layer_backward(cfg, d, eager, layer, recompute)
-    fwd_hide = ring_hide(d)
+    fwd_hide = ring_hide(d, eager=eager)
     if d.g.tp_overlap:
         fwd_hide.update(comm_ops.overlap_hide(layer))
         bwd_hide = {**comm_ops.overlap_hide(layer_bwd), **bwd_hide}

@@ -168,10 +168,16 @@ def sliding_sdpa(d: Dims, window: int, name: str = "attn/core") -> Attention:
                      d.act, d.kv, mask=True, window=window if d.decode else 0)  # fmt: skip
 
 
-def attention_ops(d: Dims, dropout: bool = False, window: int = 0) -> list[Op]:
+def attention_ops(d: Dims, dropout: bool = False, window: int = 0,
+                  eager: bool = False) -> list[Op]:  # fmt: skip
     """The attention of one layer: one fused kernel (flash, which applies dropout inside), the
-    materialized form (math; dropout is a kernel of its own), or ring attention (cp > 1)."""
+    materialized form (math; dropout is a kernel of its own), or ring attention (cp > 1:
+    Megatron's, or PyTorch's context_parallel where the kernels are eager)."""
     if d.g.cp > 1:
+        if eager and d.attn == "flash":
+            from gpuperf.workloads import cp_torch
+
+            return cp_torch.forward(d)
         return ring_attention(d)
     if d.attn == "math":
         return math_attention(d, dropout)
@@ -254,8 +260,13 @@ def ring_attention(d: Dims) -> list[Op]:
     return ops
 
 
-def ring_hide(d: Dims, backward: bool = False) -> comm_ops.Hide:
-    """Each ring step's transfer hides under the attention of the step before it."""
+def ring_hide(d: Dims, backward: bool = False, eager: bool = False) -> comm_ops.Hide:
+    """Each ring step's transfer hides under the attention of the step before it (PyTorch's
+    ring where the kernels are eager: cp_torch.hide)."""
+    if eager and d.g.cp > 1 and d.attn == "flash":
+        from gpuperf.workloads import cp_torch
+
+        return cp_torch.hide(d, backward)
     sfx = ".bwd" if backward else ""
     hide: comm_ops.Hide = {}
     for step in range(1, d.g.cp):
@@ -577,7 +588,7 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
     else:
         # DynamicCache.update: torch.cat([cache, new]) for K and V. HF keeps the cache on by
         # default, in training too (use_cache=True in the config), so the cat runs there as well.
-        past = d.kv_len - d.q_len
+        past = d.kv_len - d.q_len if d.g.cp == 1 else 0  # context parallel: local K and V
         kv_bytes = d.batch * d.kv_heads * hd * (BYTES[d.kv] * past + BYTES[a] * d.q_len)
         ops.append(Copy("attn/cache_k", kv_bytes, d.kv))
         ops.append(Copy("attn/cache_v", kv_bytes, d.kv))
@@ -595,7 +606,7 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
             ops.append(Attention("attn/core", d.batch, d.heads, d.kv_heads, d.q_len, d.kv_len,
                                  hd, True, d.act, d.kv, mask=True))  # fmt: skip
         else:  # SDPA takes the module's attention dropout in training (GPT-2's attn_pdrop)
-            ops += attention_ops(d, d.train and cfg.attention_dropout > 0)
+            ops += attention_ops(d, d.train and cfg.attention_dropout > 0, eager=True)
     _gemm(ops, d, "attn/out", T, h, d.heads * hd)
     ops += comm_ops.row_out(d, "attn/out")
     return ops

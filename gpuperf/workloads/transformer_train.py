@@ -30,7 +30,7 @@ from gpuperf.perfmodel.ops import (
     Op,
     Reduce,
 )
-from gpuperf.workloads import comm_ops
+from gpuperf.workloads import comm_ops, cp_torch
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.transformer_layers import Dims, _ew, logits_gathered
 
@@ -237,6 +237,7 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
     wide = {op.name.rpartition("/")[0] for op in layer if op.name.endswith("/cast_back")
             and op.name.rpartition("/")[0] in ropes}  # fmt: skip
     names = {op.name for op in layer}
+    ring = any(n.startswith(cp_torch.PREFIX) for n in names)
     a, first_residual = d.act, None
     out: list[Op] = []
     for op in reversed(layer):
@@ -251,6 +252,8 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
             continue
         if op.name in ("attn/cache_k", "attn/cache_v"):
             continue
+        if ring and (op.name.startswith(cp_torch.PREFIX) or op.name.startswith("attn/core.")):
+            continue  # PyTorch's ring attention: its backward comes whole at attn/core
         if isinstance(op, Elementwise) and op.fn == "add" and op.name.endswith("/residual"):
             # The skip's gradient joins the branch's once the branch's backward is done: the
             # next residual met (the first one's, at the layer's end).
@@ -272,7 +275,10 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
             continue
         if op.name == "attn/qkv" and cfg.qkv_per_head:  # chunk's backward: a cat of strided rows
             out.append(Copy("attn/qkv.grad_cat", op.m * op.n * BYTES[a], a, generic=True))  # type: ignore[arg-type]
-        out += fused_backward(op) + bias_grad(cfg, op, a)
+        if ring and op.name == "attn/core":
+            out += cp_torch.backward(d)
+        else:
+            out += fused_backward(op) + bias_grad(cfg, op, a)
         if isinstance(op, Attention) and op.name == "attn/core" and not cfg.kv_broadcast:
             out += _gqa_grad_sums(d)
         shared = _SHARED_INPUT.get(op.name)
@@ -281,6 +287,15 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
     if first_residual is not None:
         out.append(_ew(first_residual.name + ".bwd", "add", first_residual.numel, a, 2))
     return out
+
+
+def _attention_backward(d: Dims, layer: list[Op]) -> list[Op]:
+    """The backward of a layer's attention: flash (or ring) attention's, or the materialized
+    form's; PyTorch's ring attention (cp_torch) as its own code runs it."""
+    if any(op.name.startswith(cp_torch.PREFIX) for op in layer):
+        return cp_torch.backward(d)
+    attn = [op for op in layer if isinstance(op, Attention | P2P) or op.name.startswith(_MATH)]
+    return [b for op in reversed(attn) for b in fused_backward(op)]
 
 
 def eager_layer_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
@@ -303,9 +318,7 @@ def eager_layer_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]
     ops += eager_norm_backward(cfg, "mlp/norm", T, h, a)
     ops.append(_ew("attn/residual.bwd", "add", T * h, a, 2))
     ops += gemm_backward(g["attn/out"])
-    attn = [op for op in layer if isinstance(op, Attention | P2P) or op.name.startswith(_MATH)]
-    for op in reversed(attn):  # flash (or ring) attention, or the materialized form
-        ops += fused_backward(op)
+    ops += _attention_backward(d, layer)
     ops += _gqa_grad_sums(d)
     ops += _eager_rope_backward("attn/rope_k", T * d.kv_heads * d.head_dim, a)
     ops += _eager_rope_backward("attn/rope_q", T * d.heads * d.head_dim, a)
@@ -396,11 +409,13 @@ def layer_backward(
             ops += back
     from gpuperf.workloads.transformer_layers import ring_hide
 
-    hide.update(ring_hide(d, backward=True))
+    hide.update(ring_hide(d, backward=True, eager=eager))
     redo: list[Op] = []
     if recompute == "full":
         redo = list(layer)
-        for p2p, under in ring_hide(d).items():  # the recomputed ring hides as the forward's
+        for p2p, under in ring_hide(
+            d, eager=eager
+        ).items():  # the recomputed ring hides as the forward's
             hide[p2p + ".recompute"] = tuple(u + ".recompute" for u in under)
     elif recompute == "selective":  # Megatron's core-attention recompute (flash or not)
         redo = [op for op in layer if isinstance(op, Attention) or op.name.startswith(_MATH)]
