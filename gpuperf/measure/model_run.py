@@ -118,6 +118,11 @@ def check_devices(run: ModelRun) -> None:
                 f"{run.nproc} GPUs needed, {have} present"
                 + ("; use --device cpu" if not have else "")  # fmt: skip
             )
+    if run.device != "cuda" and implementation(run.scenario) == "cp":
+        raise EnvironmentUnavailable(
+            "PyTorch's context parallelism runs on CUDA GPUs only (its ring attention wraps the "
+            "CUDA SDPA kernels)"
+        )
     from gpuperf.measure.hf_causal import FAMILIES
 
     if run.config.get("model_type") not in (*FAMILIES, None):

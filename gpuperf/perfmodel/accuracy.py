@@ -53,6 +53,7 @@ TARGETS: dict[str, float] = {
     "tensor-parallel decode, CUDA graph": 0.15,
     "tensor-parallel training": 0.15,
     "pipeline-parallel prefill and training": 0.15,
+    "context-parallel prefill and training": 0.15,
     "whole-model prefill": 0.10,
     "whole-model decode": 0.15,
     "training step": 0.15,

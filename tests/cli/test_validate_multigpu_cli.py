@@ -91,11 +91,22 @@ def test_implementations_run(capsys, tiny, args, what):
         (["--tp", "2", "--impl", "fused"], "eager kernels"),
         (["--tp", "2", "--dp", "2", "--mode", "train", "--impl", "eager"], "tensor and data"),
         (["--tp", "2", "--nproc", "4", "--impl", "eager"], "--nproc 4"),
+        (["--cp", "2", "--dp", "2", "--mode", "train", "--impl", "eager", "--seq", "64"],
+         "context parallelism beside"),
+        (["--cp", "2", "--nproc", "3", "--impl", "eager", "--seq", "64"], "tp·pp·dp·cp"),
+        (["--cp", "2", "--mode", "decode", "--impl", "eager"], "prefill and train only"),
     ],
-)
+)  # fmt: skip
 def test_refusals_are_one_line_exit_2(capsys, tiny, args, message):
     code, _, err = run(capsys, tiny, *args, "--device", "cpu")
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_context_parallel_on_the_cpu_is_exit_3(capsys, tiny):
+    """PyTorch's ring attention wraps the CUDA SDPA kernels: on the CPU the run is refused
+    before torchrun starts, saying so (GPU: tests/gpu/test_multigpu_gpu.py)."""
+    code, _, err = run(capsys, tiny, "--cp", "2", "--mode", "train", *FAST)
+    assert code == 3 and "CUDA" in err and "Traceback" not in err
 
 
 def test_too_few_gpus_is_exit_3(capsys, tiny):

@@ -387,6 +387,30 @@ def test_context_parallel_ring_attention():
     assert cp4.total_ms < one.total_ms / 3
 
 
+def test_eager_context_parallel_is_pytorchs_ring():
+    """Eager kernels under cp run PyTorch's context_parallel (cp_torch): one K/V all-gather a
+    layer (no Megatron P2P), an fp32 merge after each later step; in training the backward
+    gathers again and sends dK/dV around the ring once per step, and the merges get no
+    autograd kernels of their own."""
+    base = dict(gpu="h200", impl="eager", seq=16384)
+    one = api.predict("llama3-8b", **base)
+    cp2 = api.predict("llama3-8b", cp=2, **base)
+    names = cp2.table["name"]
+    gathers = cp2.table[names.str.endswith("attn/cp.kv_allgather")]
+    assert len(gathers) == 32 and (gathers["kind"] == "collective").all()
+    assert names.str.contains(r"attn/cp\.merge_").sum() == 32 * 3
+    assert not names.str.contains(r"\.p2p").any()
+    assert one.total_ms / 2 < cp2.total_ms < 0.6 * one.total_ms  # half the work, and the ring's
+    fused = api.predict("llama3-8b", cp=2, gpu="h200", seq=16384)
+    assert fused.table["name"].str.contains(r"ring1\.p2p").sum() == 32
+    train = api.predict("llama3-8b", cp=2, gpu="h200", impl="eager", mode="train", seq=8192)
+    t = train.table
+    sends = t[t["name"].str.contains(r"attn/cp\.dkv_send")]
+    assert len(sends) == 32 * 2 and (sends["kind"] == "p2p").all()
+    assert t["name"].str.endswith("attn/cp.kv_allgather.bwd").sum() == 32
+    assert not t["name"].str.contains(r"merge_.*\.bwd").any()
+
+
 def test_generate_is_prefill_plus_integrated_decode(fixed_time):
     fixed_time.t = 20 * US  # > 10 µs launches: the GPU stays the bottleneck
     cfg, g = TINY, gpu()
