@@ -164,8 +164,9 @@ def main() -> None:
         for r in results:
             w = r.row
             kw = options(w)
+            etp = " etp1" if kw.get("etp") == 1 else ""
             plan = (f"tp{kw['tp']} pp{kw['pp']} cp{kw['cp']} v{kw.get('virtual_stages', 1)} "
-                    f"ep{kw['ep']} zero{kw['zero']}")  # fmt: skip
+                    f"ep{kw['ep']}{etp} zero{kw['zero']}")  # fmt: skip
             head = f"{w['table']:26s} {w['model']:24s} {w['gpus']:>5s} {plan:26s}"
             if r.why_not:
                 print(f"{head} {r.why_not}")

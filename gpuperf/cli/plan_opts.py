@@ -12,7 +12,7 @@ import click
 from gpuperf.cli.common import COUNT, SIZE, Finite
 
 # CLI option name -> api.predict argument, for the options below.
-PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "nodes", "global_batch", "micro_batch", "zero",
+PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "nodes", "global_batch", "micro_batch", "zero",
              "dp_overlap", "recompute", "sequence_parallel", "tp_impl", "tp_overlap",
              "tp_allreduce", "schedule", "virtual_stages", "nvls", "moe_imbalance",
              "grad_dtype")  # fmt: skip
@@ -25,7 +25,10 @@ plan_cli_options: list[Callable[..., Any]] = [
     click.option("--cp", type=SIZE, default="1", show_default=True,
                  help="Context-parallel GPUs (ring attention over the sequence)."),
     click.option("--ep", type=SIZE, default="1", show_default=True,
-                 help="Expert-parallel GPUs (out of --dp)."),
+                 help="Expert-parallel GPUs (out of --dp; with --etp 1 out of tp·cp·dp)."),
+    click.option("--etp", type=SIZE, default=None,
+                 help="Expert tensor parallelism: 1 folds --ep over the tensor-parallel ranks "
+                 "(Megatron-Core's MoE parallel folding; whole experts) [default: --tp]."),
     click.option("--nodes", type=COUNT, default=None,
                  help="Nodes of --system [default: as many as the plan fills]."),
     click.option("--global-batch", type=SIZE, default=None,

@@ -261,7 +261,7 @@ def busiest(cfg: ModelConfig, sc: Scenario, g: Groups) -> dict[str, float]:
     fit before it builds its kernels."""
     plan = _plan_terms(cfg, sc) if sc.mode == "train" else None
     per_stage = [stage_memory(cfg, sc, g, st, p, plan)
-                 for st, p in stage_params(cfg, sc.pp, g.tp, g.ep)]  # fmt: skip
+                 for st, p in stage_params(cfg, sc.pp, g.tp, g.ep, g.etp)]  # fmt: skip
     if len(per_stage) == 1:
         return per_stage[0]
     return max(per_stage, key=lambda m: sum(m.values()))

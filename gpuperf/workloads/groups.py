@@ -42,6 +42,7 @@ class Groups:
     dp_nodes: int = 1
     edp: int = 1  # expert-gradient group: dp·cp/ep ranks
     edp_nodes: int = 1
+    etp: int = 1  # expert tensor parallelism: tp, or 1 under MoE parallel folding
     pp_inter_node: bool = False
     sp: bool = False
     tp_impl: str = "megatron"
@@ -59,15 +60,25 @@ def groups_for(sc: Scenario, gpus_per_node: int | None) -> Groups:
     if not sc.parallel and not sc.sequence_parallel:
         return SINGLE
     return _groups(sc.tp, sc.cp, sc.dp, sc.ep, sc.pp, gpus_per_node or sc.gpus,
-                   bool(sc.sequence_parallel), sc.tp_impl, sc.tp_overlap)  # fmt: skip
+                   bool(sc.sequence_parallel), sc.tp_impl, sc.tp_overlap, sc.expert_tp)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
 def _groups(tp: int, cp: int, dp: int, ep: int, pp: int, gpn: int, sp: bool, tp_impl: str,
-            tp_overlap: bool) -> Groups:  # fmt: skip
+            tp_overlap: bool, etp: int | None = None) -> Groups:  # fmt: skip
     """groups_for's Groups, one object per distinct plan shape (caches keyed on it compare by
     identity)."""
     gpus = tp * pp * dp * cp
+    if etp is not None and etp != tp:  # MoE parallel folding (Megatron-Core): experts' own
+        # rank order over the tp·cp·dp ranks, etp innermost, then ep, then expert-dp
+        edp = tp * cp * dp // (ep * etp)
+        return Groups(tp=tp, tp_nodes=group_nodes(tp, 1, gpn), cp=cp,
+                      cp_nodes=group_nodes(cp, tp, gpn), ep=ep,
+                      ep_nodes=group_nodes(ep, etp, gpn), dp=dp * cp,
+                      dp_nodes=group_nodes(dp * cp, tp, gpn), edp=edp,
+                      edp_nodes=group_nodes(edp, ep * etp, gpn), etp=etp,
+                      pp_inter_node=pp > 1 and gpus > gpn, sp=sp, tp_impl=tp_impl,
+                      tp_overlap=tp_overlap)  # fmt: skip
     return Groups(
         tp=tp,
         tp_nodes=group_nodes(tp, 1, gpn),
@@ -80,6 +91,7 @@ def _groups(tp: int, cp: int, dp: int, ep: int, pp: int, gpn: int, sp: bool, tp_
         edp=dp * cp // ep,
         # The expert-dp group: every cp rank (stride tp) of every dp/ep-th dp rank.
         edp_nodes=group_nodes(cp, tp, gpn) * group_nodes(dp // ep, tp * cp * ep, gpn),
+        etp=tp,
         pp_inter_node=pp > 1 and gpus > gpn,
         sp=sp,
         tp_impl=tp_impl,

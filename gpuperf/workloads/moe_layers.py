@@ -21,6 +21,8 @@ every token and, under expert parallelism, send each token copy to its expert's 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuperf.dtypes import BYTES, DType
 from gpuperf.perfmodel.ops import (
     Copy,
@@ -200,10 +202,34 @@ def shared_experts(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     return ops
 
 
+def folded(d: Dims) -> bool:
+    """MoE parallel folding (Megatron-Core, etp = 1 under tp > 1): whole experts, expert
+    parallelism over the tensor-parallel ranks too, each rank routing its own sequence shard."""
+    return d.g.etp != d.g.tp
+
+
+def router_gathered(cfg: ModelConfig, d: Dims) -> bool:
+    """Whether the block's input is gathered over the tensor-parallel ranks (sequence parallel):
+    always, except under folding, where only a shared expert needs it."""
+    return not folded(d) or bool(cfg.shared_intermediate_size)
+
+
 def moe_block(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
-    """Router, routed experts, shared experts; the tensor-parallel reduction of the output."""
-    ops, wdt = router(cfg, d, eager)
-    ops += routed_experts(cfg, d, eager, wdt)
-    ops += shared_experts(cfg, d, eager)
-    ops += comm_ops.row_out(d, "mlp/experts_down")
+    """Router, routed experts, shared experts; the tensor-parallel reduction of the output.
+    Folded (etp = 1): the router and the routed experts run on this rank's sequence shard with
+    whole experts and no tensor-parallel collective; a shared expert stays tensor-parallel on
+    the gathered tokens, as Megatron-Core runs it."""
+    if not folded(d):
+        ops, wdt = router(cfg, d, eager)
+        ops += routed_experts(cfg, d, eager, wdt)
+        ops += shared_experts(cfg, d, eager)
+        ops += comm_ops.row_out(d, "mlp/experts_down")
+        return ops
+    local = replace(d, T=d.rows, g=replace(d.g, tp=d.g.etp, tp_nodes=1, sp=False))
+    gather = comm_ops.col_in(d, "mlp/router") if router_gathered(cfg, d) else []
+    ops, wdt = router(cfg, local, eager)
+    ops = gather + ops + routed_experts(cfg, local, eager, wdt)
+    if cfg.shared_intermediate_size:
+        ops += shared_experts(cfg, d, eager)
+        ops += comm_ops.row_out(d, "mlp/experts_down")
     return ops

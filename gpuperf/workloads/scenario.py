@@ -39,9 +39,9 @@ ATTN_IMPLS: tuple[AttnImpl, ...] = ("flash", "math")
 TRAIN_DTYPES: tuple[DType, ...] = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
 DEGREES = ("tp", "pp", "dp", "cp", "ep")
 # The parallel options (api.predict's keyword arguments, the CLI's --tp ... --nvls).
-PARALLEL_FIELDS = (*DEGREES, "micro_batch", "global_batch", "zero", "dp_overlap", "recompute",
-                   "sequence_parallel", "tp_impl", "tp_overlap", "tp_allreduce", "schedule",
-                   "virtual_stages", "nvls", "moe_imbalance", "grad_dtype")  # fmt: skip
+PARALLEL_FIELDS = (*DEGREES, "etp", "micro_batch", "global_batch", "zero", "dp_overlap",
+                   "recompute", "sequence_parallel", "tp_impl", "tp_overlap", "tp_allreduce",
+                   "schedule", "virtual_stages", "nvls", "moe_imbalance", "grad_dtype")  # fmt: skip
 _POSITIVE = ("batch", "seq", "ctx", "new_tokens", *DEGREES, "virtual_stages")
 _BOOLS = ("cuda_graphs", "tp_overlap", "nvls")
 _CHOICES = {
@@ -111,6 +111,10 @@ class Scenario:
     dp: int = 1
     cp: int = 1
     ep: int = 1
+    # Expert tensor parallelism: None (= tp) splits each expert tp ways and carves ep out of dp;
+    # 1 is Megatron-Core's MoE parallel folding: whole experts, ep spanning the tp·cp·dp ranks,
+    # each rank routing its own sequence shard (fused kernels, sequence parallelism under TP).
+    etp: int | None = None
     micro_batch: int | None = None  # None: one micro-batch of `batch`
     global_batch: int | None = None  # train: sequences over all replicas (sets batch = it / dp)
     zero: int = 0
@@ -190,8 +194,8 @@ class Scenario:
                 f"{self.micro_batch}"
             )
         if sp is None:
-            sp = (self.tp > 1 and self.tp_impl == "megatron" and self.mode == "train"
-                  and self.impl == "fused")  # fmt: skip
+            sp = (self.tp > 1 and self.tp_impl == "megatron" and self.impl == "fused"
+                  and (self.mode == "train" or self.etp == 1))  # fmt: skip
             object.__setattr__(self, "sequence_parallel", sp)
         self._check_combinations()
 
@@ -279,8 +283,7 @@ class Scenario:
             raise InputError(
                 f"zero={self.zero} shards over data- and context-parallel ranks: it needs dp·cp > 1"
             )
-        if self.ep > 1 and self.dp % self.ep:
-            raise InputError(f"ep={self.ep} must divide dp={self.dp} (EP groups come from DP)")
+        self._check_etp()
         if self.cp > 1 and self.mode in ("decode", "generate"):
             raise InputError("context parallelism splits a sequence: prefill and train only")
         if self.cp > 1 and self.seq % (2 * self.cp):
@@ -289,7 +292,38 @@ class Scenario:
                 "splits each sequence into 2·cp chunks to balance the causal mask)"
             )
 
+    def _check_etp(self) -> None:
+        etp = self.expert_tp
+        if type(etp) is not int or etp not in (1, self.tp):
+            raise InputError(f"etp must be 1 (MoE parallel folding) or tp={self.tp}, got "
+                             f"{shown(etp)}")  # fmt: skip
+        if etp == self.tp:
+            if self.ep > 1 and self.dp % self.ep:
+                raise InputError(
+                    f"ep={self.ep} must divide dp={self.dp} (EP groups come from DP; --etp 1 "
+                    "folds them over the tensor-parallel ranks too)"
+                )
+            return
+        ranks = self.tp * self.cp * self.dp
+        if ranks % self.ep:
+            raise InputError(f"ep={self.ep} must divide tp·cp·dp = {ranks} (with --etp 1 the "
+                             "expert-parallel groups fold over those ranks)")  # fmt: skip
+        if self.impl != "fused":
+            raise InputError("etp=1 is Megatron-Core's MoE parallel folding: fused kernels only "
+                             "(--impl fused)")  # fmt: skip
+        if self.mode in ("decode", "generate"):
+            raise InputError("etp=1 (MoE parallel folding) routes each rank's sequence shard: "
+                             "prefill and train only")  # fmt: skip
+        if self.tp > 1 and not self.sequence_parallel:
+            raise InputError("etp=1 with tp > 1 needs sequence parallelism (each rank routes its "
+                             "own shard of the tokens)")  # fmt: skip
+
     # --- derived --------------------------------------------------------------------------------
+
+    @property
+    def expert_tp(self) -> int:
+        """Each expert's tensor-parallel degree: etp, or tp where etp is not given."""
+        return self.tp if self.etp is None else self.etp
 
     @property
     def kv(self) -> DType:
@@ -322,6 +356,8 @@ class Scenario:
         """A short name of the plan: 'tp8 pp2 dp4 mb1 zero1 selective sp'."""
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
         parts += [f"{k}{getattr(self, k)}" for k in ("cp", "ep") if getattr(self, k) > 1]
+        if self.expert_tp != self.tp:
+            parts.append(f"etp{self.expert_tp}")
         if self.mode == "train":
             parts += [f"mb{self.micro_batch}", f"zero{self.zero}", self.recompute]
         if self.sequence_parallel:

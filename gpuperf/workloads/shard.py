@@ -4,7 +4,8 @@ Pipeline stages (Megatron-LM's uneven split): `pp` stages get L // pp layers eac
 L % pp stages one more; with the interleaved schedule each stage holds `v` chunks of those. The
 first stage holds the embedding, the last the final norm and lm_head (and, tied, a copy of the
 embedding, as Megatron keeps one there). Tensor parallelism splits every GEMM weight and the
-vocabulary tp ways (norms are replicated); expert parallelism gives each GPU E / ep experts.
+vocabulary tp ways (norms are replicated); expert parallelism gives each GPU E / ep experts,
+each split etp ways (tp; 1 under MoE parallel folding).
 """
 
 from __future__ import annotations
@@ -68,8 +69,11 @@ class Params:
         return self.dense + self.expert
 
 
-def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int) -> Params:
-    """Parameters on one GPU of `stage` of `pp` under tp and ep."""
+def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int,
+               etp: int | None = None) -> Params:  # fmt: skip
+    """Parameters on one GPU of `stage` of `pp` under tp and ep; each expert split etp ways
+    (None: tp; 1: whole experts, MoE parallel folding)."""
+    etp = tp if etp is None else etp
     b = cfg.param_breakdown()
     L = cfg.layers
     final_norm = cfg.hidden * (2 if cfg.norm == "layernorm" else 1)
@@ -81,7 +85,7 @@ def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int) -> Par
         moe_layer = (b["attn"] / L + b["shared_expert"] / m) / tp + norms + b["router"] / m
         dense_layer = (b["attn"] / L + b["dense_mlp"] / max(1, L - m)) / tp + norms
         layer_dense = (moe * moe_layer + (n - moe) * dense_layer) / n
-        layer_expert = moe * b["mlp"] / m / ep / tp / n
+        layer_expert = moe * b["mlp"] / m / ep / etp / n
     else:
         layer_dense, layer_expert = (b["attn"] + b["mlp"]) / L / tp + norms, 0.0
     ends = 0.0
@@ -94,7 +98,8 @@ def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int) -> Par
 
 
 @functools.lru_cache(maxsize=1024)
-def stage_params(cfg: ModelConfig, pp: int, tp: int, ep: int) -> tuple[tuple[Stage, Params], ...]:
+def stage_params(cfg: ModelConfig, pp: int, tp: int, ep: int,
+                 etp: int | None = None) -> tuple[tuple[Stage, Params], ...]:  # fmt: skip
     """Each distinct stage of a `pp`-stage pipeline with the parameters one of its GPUs holds
     (what the step's work and its memory both read)."""
-    return tuple((st, gpu_params(cfg, st, tp, ep, pp)) for st in stages(layer_kinds(cfg), pp))
+    return tuple((st, gpu_params(cfg, st, tp, ep, pp, etp)) for st in stages(layer_kinds(cfg), pp))

@@ -32,6 +32,7 @@ from gpuperf.perfmodel.ops import (
 )
 from gpuperf.workloads import comm_ops, cp_torch
 from gpuperf.workloads.config import ModelConfig
+from gpuperf.workloads.moe_layers import router_gathered
 from gpuperf.workloads.transformer_layers import Dims, _ew, logits_gathered
 
 
@@ -401,7 +402,8 @@ def layer_backward(
         ops = []
         for op in reversed(layer):
             back = fused_backward(op)
-            if isinstance(op, Gemm) and op.name in _COLUMN_GEMMS and len(back) == 2:
+            if (isinstance(op, Gemm) and op.name in _COLUMN_GEMMS and len(back) == 2
+                    and (op.name != "mlp/router" or router_gathered(cfg, d))):  # fmt: skip
                 back, h = comm_ops.col_in_backward(d, back[0], back[1])
                 hide.update(h)
             elif isinstance(op, Collective) and op.coll == "reducescatter":

@@ -14,6 +14,7 @@ Both ran Megatron's GPT with dropout 0.1 and its unfused attention (attn=math).
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -144,6 +145,55 @@ def test_mixtral_expert_parallel_issue_example():
 def test_invalid_plans_say_why(kw, message):
     with pytest.raises(InputError, match=message):
         api.predict("llama2-70b", mode="train", system="dgx-h100", **kw)
+
+
+QWEN3_235B = "benchmarks/data/published_models/qwen3-235b-a22b.json"
+FOLDED = dict(mode="train", system="dgx-h100", nodes=4, tp=2, dp=16, ep=32, etp=1, seq=4096,
+              global_batch=64, micro_batch=1)  # fmt: skip
+
+
+def test_moe_parallel_folding_runs_whole_experts_on_each_ranks_shard():
+    """etp=1 (Megatron-Core's MoE parallel folding): EP=32 spans TP2 x DP16; each rank holds 4 of
+    128 whole experts and routes its own half of the sequence, with no tensor-parallel
+    collective in a block without shared experts."""
+    from gpuperf.workloads.config import load_model
+    from gpuperf.workloads.groups import groups_for
+    from gpuperf.workloads.layer_kinds import layer_kinds
+    from gpuperf.workloads.scenario import Scenario
+    from gpuperf.workloads.shard import gpu_params, stages
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_model(str(root / QWEN3_235B))
+    p = api.predict(cfg, **FOLDED)
+    t = p.table
+    moe = t[t["name"].str.startswith("L0/mlp/")]
+    colls = moe[moe["kind"] == "collective"]  # dispatch and combine, forward and backward
+    assert len(colls) == 4 and colls["shape"].str.startswith("alltoall").all()
+    a2a = moe[moe["name"].str.endswith("dispatch.alltoall")]
+    assert len(a2a) == 1  # 4096 / tp2 tokens a rank, 8 copies each, 4096 wide, in bf16
+    assert a2a["shape"].iloc[0].startswith(f"alltoall {2048 * 8 * 4096 * 2} B ×32")
+    g = groups_for(Scenario(**{k: v for k, v in FOLDED.items() if k not in ("system", "nodes")}), 8)
+    assert (g.ep, g.etp, g.edp, g.ep_nodes) == (32, 1, 1, 4)
+    st = stages(layer_kinds(cfg), 1)[0]
+    whole = gpu_params(cfg, st, 2, 32, 1, etp=1).layer_expert
+    split = gpu_params(cfg, st, 2, 32, 1).layer_expert
+    assert whole == pytest.approx(2 * split)  # whole experts, not halves
+    assert whole == pytest.approx(128 * 3 * 4096 * 1536 / 32)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (dict(tp=4, dp=8, ep=8, etp=2), "etp must be 1"),
+        (dict(tp=2, dp=16, ep=64, etp=1), "must divide tp·cp·dp"),
+        (dict(tp=2, dp=16, ep=32, etp=1, impl="eager"), "fused kernels only"),
+        (dict(tp=2, dp=16, ep=32, etp=1, sequence_parallel=False), "sequence parallelism"),
+        (dict(tp=2, dp=16, ep=32), "must divide dp=16"),
+    ],
+)
+def test_folding_refusals_say_why(kw, message):
+    with pytest.raises(InputError, match=message):
+        api.predict("qwen3-30b-a3b", mode="train", system="dgx-h100", nodes=4, seq=4096, **kw)
 
 
 def test_ep_must_divide_experts():
