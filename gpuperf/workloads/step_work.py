@@ -335,10 +335,12 @@ class _Fsdp:
     before the first layer, the stage's root parameters (embedding, final norm, lm_head: what it
     holds of them) and the first layer's are gathered, exposed; forward: each layer but the last
     all-gathers the next layer's parameters (prefetch, hidden under it) and copies its own out of
-    the gather buffer; backward: all-gather again (parameters were freed after the forward),
-    copy out, then copy the gradients into the reduce-scatter buffer and reduce-scatter them
-    (hidden under the backward of the layer before); the root's gradients are reduce-scattered
-    last. Dense weights are sharded over the dp·cp ranks, experts over the expert-dp ranks."""
+    the gather buffer (each gather first copies this rank's shards into its input buffer:
+    all_gather_copy_in's foreach copy); backward: all-gather again (parameters were freed after
+    the forward), copy out, then copy the gradients into the reduce-scatter buffer and
+    reduce-scatter them (hidden under the backward of the layer before); the root's gradients
+    are reduce-scattered last. Dense weights are sharded over the dp·cp ranks, experts over the
+    expert-dp ranks."""
 
     first: tuple[Op, ...]
     fwd: tuple[Op, ...]
@@ -378,6 +380,8 @@ def _fsdp_layer_ops(d: Dims, layers: int, params: Params, dp: int, dp_nodes: int
         )
 
     layer_bytes = dense + expert
+    # all_gather_copy_in: this rank's shards copied into the all-gather's input buffer
+    shard = max(1, dense // max(1, dp) + (expert // edp if expert else 0))
     nxt, bwd_ag, rs = (
         gather("fsdp/allgather.next"),
         gather("fsdp/allgather.bwd"),
@@ -385,10 +389,11 @@ def _fsdp_layer_ops(d: Dims, layers: int, params: Params, dp: int, dp_nodes: int
     )
     return _Fsdp(
         first=(*coll("fsdp/allgather_root", "allgather", root, dp, dp_nodes),
-               *gather("fsdp/allgather")),
-        fwd=(*nxt, Copy("fsdp/copy_out", layer_bytes, d.act)),
+               Copy("fsdp/copy_in.first", shard, d.act), *gather("fsdp/allgather")),
+        fwd=(Copy("fsdp/copy_in", shard, d.act), *nxt, Copy("fsdp/copy_out", layer_bytes, d.act)),
         fwd_hide={op.name: (ALL,) for op in nxt},
-        bwd_pre=(*bwd_ag, Copy("fsdp/copy_out.bwd", layer_bytes, d.act)),
+        bwd_pre=(Copy("fsdp/copy_in.bwd", shard, d.act), *bwd_ag,
+                 Copy("fsdp/copy_out.bwd", layer_bytes, d.act)),
         bwd_post=(Copy("fsdp/grad_copy_in", layer_bytes, d.act), *rs),
         bwd_hide={op.name: (ALL,) for op in bwd_ag + rs},
         last=tuple(coll("fsdp/reducescatter_root", "reducescatter", root, dp, dp_nodes)),

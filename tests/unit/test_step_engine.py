@@ -341,6 +341,13 @@ def test_fsdp_gathers_layer_by_layer_and_shards_memory():
     opt = [p.table[p.table["name"].str.startswith("optimizer/")]["time_ms"].sum()
            for p in (ddp, fsdp)]  # fmt: skip
     assert opt[1] == pytest.approx(opt[0] / 8, rel=0.05)  # each rank steps its shard
+    # before each gather (forward and backward) the rank's shard of the layer is copied into
+    # the gather's input buffer (FSDP2's all_gather_copy_in): 1/8 of a layer's bf16 weights
+    t = fsdp.table
+    copy_in = t[t["name"].str.match(r"L\d+/fsdp/copy_in")]
+    layer_bytes = 2 * (4096 * (4096 + 2 * 1024 + 4096) + 3 * 4096 * 14336 + 2 * 4096)
+    assert len(copy_in) == 31 + 32  # no next layer after the last; one more per backward layer
+    assert copy_in["shape"].iloc[0] == f"{layer_bytes // 8} B"
 
 
 @pytest.mark.parametrize("impl", ["eager", "fused"])
