@@ -116,8 +116,8 @@ def multigpu_runs_table(d: Path) -> str:
     measured its machine's host first, the prediction with that host too; then per class the
     median error of those runs both ways."""
     from gpuperf.perfmodel.accuracy import (
-        is_multigpu_calibration,
         multigpu_class,
+        multigpu_split,
         on_host,
         predict_multigpu,
     )
@@ -132,12 +132,13 @@ def multigpu_runs_table(d: Path) -> str:
         here = on_host(gpu, r.host)
         err = p / r.measured_ms - 1
         hosted = "–"
+        split = multigpu_split(r).replace("-", " ")
         if here is not None:
             err_here = predict_multigpu(r, here).total_ms / r.measured_ms - 1
             hosted = f"{100 * err_here:+.1f}%"
-            by_class.setdefault(multigpu_class(r), []).append((err, err_here))
+            if split != "development":
+                by_class.setdefault(multigpu_class(r), []).append((err, err_here))
         sc = r.scenario
-        split = "calibration" if is_multigpu_calibration(r) else "held out"
         what = r.label.rsplit(" x", 1)[0] + " " + r.label.rsplit(" ", 1)[-1]
         if sc.get("pp", 1) > 1:
             what = what.replace("pipeline", f"pipeline pp{sc['pp']}×tp{sc['tp']} 1F1B "

@@ -48,6 +48,8 @@ def _unsupported(sc: Any) -> str:
         (sc.mode == "generate", "--mode generate (time prefill and decode steps apart)"),
         (sc.ep > 1, "expert parallelism"),
         (sc.cp > 1 and sc.gpus != sc.cp, "context parallelism beside other parallelism"),
+        (sc.cp > 1 and sc.zero != 0, "context parallelism with ZeRO (its runner joins the "
+         "gradients with DDP: --zero 0)"),
         (sc.pp > 1 and (sc.dp > 1 or sc.tp_impl != "megatron" or sc.mode == "decode"),
          "pipelines with data parallelism, DTensor or decode (megatron-style TP inside stages, "
          "prefill and train)"),
@@ -122,6 +124,13 @@ def check_devices(run: ModelRun) -> None:
         raise EnvironmentUnavailable(
             "PyTorch's context parallelism runs on CUDA GPUs only (its ring attention wraps the "
             "CUDA SDPA kernels)"
+        )
+    window = run.config.get("sliding_window")
+    sliding = run.config.get("model_type") == "mistral" or run.config.get("use_sliding_window")
+    if implementation(run.scenario) == "cp" and sliding and window and run.scenario.seq > window:
+        raise InputError(
+            f"context parallelism with a {window}-token sliding window over {run.scenario.seq} "
+            "tokens: Hugging Face passes SDPA a mask, which PyTorch's ring attention refuses"
         )
     from gpuperf.measure.hf_causal import FAMILIES
 

@@ -219,6 +219,18 @@ def is_multigpu_calibration(r: MultiGpuRun) -> bool:
     return (r.model, r.implementation, r.gpus) in MULTIGPU_CALIBRATION
 
 
+# Runs a model was written after (looked at, nothing fitted): neither calibration nor held out.
+# PyTorch's context-parallel ring (cp_torch) was modelled after the first CP runs.
+MULTIGPU_DEVELOPMENT = {("validate_multigpu_2gpu_cp.json", "cp")}
+
+
+def multigpu_split(r: MultiGpuRun) -> str:
+    """calibration, development or held-out."""
+    if is_multigpu_calibration(r):
+        return "calibration"
+    return "development" if (r.source, r.implementation) in MULTIGPU_DEVELOPMENT else "held-out"
+
+
 def load_multigpu(files: Iterable[Path]) -> list[MultiGpuRun]:
     """Every finished, not excluded run of the multi-GPU result files."""
     out = []
@@ -342,7 +354,7 @@ def multigpu_table(runs: Sequence[MultiGpuRun], gpu: GpuSpec) -> pd.DataFrame:
             {
                 "host_ratio": predict_multigpu(r, here).total_ms / r.measured_ms if here else None,
                 "class": multigpu_class(r),
-                "split": "calibration" if is_multigpu_calibration(r) else "held-out",
+                "split": multigpu_split(r),
                 "name": r.model,
                 "shape": r.label,
                 "predicted_ms": p.total_ms,

@@ -57,6 +57,8 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
         raise InputError(f"mla={sc.mla} picks the attention form of an MLA model (DeepSeek); "
                          f"{cfg.name} has no MLA (kv_lora_rank 0): leave it auto "
                          "(drop --mla)")  # fmt: skip
+    if sc.expert_tp != sc.tp and not cfg.is_moe:
+        raise InputError(f"etp={sc.etp} splits experts; {cfg.name} is dense (drop --etp)")
     if sc.ep > 1:
         if not cfg.is_moe:
             raise InputError(f"ep={sc.ep} needs a mixture-of-experts model; {cfg.name} is dense")

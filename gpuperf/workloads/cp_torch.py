@@ -5,15 +5,17 @@
 balance (rank r holds chunks r and 2·cp - 1 - r) and turns each SDPA call into ring attention
 (`_templated_ring_attention` in torch 2.11):
 
-- forward: K and V made contiguous, concatenated into one buffer and all-gathered once (the
-  default rotate method, "allgather"; asynchronous, waited for at the second step, so it hides
-  under the first); step 0 attends the local queries to the local keys (causal); each of the
-  cp - 1 later steps attends all local queries to half of a peer's keys (i <= rank) or half of
-  the queries to all of them (i > rank), without a mask. Every step's output is cast to fp32 and
-  merged into the running one by its log-sum-exp (out - sigmoid(lse_new - lse) · (out - new):
-  three fp32 kernels of the output's size), and the result cast back.
+- forward: K and V made contiguous, concatenated into one buffer (again before every later
+  step but the last) and all-gathered once (the default rotate method, "allgather";
+  asynchronous, waited for at the second step, so it hides under the first); step 0 attends
+  the local queries to the local keys (causal); each of the cp - 1 later steps attends all
+  local queries to half of a peer's keys (i <= rank) or half of the queries to all of them
+  (i > rank), without a mask. Every step's output is cast to fp32 and merged into the running
+  one by its log-sum-exp (out - sigmoid(lse_new - lse) · (out - new): three fp32 kernels of
+  the output's size), and the result cast back.
 - backward: fp32 accumulators for dQ, dK and dV; K and V made contiguous and all-gathered again;
-  per step a flash backward, the step's dK and dV added into the buffer that travels the ring
+  per step a flash backward (with enable_gqa's per-group sums of dK and dV over that step's
+  keys), the step's dK and dV added into the buffer that travels the ring
   (an all_to_all to the next rank, fp32, once per step) and dQ accumulated in fp32; at the end
   dQ and the arrived dK, dV cast back.
 
@@ -55,8 +57,26 @@ def _gather_kv(d: Dims, sfx: str = "") -> list[Op]:
     return [
         _ew(f"k_contiguous{sfx}", "copy", n_kv, a, generic=True),
         _ew(f"v_contiguous{sfx}", "copy", n_kv, a, generic=True),
-        Copy(f"{PREFIX}kv_cat{sfx}", 2 * b, a),
+        _kv_cat(d, 0, sfx),
         Collective(f"{PREFIX}kv_allgather{sfx}", "allgather", 2 * b * g.cp, g.cp, a, g.cp_nodes),
+    ]
+
+
+def _kv_cat(d: Dims, step: int, sfx: str = "") -> Copy:
+    """torch.cat of K and V, which the ring runs before every step but the last (the all-gather
+    rotater sends only the first)."""
+    name = f"{PREFIX}kv_cat" + (f".ring{step}" if step else "") + sfx
+    return Copy(name, 2 * _sizes(d)[1] * BYTES[d.act], d.act)
+
+
+def _gqa_sums(d: Dims, kv_len: int, sfx: str) -> list[Op]:
+    """SDPA's enable_gqa: each backward step's K and V gradients summed over the query groups."""
+    if d.heads == d.kv_heads:
+        return []
+    n, group = d.batch * d.kv_heads * kv_len * d.head_dim, d.heads // d.kv_heads
+    return [
+        _ew(f"dk_sum{sfx}", "sum", n, d.act, group),
+        _ew(f"dv_sum{sfx}", "sum", n, d.act, group),
     ]
 
 
@@ -69,6 +89,8 @@ def forward(d: Dims) -> list[Op]:
                          d.head_dim, True, a, d.kv))  # fmt: skip
     ops.append(_ew("out_f32", "cast", n_o, a, out=f))
     for step in range(1, d.g.cp):
+        if step < d.g.cp - 1:
+            ops.append(_kv_cat(d, step))
         ops.append(Attention(f"attn/core.ring{step}", d.batch, d.heads, d.kv_heads, d.q_len,
                              d.q_len // 2, d.head_dim, False, a, d.kv))  # fmt: skip
         ops.append(_ew(f"out_f32.ring{step}", "cast", n_o, a, out=f))
@@ -89,8 +111,11 @@ def backward(d: Dims) -> list[Op]:
     for step in range(d.g.cp):
         sfx = f".ring{step}" if step else ""
         kv_len = d.q_len if step == 0 else d.q_len // 2
+        if 0 < step < d.g.cp - 1:
+            ops.append(_kv_cat(d, step, ".bwd"))
         ops.append(Attention(f"attn/core{sfx}.bwd", d.batch, d.heads, d.kv_heads, d.q_len,
                              kv_len, d.head_dim, step == 0, a, d.kv, backward=True))  # fmt: skip
+        ops += _gqa_sums(d, kv_len, sfx)
         half = 1 if step == 0 else 2  # later steps add into the first half of dK, dV, then cat
         ops.append(_ew(f"dk_add{sfx}", "add", n_kv // half, f, 2))
         ops.append(_ew(f"dv_add{sfx}", "add", n_kv // half, f, 2))

@@ -42,7 +42,7 @@ class Groups:
     dp_nodes: int = 1
     edp: int = 1  # expert-gradient group: dp·cp/ep ranks
     edp_nodes: int = 1
-    etp: int = 1  # expert tensor parallelism: tp, or 1 under MoE parallel folding
+    etp: int = 0  # expert tensor parallelism: 0 (= tp), or 1 under MoE parallel folding
     pp_inter_node: bool = False
     sp: bool = False
     tp_impl: str = "megatron"
@@ -91,7 +91,6 @@ def _groups(tp: int, cp: int, dp: int, ep: int, pp: int, gpn: int, sp: bool, tp_
         edp=dp * cp // ep,
         # The expert-dp group: every cp rank (stride tp) of every dp/ep-th dp rank.
         edp_nodes=group_nodes(cp, tp, gpn) * group_nodes(dp // ep, tp * cp * ep, gpn),
-        etp=tp,
         pp_inter_node=pp > 1 and gpus > gpn,
         sp=sp,
         tp_impl=tp_impl,

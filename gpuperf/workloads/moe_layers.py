@@ -205,7 +205,7 @@ def shared_experts(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
 def folded(d: Dims) -> bool:
     """MoE parallel folding (Megatron-Core, etp = 1 under tp > 1): whole experts, expert
     parallelism over the tensor-parallel ranks too, each rank routing its own sequence shard."""
-    return d.g.etp != d.g.tp
+    return d.g.etp not in (0, d.g.tp)
 
 
 def router_gathered(cfg: ModelConfig, d: Dims) -> bool:

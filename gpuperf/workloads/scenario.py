@@ -298,6 +298,7 @@ class Scenario:
             raise InputError(f"etp must be 1 (MoE parallel folding) or tp={self.tp}, got "
                              f"{shown(etp)}")  # fmt: skip
         if etp == self.tp:
+            object.__setattr__(self, "etp", None)  # as tp, also after replace(tp=...)
             if self.ep > 1 and self.dp % self.ep:
                 raise InputError(
                     f"ep={self.ep} must divide dp={self.dp} (EP groups come from DP; --etp 1 "

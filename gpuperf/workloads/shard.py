@@ -73,7 +73,7 @@ def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int,
                etp: int | None = None) -> Params:  # fmt: skip
     """Parameters on one GPU of `stage` of `pp` under tp and ep; each expert split etp ways
     (None: tp; 1: whole experts, MoE parallel folding)."""
-    etp = tp if etp is None else etp
+    etp = etp or tp  # None or 0: as tp
     b = cfg.param_breakdown()
     L = cfg.layers
     final_norm = cfg.hidden * (2 if cfg.norm == "layernorm" else 1)

@@ -588,10 +588,13 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
     else:
         # DynamicCache.update: torch.cat([cache, new]) for K and V. HF keeps the cache on by
         # default, in training too (use_cache=True in the config), so the cat runs there as well.
-        past = d.kv_len - d.q_len if d.g.cp == 1 else 0  # context parallel: local K and V
-        kv_bytes = d.batch * d.kv_heads * hd * (BYTES[d.kv] * past + BYTES[a] * d.q_len)
-        ops.append(Copy("attn/cache_k", kv_bytes, d.kv))
-        ops.append(Copy("attn/cache_v", kv_bytes, d.kv))
+        # Context parallel (PyTorch's ring, run with use_cache=False): no cache; the ring makes
+        # K and V contiguous itself (cp_torch).
+        if d.g.cp == 1:
+            past = d.kv_len - d.q_len
+            kv_bytes = d.batch * d.kv_heads * hd * (BYTES[d.kv] * past + BYTES[a] * d.q_len)
+            ops.append(Copy("attn/cache_k", kv_bytes, d.kv))
+            ops.append(Copy("attn/cache_v", kv_bytes, d.kv))
         if math:
             ops += sdpa_math_fp32(d)
         elif window and d.g.cp == 1 and d.attn == "flash":

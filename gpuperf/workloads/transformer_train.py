@@ -280,7 +280,7 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
             out += cp_torch.backward(d)
         else:
             out += fused_backward(op) + bias_grad(cfg, op, a)
-        if isinstance(op, Attention) and op.name == "attn/core" and not cfg.kv_broadcast:
+        if isinstance(op, Attention) and op.name == "attn/core" and not (cfg.kv_broadcast or ring):
             out += _gqa_grad_sums(d)
         shared = _SHARED_INPUT.get(op.name)
         if isinstance(op, Gemm) and shared and shared[1] in names:
@@ -290,10 +290,14 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
     return out
 
 
+def _is_torch_ring(layer: list[Op]) -> bool:
+    return any(op.name.startswith(cp_torch.PREFIX) for op in layer)
+
+
 def _attention_backward(d: Dims, layer: list[Op]) -> list[Op]:
     """The backward of a layer's attention: flash (or ring) attention's, or the materialized
     form's; PyTorch's ring attention (cp_torch) as its own code runs it."""
-    if any(op.name.startswith(cp_torch.PREFIX) for op in layer):
+    if _is_torch_ring(layer):
         return cp_torch.backward(d)
     attn = [op for op in layer if isinstance(op, Attention | P2P) or op.name.startswith(_MATH)]
     return [b for op in reversed(attn) for b in fused_backward(op)]
@@ -319,8 +323,8 @@ def eager_layer_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]
     ops += eager_norm_backward(cfg, "mlp/norm", T, h, a)
     ops.append(_ew("attn/residual.bwd", "add", T * h, a, 2))
     ops += gemm_backward(g["attn/out"])
-    ops += _attention_backward(d, layer)
-    ops += _gqa_grad_sums(d)
+    ops += _attention_backward(d, layer)  # PyTorch's ring sums the GQA gradients per step
+    ops += [] if _is_torch_ring(layer) else _gqa_grad_sums(d)
     ops += _eager_rope_backward("attn/rope_k", T * d.kv_heads * d.head_dim, a)
     ops += _eager_rope_backward("attn/rope_q", T * d.heads * d.head_dim, a)
     ops += gemm_backward(g["attn/v"]) + bias_grad(cfg, g["attn/v"], a)

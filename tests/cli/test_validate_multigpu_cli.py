@@ -95,6 +95,8 @@ def test_implementations_run(capsys, tiny, args, what):
          "context parallelism beside"),
         (["--cp", "2", "--nproc", "3", "--impl", "eager", "--seq", "64"], "tp·pp·dp·cp"),
         (["--cp", "2", "--mode", "decode", "--impl", "eager"], "prefill and train only"),
+        (["--cp", "2", "--zero", "3", "--mode", "train", "--impl", "eager", "--seq", "64"],
+         "with ZeRO"),
     ],
 )  # fmt: skip
 def test_refusals_are_one_line_exit_2(capsys, tiny, args, message):

@@ -196,6 +196,19 @@ def test_folding_refusals_say_why(kw, message):
         api.predict("qwen3-30b-a3b", mode="train", system="dgx-h100", nodes=4, seq=4096, **kw)
 
 
+def test_etp_is_for_moe_models_and_survives_replacing_tp():
+    with pytest.raises(InputError, match="dense"):
+        api.predict("llama3-8b", mode="train", system="dgx-h100", tp=2, dp=4, etp=1)
+    from dataclasses import replace
+
+    from gpuperf.workloads.scenario import Scenario
+
+    sc = Scenario(mode="train", tp=2, dp=4, etp=2)  # etp = tp: as if not given
+    assert sc.etp is None and sc.expert_tp == 2
+    one = replace(sc, tp=1, dp=1, sequence_parallel=False, dp_overlap=None)  # as build_ops
+    assert one.expert_tp == 1
+
+
 def test_ep_must_divide_experts():
     with pytest.raises(InputError, match="experts"):
         api.predict("mixtral-8x7b", system="dgx-h100", dp=16, ep=16, nodes=2)

@@ -396,26 +396,46 @@ def test_context_parallel_ring_attention():
 
 def test_eager_context_parallel_is_pytorchs_ring():
     """Eager kernels under cp run PyTorch's context_parallel (cp_torch): one K/V all-gather a
-    layer (no Megatron P2P), an fp32 merge after each later step; in training the backward
-    gathers again and sends dK/dV around the ring once per step, and the merges get no
-    autograd kernels of their own."""
+    layer (no Megatron P2P), hidden under the first step, an fp32 merge after each later step;
+    the forward is about half of one GPU's work plus the ring's."""
     base = dict(gpu="h200", impl="eager", seq=16384)
     one = api.predict("llama3-8b", **base)
     cp2 = api.predict("llama3-8b", cp=2, **base)
-    names = cp2.table["name"]
-    gathers = cp2.table[names.str.endswith("attn/cp.kv_allgather")]
+    t = cp2.table
+    gathers = t[t["name"].str.endswith("attn/cp.kv_allgather")]
     assert len(gathers) == 32 and (gathers["kind"] == "collective").all()
-    assert names.str.contains(r"attn/cp\.merge_").sum() == 32 * 3
-    assert not names.str.contains(r"\.p2p").any()
-    assert one.total_ms / 2 < cp2.total_ms < 0.6 * one.total_ms  # half the work, and the ring's
+    kv_local = 8192 * 8 * 128 * 2  # tokens a rank x KV heads x head dim x bf16 bytes
+    assert (gathers["shape"] == f"allgather {2 * kv_local * 2} B ×2").all()  # K and V, 2 ranks
+    assert (gathers["overlap_ms"] == gathers["time_ms"]).all()  # under step 0's attention
+    assert t["name"].str.contains(r"attn/cp\.merge_").sum() == 32 * 3
+    assert not t["name"].str.contains(r"\.p2p|attn/cache_").any()  # no Megatron P2P, no cache
+    assert one.total_ms / 2 < cp2.total_ms < 0.6 * one.total_ms
     fused = api.predict("llama3-8b", cp=2, gpu="h200", seq=16384)
     assert fused.table["name"].str.contains(r"ring1\.p2p").sum() == 32
-    train = api.predict("llama3-8b", cp=2, gpu="h200", impl="eager", mode="train", seq=8192)
-    t = train.table
+    cp4 = api.predict("llama3-8b", cp=4, **base).table  # K and V joined before steps 0, 1, 2
+    assert cp4["name"].str.match(r"L0/attn/cp\.kv_cat(\.ring\d)?$").sum() == 3
+
+
+@pytest.mark.parametrize("model", ["llama3-8b", "qwen3-30b-a3b"])  # traced / derived backward
+def test_eager_context_parallel_backward_is_the_rings(model):
+    """The backward gathers K and V again, sends dK/dV around the ring once per step (the last
+    send waited for at once), sums GQA gradients per step over that step's keys, and gives the
+    forward's merges no autograd kernels: for Llama's traced backward and a derived one."""
+    t = api.predict(model, cp=2, gpu="h200", impl="eager", mode="train", seq=8192).table
+    layers = {"llama3-8b": 32, "qwen3-30b-a3b": 48}[model]
     sends = t[t["name"].str.contains(r"attn/cp\.dkv_send")]
-    assert len(sends) == 32 * 2 and (sends["kind"] == "p2p").all()
-    assert t["name"].str.endswith("attn/cp.kv_allgather.bwd").sum() == 32
-    assert not t["name"].str.contains(r"merge_.*\.bwd").any()
+    assert len(sends) == layers * 2 and (sends["kind"] == "p2p").all()
+    first = sends[~sends["name"].str.contains("ring")]
+    assert (first["overlap_ms"] == first["time_ms"]).all()  # under step 1's backward
+    last = sends[sends["name"].str.contains("ring1")]
+    assert (last["overlap_ms"] == 0).all()
+    assert t["name"].str.endswith("attn/cp.kv_allgather.bwd").sum() == layers
+    sums = t[t["name"].str.match(r"L0/attn/cp\.dk_sum")]
+    assert len(sums) == 2 and sums["shape"].tolist() == [
+        f"sum n={4096 * 4 * 128 if 'qwen' in model else 4096 * 8 * 128}",
+        f"sum n={2048 * 4 * 128 if 'qwen' in model else 2048 * 8 * 128}",
+    ]
+    assert not t["name"].str.contains(r"merge_.*\.bwd|attn/core\.dk_sum").any()
 
 
 def test_generate_is_prefill_plus_integrated_decode(fixed_time):
