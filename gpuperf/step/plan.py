@@ -57,6 +57,12 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
         raise InputError(f"mla={sc.mla} picks the attention form of an MLA model (DeepSeek); "
                          f"{cfg.name} has no MLA (kv_lora_rank 0): leave it auto "
                          "(drop --mla)")  # fmt: skip
+    if sc.cp > 1 and sc.impl == "eager" and cfg.sliding_layers and sc.seq > cfg.sliding_window:
+        raise InputError(
+            f"{cfg.name}'s {cfg.sliding_window}-token sliding window over {sc.seq} tokens "
+            f"under cp={sc.cp}: Hugging Face passes SDPA a mask, which PyTorch's ring "
+            "attention refuses (--impl fused: Megatron's)"
+        )
     if sc.expert_tp != sc.tp and not cfg.is_moe:
         raise InputError(f"etp={sc.etp} splits experts; {cfg.name} is dense (drop --etp)")
     if sc.ep > 1:

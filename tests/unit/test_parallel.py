@@ -209,6 +209,12 @@ def test_etp_is_for_moe_models_and_survives_replacing_tp():
     assert one.expert_tp == 1
 
 
+def test_eager_context_parallel_refuses_a_window_shorter_than_the_sequence():
+    with pytest.raises(InputError, match="sliding window"):
+        api.predict("mistral-7b", gpu="h200", impl="eager", seq=8192, cp=2)
+    assert api.predict("mistral-7b", gpu="h200", impl="eager", seq=4096, cp=2).total_ms > 0
+
+
 def test_ep_must_divide_experts():
     with pytest.raises(InputError, match="experts"):
         api.predict("mixtral-8x7b", system="dgx-h100", dp=16, ep=16, nodes=2)
