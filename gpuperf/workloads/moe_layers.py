@@ -185,8 +185,9 @@ def _grouped(d: Dims, name: str, tokens: int, k: int, experts: int, local: int, 
     return GroupedGemm(name, tokens, k, experts, n, kk, d.gemm, 0 if local == experts else local)
 
 
-def shared_experts(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
-    """The shared expert: a dense gated MLP over every token (Qwen2-MoE adds a sigmoid gate)."""
+def shared_experts(cfg: ModelConfig, d: Dims, eager: bool, add_rows: int = 0) -> list[Op]:
+    """The shared expert: a dense gated MLP over every token (Qwen2-MoE adds a sigmoid gate),
+    added to the routed experts' output over `add_rows` rows (default: every token)."""
     if not cfg.shared_intermediate_size:
         return []
     f = cfg.shared_intermediate_size // d.g.tp
@@ -198,7 +199,7 @@ def shared_experts(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
             _ew("mlp/shared_gate.sigmoid", "sigmoid", T, a, flops=4.0),
             _ew("mlp/shared_gate.mul", "mul", T * h, a, n_in=2),
         ]
-    ops.append(_ew("mlp/shared_add", "add", d.T * d.hidden, d.act, n_in=2))
+    ops.append(_ew("mlp/shared_add", "add", (add_rows or d.T) * d.hidden, d.act, n_in=2))
     return ops
 
 
@@ -229,7 +230,7 @@ def moe_block(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     gather = comm_ops.col_in(d, "mlp/router") if router_gathered(cfg, d) else []
     ops, wdt = router(cfg, local, eager)
     ops = gather + ops + routed_experts(cfg, local, eager, wdt)
-    if cfg.shared_intermediate_size:
-        ops += shared_experts(cfg, d, eager)
-        ops += comm_ops.row_out(d, "mlp/experts_down")
+    if cfg.shared_intermediate_size:  # reduce-scattered back to this rank's rows, then added
+        shared = shared_experts(cfg, d, eager, add_rows=d.rows)
+        ops += shared[:-1] + comm_ops.row_out(d, "mlp/experts_down") + shared[-1:]
     return ops
