@@ -120,18 +120,17 @@ def check_devices(run: ModelRun) -> None:
                 f"{run.nproc} GPUs needed, {have} present"
                 + ("; use --device cpu" if not have else "")  # fmt: skip
             )
-    if run.device != "cuda" and implementation(run.scenario) == "cp":
-        raise EnvironmentUnavailable(
-            "PyTorch's context parallelism runs on CUDA GPUs only (its ring attention wraps the "
-            "CUDA SDPA kernels)"
-        )
-    window = run.config.get("sliding_window")
-    sliding = run.config.get("model_type") == "mistral" or run.config.get("use_sliding_window")
-    if implementation(run.scenario) == "cp" and sliding and window and run.scenario.seq > window:
-        raise InputError(
-            f"context parallelism with a {window}-token sliding window over {run.scenario.seq} "
-            "tokens: Hugging Face passes SDPA a mask, which PyTorch's ring attention refuses"
-        )
+    if implementation(run.scenario) == "cp":
+        if run.device != "cuda":
+            raise EnvironmentUnavailable(
+                "PyTorch's context parallelism runs on CUDA GPUs only (its ring attention wraps "
+                "the CUDA SDPA kernels)"
+            )
+        from gpuperf.step.plan import check_ring_window
+        from gpuperf.workloads.hf_config import from_hf_dict
+
+        name = str(run.config.get("model_type", "the model"))
+        check_ring_window(from_hf_dict(run.config, name=name), run.scenario)
     from gpuperf.measure.hf_causal import FAMILIES
 
     if run.config.get("model_type") not in (*FAMILIES, None):

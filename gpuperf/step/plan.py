@@ -29,6 +29,17 @@ class Placement:
     groups: Groups
 
 
+def check_ring_window(cfg: ModelConfig, sc: Scenario) -> None:
+    """Eager context parallelism (PyTorch's ring attention) over a sliding window shorter than
+    the sequence: Hugging Face passes SDPA a mask there, which the ring refuses (InputError)."""
+    if sc.cp > 1 and sc.impl == "eager" and cfg.sliding_layers and sc.seq > cfg.sliding_window:
+        raise InputError(
+            f"{cfg.name}'s {cfg.sliding_window}-token sliding window over {sc.seq} tokens "
+            f"under cp={sc.cp}: Hugging Face passes SDPA a mask, which PyTorch's ring "
+            "attention refuses (--impl fused models Megatron's)"
+        )
+
+
 def check_model(cfg: ModelConfig, sc: Scenario) -> None:
     """Raise InputError when the model cannot be split as `sc` says."""
     tp = sc.tp
@@ -57,12 +68,7 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
         raise InputError(f"mla={sc.mla} picks the attention form of an MLA model (DeepSeek); "
                          f"{cfg.name} has no MLA (kv_lora_rank 0): leave it auto "
                          "(drop --mla)")  # fmt: skip
-    if sc.cp > 1 and sc.impl == "eager" and cfg.sliding_layers and sc.seq > cfg.sliding_window:
-        raise InputError(
-            f"{cfg.name}'s {cfg.sliding_window}-token sliding window over {sc.seq} tokens "
-            f"under cp={sc.cp}: Hugging Face passes SDPA a mask, which PyTorch's ring "
-            "attention refuses (--impl fused: Megatron's)"
-        )
+    check_ring_window(cfg, sc)
     if sc.expert_tp != sc.tp and not cfg.is_moe:
         raise InputError(f"etp={sc.etp} splits experts; {cfg.name} is dense (drop --etp)")
     if sc.ep > 1:

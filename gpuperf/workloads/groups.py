@@ -69,28 +69,28 @@ def _groups(tp: int, cp: int, dp: int, ep: int, pp: int, gpn: int, sp: bool, tp_
     """groups_for's Groups, one object per distinct plan shape (caches keyed on it compare by
     identity)."""
     gpus = tp * pp * dp * cp
-    if etp is not None and etp != tp:  # MoE parallel folding (Megatron-Core): experts' own
-        # rank order over the tp·cp·dp ranks, etp innermost, then ep, then expert-dp
+    if etp is not None and etp != tp:  # MoE parallel folding (Megatron-Core): the experts'
+        # own rank order over the tp·cp·dp ranks, etp innermost, then ep, then expert-dp
         edp = tp * cp * dp // (ep * etp)
-        return Groups(tp=tp, tp_nodes=group_nodes(tp, 1, gpn), cp=cp,
-                      cp_nodes=group_nodes(cp, tp, gpn), ep=ep,
-                      ep_nodes=group_nodes(ep, etp, gpn), dp=dp * cp,
-                      dp_nodes=group_nodes(dp * cp, tp, gpn), edp=edp,
-                      edp_nodes=group_nodes(edp, ep * etp, gpn), etp=etp,
-                      pp_inter_node=pp > 1 and gpus > gpn, sp=sp, tp_impl=tp_impl,
-                      tp_overlap=tp_overlap)  # fmt: skip
+        ep_nodes, edp_nodes = group_nodes(ep, etp, gpn), group_nodes(edp, ep * etp, gpn)
+    else:  # EP out of consecutive DP ranks; the expert-dp group: every cp rank (stride tp) of
+        # every dp/ep-th dp rank
+        edp = dp * cp // ep
+        ep_nodes = group_nodes(ep, tp * cp, gpn)
+        edp_nodes = group_nodes(cp, tp, gpn) * group_nodes(dp // ep, tp * cp * ep, gpn)
+        etp = 0  # as tp
     return Groups(
         tp=tp,
         tp_nodes=group_nodes(tp, 1, gpn),
         cp=cp,
         cp_nodes=group_nodes(cp, tp, gpn),
         ep=ep,
-        ep_nodes=group_nodes(ep, tp * cp, gpn),
+        ep_nodes=ep_nodes,
         dp=dp * cp,
         dp_nodes=group_nodes(dp * cp, tp, gpn),
-        edp=dp * cp // ep,
-        # The expert-dp group: every cp rank (stride tp) of every dp/ep-th dp rank.
-        edp_nodes=group_nodes(cp, tp, gpn) * group_nodes(dp // ep, tp * cp * ep, gpn),
+        edp=edp,
+        edp_nodes=edp_nodes,
+        etp=etp,
         pp_inter_node=pp > 1 and gpus > gpn,
         sp=sp,
         tp_impl=tp_impl,

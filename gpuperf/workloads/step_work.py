@@ -381,7 +381,7 @@ def _fsdp_layer_ops(d: Dims, layers: int, params: Params, dp: int, dp_nodes: int
 
     layer_bytes = dense + expert
     # all_gather_copy_in: this rank's shards copied into the all-gather's input buffer
-    shard = max(1, dense // max(1, dp) + (expert // edp if expert else 0))
+    shard = max(1, dense // dp + expert // edp)
     nxt, bwd_ag, rs = (
         gather("fsdp/allgather.next"),
         gather("fsdp/allgather.bwd"),

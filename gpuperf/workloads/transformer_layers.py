@@ -168,16 +168,21 @@ def sliding_sdpa(d: Dims, window: int, name: str = "attn/core") -> Attention:
                      d.act, d.kv, mask=True, window=window if d.decode else 0)  # fmt: skip
 
 
+def torch_ring(d: Dims, eager: bool) -> bool:
+    """Context parallelism with eager kernels runs as PyTorch's ring attention (cp_torch)."""
+    return eager and d.g.cp > 1 and d.attn == "flash"
+
+
 def attention_ops(d: Dims, dropout: bool = False, window: int = 0,
                   eager: bool = False) -> list[Op]:  # fmt: skip
     """The attention of one layer: one fused kernel (flash, which applies dropout inside), the
     materialized form (math; dropout is a kernel of its own), or ring attention (cp > 1:
     Megatron's, or PyTorch's context_parallel where the kernels are eager)."""
-    if d.g.cp > 1:
-        if eager and d.attn == "flash":
-            from gpuperf.workloads import cp_torch
+    if torch_ring(d, eager):
+        from gpuperf.workloads import cp_torch
 
-            return cp_torch.forward(d)
+        return cp_torch.forward(d)
+    if d.g.cp > 1:
         return ring_attention(d)
     if d.attn == "math":
         return math_attention(d, dropout)
@@ -263,7 +268,7 @@ def ring_attention(d: Dims) -> list[Op]:
 def ring_hide(d: Dims, backward: bool = False, eager: bool = False) -> comm_ops.Hide:
     """Each ring step's transfer hides under the attention of the step before it (PyTorch's
     ring where the kernels are eager: cp_torch.hide)."""
-    if eager and d.g.cp > 1 and d.attn == "flash":
+    if torch_ring(d, eager):
         from gpuperf.workloads import cp_torch
 
         return cp_torch.hide(d, backward)

@@ -238,7 +238,7 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
     wide = {op.name.rpartition("/")[0] for op in layer if op.name.endswith("/cast_back")
             and op.name.rpartition("/")[0] in ropes}  # fmt: skip
     names = {op.name for op in layer}
-    ring = any(n.startswith(cp_torch.PREFIX) for n in names)
+    ring = _is_torch_ring(layer)
     a, first_residual = d.act, None
     out: list[Op] = []
     for op in reversed(layer):
