@@ -1,8 +1,8 @@
 """Fit the parameters of the kernels that have their own (calibrate.LATE: fp8 and int8 GEMMs,
 rowwise fp8, weight-only int4/int8, MoE grouped GEMMs; masked prefill attention; the softmax's
 share of an attention pair, the attention backward, dropout in attention; torch's foreach ops;
-eager dropout) on their calibration-split rows, holding every other parameter of the shipped
-profile, and print their held-out errors.
+eager dropout; Mamba-2's scan kernels) on their calibration-split rows, holding every other
+parameter of the shipped profile, and print their held-out errors.
 
     .venv/bin/python benchmarks/fit_formats.py h100 [--write] [--only PARAM ...]
 
@@ -39,6 +39,7 @@ FILES = (
     "train_kernels.json",
     "eager_ew.json",
     "partial_rope.json",
+    "ssd_kernels.json",
 )
 NAMES = list(cal.LATE_PARAMS)
 SOURCE = "calibrated by benchmarks/fit_formats.py (calibration split of {files})"

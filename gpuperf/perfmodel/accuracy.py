@@ -44,6 +44,7 @@ TARGETS: dict[str, float] = {
     "gemm weight-only int4/int8": 0.10,
     "grouped gemm (MoE experts)": 0.10,
     "memory-bound >=16MB": 0.10,
+    "mamba-2 scan kernels": 0.15,
     "attention prefill": 0.10,
     "attention decode": 0.15,
     "collective >=1MiB": 0.10,

@@ -24,7 +24,16 @@ from gpuperf.dtypes import BYTES
 from gpuperf.hardware.spec import GpuSpec, ModelParams
 from gpuperf.perfmodel.comm import chunk_misaligned
 from gpuperf.perfmodel.gemm_quant import is_rowwise_fp8
-from gpuperf.perfmodel.ops import Attention, Collective, Copy, Elementwise, Gemm, GroupedGemm, Op
+from gpuperf.perfmodel.ops import (
+    Attention,
+    Collective,
+    Copy,
+    Elementwise,
+    Gemm,
+    GroupedGemm,
+    Op,
+    Scan,
+)
 from gpuperf.perfmodel.ops_io import op_to_dict
 from gpuperf.perfmodel.roofline import op_time
 
@@ -91,6 +100,8 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "foreach_launch_s": (0.0, 50e-6),
     "issue_dropout": (1.0, 400.0),
     "issue_cat": (1.0, 400.0),
+    "ssd_mem_eff": (0.2, 1.0),  # Mamba-2's scan kernels (gpuperf.perfmodel.scan)
+    "ssd_math_eff": (0.05, 1.0),
 }
 # Fitted in log space (they span orders of magnitude).
 LOG_PARAMS = {
@@ -181,6 +192,10 @@ def op_class(op: Op) -> str:
         if chunk_misaligned(op.coll, op.nbytes, op.ranks):
             return "collective misaligned"
         return "collective >=1MiB" if op.nbytes >= 2**20 else "collective <1MiB"
+    if isinstance(op, Scan):
+        return (
+            "mamba-2 decode state update" if op.kernel == "state_update" else "mamba-2 scan kernels"
+        )
     if op.kind in ("elementwise", "norm", "softmax", "copy", "reduce", "embedding"):
         return "memory-bound >=16MB" if cost.bytes >= MB16 else "memory-bound <16MB"
     return op.kind
@@ -354,6 +369,11 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
     (("foreach_launch_s",), lambda op: isinstance(op, Elementwise) and op.foreach),
     (("issue_dropout",), lambda op: isinstance(op, Elementwise) and op.fn == "dropout"),
     (("issue_cat",), lambda op: isinstance(op, Copy) and op.generic),
+    # Mamba-2's chunked-scan kernels (a decode step's state update is a kernel apart, not fitted)
+    (
+        ("ssd_mem_eff", "ssd_math_eff"),
+        lambda op: isinstance(op, Scan) and op.kernel != "state_update",
+    ),  # fmt: skip
 )
 
 

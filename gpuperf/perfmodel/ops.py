@@ -23,6 +23,7 @@ OpKind = Literal[
     "copy",
     "collective",
     "p2p",
+    "scan",
 ]
 CollectiveKind = Literal["allreduce", "allgather", "reducescatter", "alltoall", "broadcast"]
 
@@ -428,6 +429,78 @@ class P2P:
         return f"{self.nbytes} B"
 
 
+# The Triton kernels of Mamba-2's chunked scan (mamba_ssm.ops.triton, Dao & Gu 2024, the SSD
+# algorithm): the forward's five, the backward's own (the forward's four are run again first),
+# and a decode step's state update.
+SCAN_KERNELS = ("cumsum", "chunk_state", "state_passing", "bmm", "chunk_scan", "dstates",
+                "state_passing_bwd", "dx", "db", "dc", "dcb", "bmm_bwd", "ddacs", "cumsum_bwd",
+                "state_update")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """One kernel of Mamba-2's chunked state-space scan over `batch` sequences of `seqlen`
+    tokens, `heads` heads of `head_dim` values, a state of `state` per head, B and C shared by
+    the heads of each of `groups` groups, chunks of `chunk` tokens (decode: one token, a state
+    update per sequence). Its cost counts what the kernel reads and writes once (states kept in
+    fp32 between kernels, `dtype` for x, B, C and the output; `state_dtype` for decode's state)
+    and the products it runs: the intra-chunk ones over whole chunks where the kernel's blocks
+    span the chunk (the output, and dA's gradient), over half where they skip the masked
+    triangle."""
+
+    name: str
+    kernel: str
+    batch: int
+    seqlen: int
+    heads: int
+    head_dim: int
+    state: int
+    groups: int
+    chunk: int
+    dtype: DType = "bf16"
+    state_dtype: DType = "bf16"
+    kind: ClassVar[OpKind] = "scan"
+
+    def cost(self) -> Cost:
+        b, L, H, P, N, G, Q = (self.batch, self.seqlen, self.heads, self.head_dim, self.state,
+                               self.groups, self.chunk)  # fmt: skip
+        e = BYTES[self.dtype]
+        if self.kernel == "state_update":  # read and write each state; x, B, C, z, the output
+            n = b * H * P * N
+            return Cost(
+                5.0 * n,
+                float(n * BYTES[self.state_dtype] + b * (3 * H * P + 2 * G * N) * e),
+                float(n * BYTES[self.state_dtype] + b * H * P * e),
+            )
+        chunks = -(-L // Q)
+        S = 4.0 * b * chunks * H * P * N  # the chunks' states, fp32 bytes
+        X, BC, dt = e * b * L * H * P, e * b * L * G * N, 4.0 * b * L * H  # x, B (or C), fp32 dt
+        CB = 4.0 * b * chunks * G * Q * Q  # C·Bᵀ within each chunk, fp32
+        xn, xq, bq = 2.0 * b * L * H * P * N, 1.0 * b * L * H * P * Q, 2.0 * b * L * G * N * Q
+        flops, read, written = {
+            "cumsum": (0.0, dt / 2, 2 * dt),
+            "chunk_state": (xn, X + BC + 2 * dt, S),
+            "state_passing": (S / 2, S, S / 2),
+            "bmm": (bq, 2 * BC, CB),
+            "chunk_scan": (2 * xq + xn, CB + X + S / 2 + BC + 2 * dt, X),
+            "dstates": (xn, X + BC + 2 * dt, S),
+            "state_passing_bwd": (S / 2, 1.5 * S, S),
+            "dx": (2 * xq + xn, CB + 2 * X + S + BC + 2 * dt, X + dt),
+            "db": (xn, X + S + 2 * dt, 2 * BC),
+            "dc": (xn, X + S / 2 + 2 * dt, 2 * BC),
+            "dcb": (xq, 2 * X + 2 * dt, CB),
+            "bmm_bwd": (bq, CB + 2 * BC, 2 * BC),
+            "ddacs": (2 * xq, 2 * X + CB + 2 * dt, dt),
+            "cumsum_bwd": (0.0, 3 * dt, dt),
+        }[self.kernel]
+        return Cost(flops, read, written)
+
+    @property
+    def shape(self) -> str:
+        return (f"{self.kernel} b{self.batch} L{self.seqlen} h{self.heads}×{self.head_dim} "
+                f"n{self.state} g{self.groups}")  # fmt: skip
+
+
 Op = (
     Gemm
     | GroupedGemm
@@ -439,4 +512,5 @@ Op = (
     | Copy
     | Collective
     | P2P
+    | Scan
 )

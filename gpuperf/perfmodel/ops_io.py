@@ -30,6 +30,7 @@ OP_TYPES: dict[str, type] = {
         ops.Copy,
         ops.Collective,
         ops.P2P,
+        ops.Scan,
     )
 }
 

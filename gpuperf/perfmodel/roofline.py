@@ -64,7 +64,7 @@ def finish(
 @functools.cache
 def _dispatch() -> dict[str, Callable[..., OpTime]]:
     # Imported here: gemm/attention/membound import helpers from this module.
-    from gpuperf.perfmodel import attention, gemm, membound
+    from gpuperf.perfmodel import attention, gemm, membound, scan
 
     return {
         "gemm": gemm.gemm_time,
@@ -75,6 +75,7 @@ def _dispatch() -> dict[str, Callable[..., OpTime]]:
         "softmax": membound.norm_time,
         "embedding": membound.embedding_time,
         "copy": membound.copy_time,
+        "scan": scan.scan_time,
     }
 
 

@@ -72,7 +72,8 @@ def weight_bytes(cfg: ModelConfig, dtype: DType, weight_dtype: DType | None = No
     if BYTES[dtype] > 1 and weight_dtype is None:
         return float(cfg.param_count() * BYTES[dtype])
     parts = cfg.param_breakdown()
-    linear = sum(parts[k] for k in ("attn", "mlp", "dense_mlp", "shared_expert"))
+    linear = sum(parts[k] for k in ("attn", "mlp", "dense_mlp", "shared_expert", "moe_latent",
+                                    "mamba"))  # fmt: skip
     if weight_dtype == "int4":
         per = 0.5 + 2 * 2 / INT4_GROUP
     elif weight_dtype == "int8":
@@ -94,7 +95,10 @@ def kv_cache_bytes(cfg: ModelConfig, tokens: int, batch: int, dtype: DType) -> f
     or an MLA layer's latent and rotary key; a sliding-window layer keeps its window alone."""
     mla = cfg.kv_lora_rank + cfg.qk_rope_head_dim
     per_layer = mla if cfg.is_mla else 2 * cfg.kv_heads * cfg.hd
-    return float(per_layer * cfg.attended_positions(tokens) * batch * BYTES[dtype])
+    # A Mamba-2 layer keeps a fixed state per sequence instead (the SSM state and the
+    # convolution's window), whatever the length.
+    state = cfg.blocks("M") * cfg.mamba_state_numel
+    return float((per_layer * cfg.attended_positions(tokens) + state) * batch * BYTES[dtype])
 
 
 @functools.lru_cache(maxsize=1024)
@@ -108,6 +112,8 @@ def train_activation_bytes_per_layer(
     output projection's as an fp8 copy beside the 16-bit O the attention backward reads."""
     sb, b = seq * batch, BYTES[dtype]
     h, q, kv, f = cfg.hidden, cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd, cfg.intermediate
+    if cfg.layer_pattern:
+        return float(b * sb * _hybrid_saved_per_token(cfg))
     norms = 2 * h
     attn = h + q + 2 * kv + q
     if cfg.is_moe:  # each token's hidden copies and expert intermediates, k times
@@ -126,6 +132,29 @@ def train_activation_bytes_per_layer(
     if dropout:  # attention-output and MLP-output dropout masks (Korthikanti: sbh each)
         total += 2 * sb * h
     return float(total)
+
+
+def _hybrid_saved_per_token(cfg: ModelConfig) -> float:
+    """Values a hybrid's layer keeps per token for backward, the mean over its layers: each
+    block's input to its norm and what the block saves (Mamba-2: the in_proj output z, x, B, C,
+    dt and the scan's output, as mamba_split_conv1d_scan_combined saves them; attention: q, k, v
+    and the output, with the fp32 log-sum-exp per head; an MLP its up projection and activation;
+    an MoE block its k token copies, each expert's up projection and activation)."""
+    h = cfg.hidden
+    q, kv = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd
+    mlp = 3 if cfg.mlp == "gated" else 2
+    k, fe, w = cfg.num_experts_per_tok, cfg.expert_intermediate, cfg.moe_latent_size or h
+    saved = {
+        "M": h + cfg.mamba_inner + cfg.mamba_conv_dim + cfg.mamba_heads + cfg.mamba_inner,
+        "*": h + 2 * q + 2 * kv + 2 * cfg.heads,
+        "-": h + mlp * cfg.intermediate - cfg.intermediate,
+        "E": h
+        + k * (w + mlp * fe)
+        + cfg.num_experts
+        + mlp * cfg.shared_intermediate_size
+        + (h if cfg.moe_latent_size else 0),
+    }
+    return sum(saved[c] for c in cfg.layer_pattern) / cfg.layers
 
 
 def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: bool, act: DType,

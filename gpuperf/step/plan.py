@@ -40,6 +40,25 @@ def check_ring_window(cfg: ModelConfig, sc: Scenario) -> None:
         )
 
 
+def check_hybrid(cfg: ModelConfig, sc: Scenario) -> None:
+    """What a hybrid (Mamba-2) model cannot run as: Hugging Face's eager mixer (not modelled),
+    context parallelism over its Mamba layers, heads or groups that tp does not divide."""
+    if not cfg.layer_pattern:
+        return
+    if sc.impl == "eager":
+        raise InputError(f"{cfg.name}: Hugging Face's eager hybrid (Mamba-2) layers are not "
+                         "modelled; use --impl fused (Megatron-Core's and vLLM's "
+                         "kernels)")  # fmt: skip
+    if "M" not in cfg.layer_pattern:
+        return
+    if sc.cp > 1:
+        raise InputError(f"{cfg.name}: context parallelism over Mamba-2 layers is not modelled "
+                         "(their scan passes states along the sequence); use cp=1")  # fmt: skip
+    if cfg.mamba_heads % sc.tp or cfg.mamba_groups % sc.tp:
+        raise InputError(f"tp={sc.tp} does not divide the {cfg.mamba_heads} Mamba heads and "
+                         f"{cfg.mamba_groups} groups")  # fmt: skip
+
+
 def check_model(cfg: ModelConfig, sc: Scenario) -> None:
     """Raise InputError when the model cannot be split as `sc` says."""
     tp = sc.tp
@@ -52,6 +71,7 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
         )
     if cfg.intermediate % tp:
         raise InputError(f"tp={tp} does not divide the MLP width {cfg.intermediate}")
+    check_hybrid(cfg, sc)
     if tp > 1 and cfg.qk_norm_full:  # every rank would need all of q and k first
         raise InputError(f"{cfg.name}: tensor parallelism of q/k norms over whole "
                          "projections (OLMo-2) is not modelled (the q and k gathers before "

@@ -282,6 +282,12 @@ def kv_capacity_tokens(cfg: ModelConfig, gpu: GpuSpec, engine: EngineProfile,
         weight_bytes,
     )
 
+    if cfg.layer_pattern:  # a request's Mamba-2 state is fixed, not paged per token
+        from gpuperf.errors import InputError
+
+        raise InputError(f"{cfg.name}: gpuperf serve does not simulate hybrid (Mamba-2) models "
+                         "yet (their cache holds a fixed state per request beside the paged "
+                         "attention KV); gpuperf predict models their steps")  # fmt: skip
     tp = base.tp
     weights = weight_bytes(cfg, base.dtype, base.weight_dtype) / tp
     work = inference_activation_bytes(cfg, replace(base, mode="prefill", batch=1,

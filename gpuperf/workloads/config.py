@@ -26,7 +26,7 @@ __all__ = ["SUPPORTED_TYPES", "ModelConfig", "from_hf_dict", "hf_config", "load_
 Mlp = Literal["gated", "plain"]  # gated: down(act(gate(x)) * up(x)); plain: down(act(up(x)))
 Act = Literal["silu", "gelu", "gelu_tanh", "gelu_new", "relu", "relu2"]
 NormKind = Literal["rmsnorm", "layernorm"]
-Positions = Literal["rope", "learned"]
+Positions = Literal["rope", "learned", "none"]  # none: no position encoding (Nemotron-H)
 Router = Literal["softmax", "sigmoid"]
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -113,6 +113,19 @@ class ModelConfig:
     router_topk_groups: int = 1  # of which each token may use router_topk_groups
     router_bias: bool = False  # a per-expert score-correction bias (DeepSeek-V3)
     norm_topk_prob: bool = False  # renormalise the top-k routing weights
+    # LatentMoE (Nemotron 3 Super): tokens are projected to this width before the routed experts
+    # and back after them; the experts' weights live in it (0: none).
+    moe_latent_size: int = 0
+    # Hybrid models (Nemotron-H, Nemotron 3): each layer is one block after one norm, named by
+    # hybrid_override_pattern: M a Mamba-2 mixer, * attention, - an MLP, E an MoE layer
+    # ("": every layer is attention and an MLP). The Mamba-2 mixer's shape follows.
+    layer_pattern: str = ""
+    mamba_heads: int = 0
+    mamba_head_dim: int = 0
+    ssm_state_size: int = 0
+    mamba_groups: int = 1  # B and C are shared by the heads of a group
+    conv_kernel: int = 4  # the causal depthwise convolution's width
+    ssm_chunk: int = 128  # the SSD scan's chunk length (Megatron-Core and vLLM: 128)
     q_lora_rank: int = 0  # MLA (DeepSeek-V2/V3): 0 = plain q projection
     kv_lora_rank: int = 0  # 0: not MLA
     qk_nope_head_dim: int = 0
@@ -164,6 +177,7 @@ class ModelConfig:
                 f"{self.name}: num_key_value_heads ({self.num_key_value_heads}) must divide "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
+        self._check_hybrid()
         self._check_moe()
         _positive(self, "sliding_window", zero=True)
         _layer_list(self, "sliding_layers")
@@ -197,6 +211,34 @@ class ModelConfig:
                 f"({qk}) and num_key_value_heads = num_attention_heads "
                 f"({self.num_attention_heads}), got {self.head_dim} and {self.num_key_value_heads}"
             )
+
+    def _check_hybrid(self) -> None:
+        p, L = self.layer_pattern, self.num_hidden_layers
+        if not isinstance(p, str) or (p and (len(p) != L or set(p) - set(BLOCKS))):
+            raise InputError(f"{self.name}: layer_pattern must name one block per layer "
+                             f"({L}) from {''.join(BLOCKS)!r}, got {shown(p)}")  # fmt: skip
+        mamba = ("mamba_heads", "mamba_head_dim", "ssm_state_size")
+        for attr in (*mamba, "moe_latent_size"):
+            _positive(self, attr, zero=True)
+        for attr in ("mamba_groups", "conv_kernel", "ssm_chunk"):
+            _positive(self, attr)
+        if "M" in p:
+            for attr in mamba:
+                _positive(self, attr)
+            if self.mamba_heads % self.mamba_groups:
+                raise InputError(f"{self.name}: mamba_groups ({self.mamba_groups}) must divide "
+                                 f"mamba_heads ({self.mamba_heads})")  # fmt: skip
+        elif extra := [a for a in mamba if getattr(self, a)]:
+            raise InputError(f"{self.name}: {extra[0]} needs Mamba layers (M in layer_pattern)")
+        if p and ("E" in p) != (self.num_experts > 0):
+            raise InputError(f"{self.name}: layer_pattern has {'no' if self.num_experts else 'an'}"
+                             " MoE layer (E) but num_experts is "
+                             f"{self.num_experts}")  # fmt: skip
+        if p and (self.dense_layers or self.sliding_layers):
+            raise InputError(f"{self.name}: layer_pattern names each layer's block; dense_layers "
+                             "and sliding_layers do not apply")  # fmt: skip
+        if self.moe_latent_size and not self.num_experts:
+            raise InputError(f"{self.name}: moe_latent_size needs num_experts > 0")
 
     def _check_moe(self) -> None:
         for attr in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
@@ -272,7 +314,8 @@ class ModelConfig:
         """Keys all layers hold for a query at `tokens` positions (or cache for them): `tokens`
         per layer, at most the window in sliding-window layers."""
         sliding = len(self.sliding_layers)
-        return (self.layers - sliding) * tokens + sliding * min(tokens, self.sliding_window)
+        full = self.blocks("*") - sliding
+        return full * tokens + sliding * min(tokens, self.sliding_window)
 
     def unlike_llama(self) -> list[str]:
         """How a layer of this model differs from a Llama layer (RMSNorm, a gated SiLU MLP, full
@@ -313,7 +356,36 @@ class ModelConfig:
     @property
     def moe_layers(self) -> int:
         """Layers whose MLP is routed (0 for a dense model)."""
+        if self.layer_pattern:
+            return self.layer_pattern.count("E")
         return self.layers - len(self.dense_layers) if self.is_moe else 0
+
+    def blocks(self, block: str) -> int:
+        """Layers holding `block` (a BLOCKS letter): attention (*) and dense MLPs (-) are in
+        every layer of a model without a layer_pattern (dense MLPs in its dense layers)."""
+        if self.layer_pattern:
+            return self.layer_pattern.count(block)
+        if block == "*":
+            return self.layers
+        if block == "-":
+            return self.layers - self.moe_layers
+        return self.moe_layers if block == "E" else 0
+
+    @property
+    def mamba_inner(self) -> int:
+        """Width of a Mamba-2 mixer's x (and z): heads × head_dim."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels of the Mamba-2 convolution: x, B and C."""
+        return self.mamba_inner + 2 * self.mamba_groups * self.ssm_state_size
+
+    @property
+    def mamba_state_numel(self) -> int:
+        """A sequence's state in one Mamba-2 layer: the SSM state and the convolution's window."""
+        ssm = self.mamba_heads * self.mamba_head_dim * self.ssm_state_size
+        return ssm + (self.conv_kernel - 1) * self.mamba_conv_dim
 
     @property
     def family(self) -> str:
@@ -338,34 +410,47 @@ class ModelConfig:
             attn += q + 2 * kv
         return attn + (h if self.linear_bias else 0) + (H if self.attn_sinks else 0)
 
-    def _mlp_params(self, width: int) -> int:
-        """One MLP (or one expert) of `width`."""
-        h, gated = self.hidden, self.mlp == "gated"
+    def _mamba_params(self) -> int:
+        """One Mamba-2 mixer (Megatron-Core's MambaMixer, HF NemotronHMamba2Mixer): in_proj to
+        z, x, B, C and dt; the convolution (with bias); dt_bias, A_log and D per head; the gated
+        norm's weight; out_proj."""
+        h, di, H, conv = self.hidden, self.mamba_inner, self.mamba_heads, self.mamba_conv_dim
+        return h * (di + conv + H) + conv * (self.conv_kernel + 1) + 3 * H + di + di * h
+
+    def _mlp_params(self, width: int, hidden: int = 0) -> int:
+        """One MLP (or one expert) of `width` over `hidden` inputs (default: the model's)."""
+        h, gated = hidden or self.hidden, self.mlp == "gated"
         n = (3 if gated else 2) * h * width
         return n + ((2 * width if gated else width) + h if self.linear_bias else 0)
 
     def _breakdown(self) -> dict[str, int]:
         """Parameters by part: embed, pos_embed, attn, mlp (dense MLP, or every routed expert),
-        dense_mlp (the dense layers of an MoE model), shared_expert, router, norms, lm_head."""
+        dense_mlp (the dense layers of an MoE model), moe_latent (LatentMoE's projections),
+        shared_expert, router, mamba (the Mamba-2 mixers of a hybrid), norms, lm_head."""
         h, L, E = self.hidden, self.layers, self.num_experts
         n_moe = self.moe_layers
         shared_w = self.shared_intermediate_size
         shared = self._mlp_params(shared_w) if shared_w else 0
         pre = 0 if not self.pre_norm else 1 if self.shared_input_norm else 2
-        per_layer_norms = pre + (2 if self.sandwich_norm else 0)
+        per_layer_norms = 1 if self.layer_pattern else pre + (2 if self.sandwich_norm else 0)
+        latent = self.moe_latent_size
+        dense = self.blocks("-") if self.layer_pattern else len(self.dense_layers)
         norm = h * (2 if self.norm == "layernorm" else 1)
         qk = (self.heads + self.kv_heads) * self.hd if self.qk_norm_full else 2 * self.hd
         return {
             "embed": self.vocab * h,
             "pos_embed": self.max_position_embeddings * h if self.positions == "learned" else 0,
-            "attn": L * self._attn_params(),
-            "mlp": n_moe * E * self._mlp_params(self.expert_intermediate)
+            "attn": self.blocks("*") * self._attn_params(),
+            "mamba": self.blocks("M") * self._mamba_params() if self.blocks("M") else 0,
+            "mlp": n_moe * E * self._mlp_params(self.expert_intermediate, latent)
             if self.is_moe
-            else L * self._mlp_params(self.intermediate),
-            "dense_mlp": len(self.dense_layers) * self._mlp_params(self.intermediate),
+            else self.blocks("-") * self._mlp_params(self.intermediate),
+            "dense_mlp": dense * self._mlp_params(self.intermediate) if self.is_moe else 0,
+            "moe_latent": n_moe * 2 * h * latent,  # the projections into the latent and back
             "shared_expert": n_moe * (shared + (h if self.shared_expert_gate else 0)),
             "router": n_moe * (h * E + (E if self.router_bias else 0)),
-            "norms": (per_layer_norms * L + 1) * norm + (L * qk if self.qk_norm else 0),
+            "norms": (per_layer_norms * L + 1) * norm
+            + (self.blocks("*") * qk if self.qk_norm else 0),
             "lm_head": (0 if self.tie_word_embeddings else self.vocab * h)
             + (self.vocab if self.lm_head_bias else 0),
         }
@@ -411,6 +496,7 @@ def quantization_warning(cfg: ModelConfig, dtype: str, weight_dtype: str | None,
 
 MAX_SIZE = 2**31  # a width, count or length beyond this is a typo, and its sums overflow floats
 MAX_LAYERS = 4096  # 30x the deepest published LLM; the per-op table lists every layer
+BLOCKS = "M*-E"  # layer_pattern's blocks: Mamba-2, attention, MLP, MoE
 
 
 def _positive(cfg: ModelConfig, attr: str, zero: bool = False, top: int = MAX_SIZE) -> None:

@@ -383,6 +383,54 @@ def _nemotron(f: _Reader) -> dict[str, Any]:
     return kw
 
 
+_BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _nemotron_h(f: _Reader) -> dict[str, Any]:
+    """Nemotron-H and Nemotron 3 (NemotronHConfig): a hybrid of Mamba-2 mixers, attention without
+    position encoding, squared-ReLU MLPs and MoE layers (sigmoid routing with a score bias, a
+    shared expert; LatentMoE's narrower experts), one block per layer after an RMSNorm."""
+    L = f.layers()
+    pattern = f.get("hybrid_override_pattern", default="")
+    if not pattern and isinstance(types := f.d.get("layers_block_type"), list):
+        pattern = "".join(_BLOCK_TYPES.get(t, "?") for t in types)
+    if not isinstance(pattern, str) or not pattern:
+        raise f.fail("hybrid_override_pattern", f"must name each layer's block, not {pattern!r}")
+    if f.flag("attention_bias", False) or f.flag("mlp_bias", False) or f.flag("use_bias", False):
+        raise f.fail("use_bias", "is true: biases in a hybrid's layers are not modelled")
+    kw = _shape(f, 4096, head_dim=128, intermediate_size=21504)
+    kw |= dict(
+        num_hidden_layers=L or len(pattern),
+        tie_word_embeddings=f.flag("tie_word_embeddings", False),
+        mlp="plain",
+        hidden_act=f.act("mlp_hidden_act", "relu2"),
+        positions="none",
+        layer_pattern=pattern,
+        mamba_heads=f.count("mamba_num_heads", default=128) if "M" in pattern else 0,
+        mamba_head_dim=f.count("mamba_head_dim", default=64) if "M" in pattern else 0,
+        ssm_state_size=f.count("ssm_state_size", default=128) if "M" in pattern else 0,
+        mamba_groups=f.count("n_groups", "mamba_n_groups", default=8),
+        conv_kernel=f.count("conv_kernel", "mamba_d_conv", default=4),
+        ssm_chunk=f.count("chunk_size", "mamba_chunk_size", default=128),
+    )
+    if "E" not in pattern:
+        return kw
+    shared = f.count("n_shared_experts", default=1, low=0)
+    return kw | dict(
+        num_experts=f.count("n_routed_experts", default=8),
+        num_experts_per_tok=f.count("num_experts_per_tok", default=2),
+        moe_intermediate_size=f.count("moe_intermediate_size", default=7688),
+        shared_intermediate_size=shared
+        * f.count("moe_shared_expert_intermediate_size", default=7688),  # fmt: skip
+        moe_latent_size=f.opt("moe_latent_size", 0) or 0,
+        router="sigmoid",
+        router_groups=f.count("n_group", default=1),
+        router_topk_groups=f.count("topk_group", default=1),
+        router_bias=True,  # e_score_correction_bias
+        norm_topk_prob=f.flag("norm_topk_prob", True),
+    )
+
+
 def _deepseek(f: _Reader) -> dict[str, Any]:
     """deepseek_v2, deepseek_v3: MLA attention, routed + shared experts, first layers dense."""
     v3 = f.mtype == "deepseek_v3"
@@ -520,7 +568,7 @@ FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     **dict.fromkeys(_MAX_POS, _llama_like),
     "gemma": _gemma, "gemma2": _gemma, "gemma3": _gemma, "gemma3_text": _gemma,
     "granite": _granite, "olmo2": _olmo2, "phi": _phi, "starcoder2": _starcoder2,
-    "phi3": _phi3, "falcon": _falcon, "nemotron": _nemotron,
+    "phi3": _phi3, "falcon": _falcon, "nemotron": _nemotron, "nemotron_h": _nemotron_h,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
     "gpt2": _gpt2, "gpt_bigcode": _gpt_bigcode, "gpt_neox": _gpt_neox, "gpt_oss": _gpt_oss,
 }  # fmt: skip

@@ -1,6 +1,7 @@
-"""Which layers of a model are alike: an MoE model's dense layers (DeepSeek's first three) and a
-model's sliding-window layers (Gemma's five of six, Mistral's all) run other kernels than the
-rest. The step engine costs one layer of each kind and repeats it over each run of alike layers.
+"""Which layers of a model are alike: an MoE model's dense layers (DeepSeek's first three), a
+model's sliding-window layers (Gemma's five of six, Mistral's all) and a hybrid's blocks
+(Nemotron-H's Mamba-2, attention, MLP and MoE layers) run other kernels than the rest. The step
+engine costs one layer of each kind and repeats it over each run of alike layers.
 """
 
 from __future__ import annotations
@@ -12,15 +13,23 @@ from gpuperf.workloads.config import ModelConfig
 
 
 class LayerKind(NamedTuple):
-    """What sets a layer's kernels apart: routed experts, and a sliding attention window."""
+    """What sets a layer's kernels apart: routed experts, a sliding attention window, and in a
+    hybrid model (layer_pattern) the one block it holds: mamba, attn, mlp or moe ("" for
+    attention and an MLP)."""
 
     moe: bool = False
     sliding: bool = False
+    block: str = ""
+
+
+BLOCK_NAMES = {"M": "mamba", "*": "attn", "-": "mlp", "E": "moe"}
 
 
 @functools.lru_cache(maxsize=256)
 def layer_kinds(cfg: ModelConfig) -> tuple[LayerKind, ...]:
     """The kind of every layer, first to last."""
+    if cfg.layer_pattern:
+        return tuple(LayerKind(c == "E", False, BLOCK_NAMES[c]) for c in cfg.layer_pattern)
     dense, sliding = set(cfg.dense_layers), set(cfg.sliding_layers)  # sliding: window > 0
     return tuple(LayerKind(cfg.is_moe and i not in dense, i in sliding) for i in range(cfg.layers))
 

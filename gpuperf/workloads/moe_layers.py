@@ -130,10 +130,15 @@ def routed_experts(cfg: ModelConfig, d: Dims, eager: bool, wdt: DType) -> list[O
     if not eager:
         ops.append(Reduce("mlp/moe_align", "sum", 1, S, local, INT32))
         ops += comm_ops.expert_alltoall(d, "mlp/dispatch", rows_here)
-        ops.append(_grouped(d, "mlp/experts_gate_up", tokens, k, E, local, 2 * f, h))
-        act = cfg.hidden_act
-        ops.append(_ew("mlp/act", f"{_fused_act(act)}_and_mul", rows_here * f, a, n_in=2,
-                       flops=_ACT_FLOPS[act] + 1.0))  # fmt: skip
+        act, gated = cfg.hidden_act, cfg.mlp == "gated"
+        ops.append(_grouped(d, "mlp/experts_gate_up" if gated else "mlp/experts_up", tokens, k,
+                            E, local, 2 * f if gated else f, h))  # fmt: skip
+        if gated:
+            ops.append(_ew("mlp/act", f"{_fused_act(act)}_and_mul", rows_here * f, a, n_in=2,
+                           flops=_ACT_FLOPS[act] + 1.0))  # fmt: skip
+        else:  # Nemotron-H's squared-ReLU experts: up, act, down
+            ops.append(_ew("mlp/act", f"{_fused_act(act)}_fused", rows_here * f, a,
+                           flops=_ACT_FLOPS[act]))  # fmt: skip
         ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
         ops += comm_ops.expert_alltoall(d, "mlp/combine", rows_here)
         ops.append(Reduce("mlp/moe_sum", "sum", T * h, k, 1, a))
@@ -203,6 +208,21 @@ def shared_experts(cfg: ModelConfig, d: Dims, eager: bool, add_rows: int = 0) ->
     return ops
 
 
+def latent_experts(cfg: ModelConfig, d: Dims, wdt: DType) -> list[Op]:
+    """LatentMoE (Nemotron 3 Super, fused kernels): each token is projected into the experts'
+    narrower space, routed and combined there, and projected back."""
+    lat, a = cfg.moe_latent_size, d.act
+    ops: list[Op] = [Gemm("mlp/latent_in", d.T, lat, d.hidden, a)]
+    ops += routed_experts(cfg, replace(d, hidden=lat), False, wdt)
+    return [*ops, Gemm("mlp/latent_out", d.T, d.hidden, lat, a)]
+
+
+def _experts(cfg: ModelConfig, d: Dims, eager: bool, wdt: DType) -> list[Op]:
+    if cfg.moe_latent_size:
+        return latent_experts(cfg, d, wdt)
+    return routed_experts(cfg, d, eager, wdt)
+
+
 def folded(d: Dims) -> bool:
     """MoE parallel folding (Megatron-Core, etp = 1 under tp > 1): whole experts, expert
     parallelism over the tensor-parallel ranks too, each rank routing its own sequence shard."""
@@ -222,14 +242,14 @@ def moe_block(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     the gathered tokens, as Megatron-Core runs it."""
     if not folded(d):
         ops, wdt = router(cfg, d, eager)
-        ops += routed_experts(cfg, d, eager, wdt)
+        ops += _experts(cfg, d, eager, wdt)
         ops += shared_experts(cfg, d, eager)
         ops += comm_ops.row_out(d, "mlp/experts_down")
         return ops
     local = replace(d, T=d.rows, g=replace(d.g, tp=d.g.etp, tp_nodes=1, sp=False))
     gather = comm_ops.col_in(d, "mlp/router") if router_gathered(cfg, d) else []
     ops, wdt = router(cfg, local, eager)
-    ops = gather + ops + routed_experts(cfg, local, eager, wdt)
+    ops = gather + ops + _experts(cfg, local, eager, wdt)
     if cfg.shared_intermediate_size:  # reduce-scattered back to this rank's rows, then added
         shared = shared_experts(cfg, d, eager, add_rows=d.rows)
         ops += shared[:-1] + comm_ops.row_out(d, "mlp/experts_down") + shared[-1:]

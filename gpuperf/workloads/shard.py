@@ -79,7 +79,12 @@ def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int,
     final_norm = cfg.hidden * (2 if cfg.norm == "layernorm" else 1)
     norms = (b["norms"] - final_norm) / L
     n = stage.layers
-    if cfg.is_moe:  # routed layers (experts, router, shared expert) and dense ones apart
+    if cfg.layer_pattern:  # a hybrid: each layer one block after one norm
+        per = _block_params(cfg, b, tp, ep, etp)
+        layer_kinds_here = layer_kinds(cfg)[stage.first : stage.first + n]
+        layer_dense = sum(per[k.block][0] for k in layer_kinds_here) / n + norms
+        layer_expert = sum(per[k.block][1] for k in layer_kinds_here) / n
+    elif cfg.is_moe:  # routed layers (experts, router, shared expert) and dense ones apart
         m = cfg.moe_layers
         moe = sum(k.moe for k in layer_kinds(cfg)[stage.first : stage.first + n])
         moe_layer = (b["attn"] / L + b["shared_expert"] / m) / tp + norms + b["router"] / m
@@ -95,6 +100,22 @@ def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int,
         head = b["lm_head"] if b["lm_head"] else (b["embed"] if pp > 1 else 0)
         ends += head / tp + final_norm
     return Params(n * layer_dense + ends, n * layer_expert, layer_dense, layer_expert)
+
+
+def _block_params(cfg: ModelConfig, b: dict[str, int], tp: int, ep: int,
+                  etp: int) -> dict[str, tuple[float, float]]:  # fmt: skip
+    """(dense, expert) parameters one GPU holds of one block of each kind of a hybrid model: the
+    Mamba-2 mixer, attention and MLP split over tp; an MoE block's router replicated, its shared
+    expert and latent projections split over tp, its experts over ep (each over etp)."""
+
+    def each(key: str, block: str) -> float:
+        return b[key] / max(1, cfg.blocks(block))
+
+    dense_key = "dense_mlp" if cfg.is_moe else "mlp"
+    moe_dense = (each("shared_expert", "E") + each("moe_latent", "E")) / tp + each("router", "E")
+    return {"mamba": (each("mamba", "M") / tp, 0.0), "attn": (each("attn", "*") / tp, 0.0),
+            "mlp": (each(dense_key, "-") / tp, 0.0),
+            "moe": (moe_dense, each("mlp", "E") / ep / etp if cfg.is_moe else 0.0)}  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)

@@ -375,33 +375,53 @@ def _window(cfg: ModelConfig, kind: LayerKind) -> int:
     return cfg.sliding_window if kind.sliding else 0
 
 
+def fused_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
+    """The attention block after its norm: projections, RoPE, the cache write, the attention
+    kernel, the output projection and their tensor-parallel collectives."""
+    T, h, hd = d.T, d.hidden, d.head_dim
+    ops: list[Op] = comm_ops.col_in(d, "attn/qkv")  # sequence parallel: gather first
+    if cfg.is_mla:
+        from gpuperf.workloads.mla_layers import mla_attention
+
+        return ops + mla_attention(cfg, d, False, d.mla)
+    _gemm(ops, d, "attn/qkv", T, (d.heads + 2 * d.kv_heads) * hd, h)
+    ops += _qk_norms(cfg, d, False)
+    if cfg.positions == "rope":
+        n = T * (d.heads + d.kv_heads) * _rotary(cfg, d)
+        ops.append(_ew("attn/rope", "rope", n, d.act, flops=3.0))
+    if d.cache:
+        ops.append(Copy("attn/kv_write", T * 2 * d.kv_heads * hd * BYTES[d.kv], d.kv))
+    ops += attention_ops(d, d.train and cfg.attention_dropout > 0, _window(cfg, kind))
+    _gemm(ops, d, "attn/out", T, h, d.heads * hd)
+    return ops + comm_ops.row_out(d, "attn/out")
+
+
+def hybrid_block(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
+    """A hybrid model's one block after its norm (Nemotron-H as Megatron-Core runs it): a
+    Mamba-2 mixer, attention, a dense MLP or an MoE block; the next layer's norm adds the
+    residual."""
+    if kind.block == "mamba":
+        from gpuperf.workloads.mamba_layers import mamba_mixer
+
+        return mamba_mixer(cfg, d)
+    if kind.block == "attn":
+        return fused_attention(cfg, d, kind)
+    return mlp_block(cfg, d, False, kind)
+
+
 def fused_layer(cfg: ModelConfig, d: Dims, kind: LayerKind = DENSE) -> list[Op]:
     """vLLM / Megatron-style layer. Norms fuse the previous residual add unless the residual is
     parallel. Under tensor parallelism the collectives of comm_ops sit between the kernels."""
-    T, h, hd = d.T, d.hidden, d.head_dim
+    h = d.hidden
     # Training with dropout (Megatron's GPT): each block's output goes through a fused
     # bias-dropout-add kernel, so the next norm reads a finished residual.
     drop = d.train and cfg.hidden_dropout > 0
     fused_res = not cfg.parallel_residual and not drop
-    ops: list[Op] = (
-        [Norm("attn/norm", cfg.norm, d.rows, h, d.act, fused_res)] if cfg.pre_norm else []
-    )
-    ops += comm_ops.col_in(d, "attn/qkv")  # sequence parallel: gather before the projections
-    if cfg.is_mla:
-        from gpuperf.workloads.mla_layers import mla_attention
-
-        ops += mla_attention(cfg, d, False, d.mla)
-    else:
-        _gemm(ops, d, "attn/qkv", T, (d.heads + 2 * d.kv_heads) * hd, h)
-        ops += _qk_norms(cfg, d, False)
-        if cfg.positions == "rope":
-            n = T * (d.heads + d.kv_heads) * _rotary(cfg, d)
-            ops.append(_ew("attn/rope", "rope", n, d.act, flops=3.0))
-        if d.cache:
-            ops.append(Copy("attn/kv_write", T * 2 * d.kv_heads * hd * BYTES[d.kv], d.kv))
-        ops += attention_ops(d, d.train and cfg.attention_dropout > 0, _window(cfg, kind))
-        _gemm(ops, d, "attn/out", T, h, d.heads * hd)
-        ops += comm_ops.row_out(d, "attn/out")
+    norm = f"{kind.block}/norm" if kind.block else "attn/norm"
+    ops: list[Op] = [Norm(norm, cfg.norm, d.rows, h, d.act, fused_res)] if cfg.pre_norm else []
+    if kind.block:
+        return ops + hybrid_block(cfg, d, kind)
+    ops += fused_attention(cfg, d, kind)
     if cfg.sandwich_norm:  # Gemma2/3: the attention output is normalized before the residual
         ops.append(Norm("attn/post_norm", cfg.norm, d.rows, h, d.act))
     ops += _residual_scale(cfg, "attn", d.rows * h, d.act)

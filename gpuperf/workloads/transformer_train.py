@@ -29,6 +29,7 @@ from gpuperf.perfmodel.ops import (
     Norm,
     Op,
     Reduce,
+    Scan,
 )
 from gpuperf.workloads import comm_ops, cp_torch
 from gpuperf.workloads.config import ModelConfig
@@ -52,6 +53,10 @@ def fused_backward(op: Op) -> list[Op]:
         return [replace(op, name=op.name + ".bwd", backward=True)]
     if isinstance(op, Norm):
         return [replace(op, name=op.name + ".bwd", backward=True)]
+    if isinstance(op, Scan):  # the scan's last forward kernel stands for its whole backward
+        from gpuperf.workloads.mamba_layers import scan_backward_of
+
+        return scan_backward_of(op) if op.kernel == "chunk_scan" else []
     if isinstance(op, Elementwise):
         if op.fn in ("quant", "add"):  # residual adds pass gradients through unchanged
             return []
@@ -430,7 +435,7 @@ def layer_backward(
 
 
 # Column-parallel GEMMs of the fused layer (their input gradient is all-reduced under TP).
-_COLUMN_GEMMS = frozenset({"attn/qkv", "mlp/gate_up", "mlp/up", "mlp/router"})
+_COLUMN_GEMMS = frozenset({"attn/qkv", "mlp/gate_up", "mlp/up", "mlp/router", "mamba/in_proj"})
 
 
 _DTENSOR_COLUMNS = ("attn/q.dgrad", "attn/k.dgrad", "attn/v.dgrad", "mlp/gate.dgrad",

@@ -24,6 +24,7 @@ PARAMS = {
     "llama3.1-405b": 405_853_388_800,
     "mistral-7b": 7_241_732_096,
     "mixtral-8x7b": 46_702_792_704,
+    "nemotron-3-nano": 31_577_940_288,
     "qwen2-7b": 7_615_616_512,
     "gpt3-175b": 174_604_259_328,
     # By hand from each config.json (the parts are below in test_moe_and_mla_breakdown_by_hand);

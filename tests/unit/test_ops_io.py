@@ -19,6 +19,7 @@ EXAMPLES = [
     ops.Copy("kv", 123457, dtype="fp16"),
     ops.Collective("tp/ar", "reducescatter", 1 << 26, 8, dtype="fp32"),
     ops.P2P("pp/send", 1 << 22),
+    ops.Scan("L0/mamba/scan.dx", "dx", 2, 4096, 64, 64, 128, 8, 128, "bf16", "fp32"),
 ]
 
 
