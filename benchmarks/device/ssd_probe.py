@@ -170,7 +170,7 @@ def _decode_rows(torch, tag: str, H: int, P: int, N: int, G: int) -> list[dict]:
     return rows
 
 
-# mamba_ssm's Triton kernels -> gpuperf's Scan kernels (gpuperf.perfmodel.ops.SCAN_KERNELS)
+# mamba_ssm's Triton kernels -> gpuperf's Scan kernels (gpuperf.perfmodel.ops.Scan.cost)
 KERNELS = {"_chunk_cumsum_fwd_kernel": "cumsum", "_chunk_state_fwd_kernel": "chunk_state",
            "_state_passing_fwd_kernel": "state_passing", "_bmm_chunk_fwd_kernel": "bmm",
            "_chunk_scan_fwd_kernel": "chunk_scan", "_chunk_scan_bwd_dstates_kernel": "dstates",
@@ -185,8 +185,9 @@ KERNELS = {"_chunk_cumsum_fwd_kernel": "cumsum", "_chunk_state_fwd_kernel": "chu
 def op_rows(rows: list[dict]) -> list[dict]:
     """One row per (shape, kernel) in the sweep format (an op and its measured_ms, the median of
     its calls in the rows' kernel lists), for benchmarks/accuracy.py and the fit."""
-    from gpuperf.perfmodel.ops import Elementwise, Scan
+    from gpuperf.perfmodel.ops import Scan
     from gpuperf.perfmodel.ops_io import op_to_dict
+    from gpuperf.workloads.mamba_layers import gated_norm
     from gpuperf.workloads.transformer_train import fused_backward
 
     out: dict[tuple, list] = {}
@@ -194,7 +195,7 @@ def op_rows(rows: list[dict]) -> list[dict]:
         s, tag = r["shape"], r["model"]
         if r["part"].startswith("gated_norm"):
             n = s["batch"] * s["seqlen"] * s["heads"] * s["head_dim"]
-            op = Elementwise(f"{tag}/mamba/gated_norm", "gated_rmsnorm", n, 2, 1, "bf16", None, 8.0)
+            op = gated_norm(n, "bf16", f"{tag}/mamba/gated_norm")
             if r["part"].endswith(".bwd"):
                 op = fused_backward(op)[0]
             k = [u for name, u in r["kernels"] if name.startswith("_layer_norm")]

@@ -429,17 +429,10 @@ class P2P:
         return f"{self.nbytes} B"
 
 
-# The Triton kernels of Mamba-2's chunked scan (mamba_ssm.ops.triton, Dao & Gu 2024, the SSD
-# algorithm): the forward's five, the backward's own (the forward's four are run again first),
-# and a decode step's state update.
-SCAN_KERNELS = ("cumsum", "chunk_state", "state_passing", "bmm", "chunk_scan", "dstates",
-                "state_passing_bwd", "dx", "db", "dc", "dcb", "bmm_bwd", "ddacs", "cumsum_bwd",
-                "state_update")  # fmt: skip
-
-
 @dataclass(frozen=True, slots=True)
 class Scan:
-    """One kernel of Mamba-2's chunked state-space scan over `batch` sequences of `seqlen`
+    """One Triton kernel of Mamba-2's chunked scan (mamba_ssm.ops.triton, Dao & Gu 2024, the SSD
+    algorithm: `kernel` names it, as cost() lists them) over `batch` sequences of `seqlen`
     tokens, `heads` heads of `head_dim` values, a state of `state` per head, B and C shared by
     the heads of each of `groups` groups, chunks of `chunk` tokens (decode: one token, a state
     update per sequence). Its cost counts what the kernel reads and writes once (states kept in

@@ -5,7 +5,7 @@ each at its own efficiency, plus the shortest kernel's floor:
     time = bytes / (HBM bandwidth · ssd_mem_eff) + FLOPs / (matmul peak · ssd_math_eff) + floor
 
 Both efficiencies are profile parameters (`[model.extra]`), fitted on measured kernels
-(benchmarks/fit_ssd.py, benchmarks/results/<gpu>/ssd_kernels.json); a profile without them gets
+(benchmarks/fit_formats.py, benchmarks/results/<gpu>/ssd_kernels.json); a profile without them gets
 the defaults below (the H100's fit, rounded): not calibrated for that GPU.
 """
 

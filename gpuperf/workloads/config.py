@@ -434,18 +434,19 @@ class ModelConfig:
         pre = 0 if not self.pre_norm else 1 if self.shared_input_norm else 2
         per_layer_norms = 1 if self.layer_pattern else pre + (2 if self.sandwich_norm else 0)
         latent = self.moe_latent_size
-        dense = self.blocks("-") if self.layer_pattern else len(self.dense_layers)
         norm = h * (2 if self.norm == "layernorm" else 1)
         qk = (self.heads + self.kv_heads) * self.hd if self.qk_norm_full else 2 * self.hd
         return {
             "embed": self.vocab * h,
             "pos_embed": self.max_position_embeddings * h if self.positions == "learned" else 0,
             "attn": self.blocks("*") * self._attn_params(),
-            "mamba": self.blocks("M") * self._mamba_params() if self.blocks("M") else 0,
+            "mamba": self.blocks("M") * self._mamba_params(),
             "mlp": n_moe * E * self._mlp_params(self.expert_intermediate, latent)
             if self.is_moe
             else self.blocks("-") * self._mlp_params(self.intermediate),
-            "dense_mlp": dense * self._mlp_params(self.intermediate) if self.is_moe else 0,
+            "dense_mlp": self.blocks("-") * self._mlp_params(self.intermediate)
+            if self.is_moe
+            else 0,
             "moe_latent": n_moe * 2 * h * latent,  # the projections into the latent and back
             "shared_expert": n_moe * (shared + (h if self.shared_expert_gate else 0)),
             "router": n_moe * (h * E + (E if self.router_bias else 0)),

@@ -64,6 +64,12 @@ def scan_backward(s: ScanShape, a: DType, prefix: str = "mamba/scan") -> list[Op
     return ops
 
 
+def gated_norm(n: int, a: DType, name: str = "mamba/gated_norm") -> Op:
+    """rmsnorm(y) · silu(z) over `n` values in groups (layernorm_gated's Triton kernel): reads y
+    and z, writes the product."""
+    return _ew(name, "gated_rmsnorm", n, a, n_in=2, flops=8.0)
+
+
 def mamba_mixer(cfg: ModelConfig, d: Dims) -> list[Op]:
     """The mixer's forward after its norm (module docstring), one GPU's share."""
     s = scan_shape(cfg, d)
@@ -81,16 +87,10 @@ def mamba_mixer(cfg: ModelConfig, d: Dims) -> list[Op]:
     else:
         ops.append(_ew("mamba/conv1d", "conv1d_silu", T * conv, a, flops=2.0 * k + 4.0))
         ops += scan_forward(s, a)
-    # rmsnorm(y) · silu(z) in groups: reads y and z, writes the product
-    ops.append(_ew("mamba/gated_norm", "gated_rmsnorm", T * di, a, n_in=2, flops=8.0))
+    ops.append(gated_norm(T * di, a))
     _gemm(ops, d, "mamba/out_proj", T, h, di)
     ops += comm_ops.row_out(d, "mamba/out_proj")
     return ops
-
-
-def is_scan_output(op: Op) -> bool:
-    """The scan's last forward kernel: its backward stands for the whole scan's."""
-    return isinstance(op, Scan) and op.kernel == "chunk_scan"
 
 
 def scan_backward_of(op: Scan) -> list[Op]:
