@@ -147,7 +147,7 @@ def _hybrid_saved_per_token(cfg: ModelConfig) -> float:
     saved = {
         "M": h + cfg.mamba_inner + cfg.mamba_conv_dim + cfg.mamba_heads + cfg.mamba_inner,
         "*": h + 2 * q + 2 * kv + 2 * cfg.heads,
-        "-": h + mlp * cfg.intermediate - cfg.intermediate,
+        "-": h + mlp * cfg.intermediate,
         "E": h
         + k * (w + mlp * fe)
         + cfg.num_experts

@@ -94,6 +94,18 @@ def test_training_runs_the_scans_backward_once_per_mamba_layer():
     assert "L0/mamba/conv1d.recompute" in {o.name for o in ops}
 
 
+def test_training_keeps_each_blocks_activations_by_hand():
+    from gpuperf.step.memory import train_activation_bytes_per_layer
+
+    cfg = ModelConfig(**SMALL)  # M * M -: hidden 256, 8 Mamba heads of 32, 2 groups of 16
+    h, di, conv = 256, 8 * 32, 8 * 32 + 2 * 2 * 16
+    mamba = h + di + conv + 8 + di  # norm input, in_proj's z x B C dt, the scan's output
+    attn = h + 2 * 256 + 2 * 128 + 2 * 4  # norm input, q and out, k and v, lse (fp32) per head
+    mlp = h + 2 * 512  # norm input, the plain MLP's up projection and activation
+    per_token = (2 * mamba + attn + mlp) / 4
+    assert train_activation_bytes_per_layer(cfg, 2, 100, "bf16") == 2 * 200 * per_token
+
+
 def test_cache_holds_attention_kv_and_each_mamba_layers_state():
     per_seq = 6 * 2 * 2 * 128 * 1000 + 23 * NANO.mamba_state_numel
     assert kv_cache_bytes(NANO, 1000, 3, "bf16") == 3 * per_seq * 2
