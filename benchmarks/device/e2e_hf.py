@@ -4,7 +4,7 @@ Run on the device machine from the repository root:
 
     python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan PLAN] [--only NAMES]
 
-(PLAN: llama, moe, ckpt, swa, families, hosts, trainfam, trainfam2, unseen or ckpthost.)
+(PLAN: llama, moe, moetrain, ckpt, swa, families, hosts, trainfam, trainfam2, unseen or ckpthost.)
 
 Writes e2e_<plan>.json (e2e_hf.json for the llama plan): for each run the model config (HF
 config.json form), the scenario, the measured time per step (median of per-iteration CUDA-event
@@ -205,6 +205,9 @@ CONFIGS = {
     "qwen3-moe-8l": lambda: _few_layers(QWEN3_MOE, 8),
     "qwen1.5-moe-8l": lambda: _few_layers(QWEN2_MOE, 8),
     "deepseek-v3-3l": lambda: _few_layers(DEEPSEEK_V3, 3, first_k_dense_replace=1),
+    "mixtral-2l": lambda: _few_layers(_preset("mixtral-8x7b"), 2),
+    "qwen3-moe-4l": lambda: _few_layers(QWEN3_MOE, 4),
+    "qwen1.5-moe-4l": lambda: _few_layers(QWEN2_MOE, 4),
     "mistral-4l-swa": lambda: _few_layers(_preset("mistral-7b"), 4),
     "mistral-4l-full": lambda: _few_layers(_preset("mistral-7b"), 4, sliding_window=None),
     "qwen3-8b": lambda: dict(QWEN3_8B),
@@ -643,6 +646,13 @@ MOE_PLAN = [
         ("decode", 8, 0, 1024),
     )
 ]
+# MoE training steps (grouped_mm experts and their autograd), cut to fit AdamW's states beside
+# the weights on one GPU; all held out.
+MOE_TRAIN_PLAN = [
+    (model, "train", "eager", False, batch, 2048, 0)
+    for model in ("mixtral-2l", "qwen3-moe-4l", "qwen1.5-moe-4l")
+    for batch in (1, 4)
+]
 CKPT_PLAN = [  # (..., gradient checkpointing) as the 8th field
     ("llama-1.1b", "train", "eager", False, 4, 2048, 0, True),
     ("llama-3b", "train", "eager", False, 2, 2048, 0, False),
@@ -746,7 +756,8 @@ NEW_FAMILIES_PLAN = [
                  ("granite-3.1-8b-8l", 2, 2048), ("olmo2-7b-8l", 2, 2048),
                  ("phi-2-8l", 2, 2048)))  # fmt: skip
 
-PLANS = {"llama": PLAN, "moe": MOE_PLAN, "ckpt": CKPT_PLAN, "swa": SWA_PLAN,
+PLANS = {"llama": PLAN, "moe": MOE_PLAN, "moetrain": MOE_TRAIN_PLAN, "ckpt": CKPT_PLAN,
+         "swa": SWA_PLAN,
          "families": FAMILIES_PLAN, "hosts": HOSTS_PLAN,
          "trainfam": TRAIN_FAMILIES_PLAN, "trainfam2": TRAIN_FAMILIES_2_PLAN,
          "unseen": UNSEEN_PLAN, "ckpthost": CKPT_HOST_PLAN,

@@ -227,6 +227,28 @@ def grouped_gemm_ops() -> list[Op]:
     return ops
 
 
+# Training's token counts per GPU (a micro-batch of 2-8K tokens, and one GPU of an
+# expert-parallel group receiving several ranks' copies), plus GPT-OSS-120B's experts.
+MOE_TRAIN_TOKENS = (512, 2048, 8192, 32768)
+MOE_TRAIN_SHAPES = {**MOE_SHAPES, "gpt-oss-120b": (128, 4, 2880, 2880)}
+
+
+def grouped_gemm_bwd_ops() -> list[Op]:
+    """The backward of both grouped GEMMs (autograd of torch._grouped_mm): the input gradient
+    (dY @ W per expert: n and k swapped, the weights row-major) and the weight gradient (each
+    expert's X_eᵀ @ dY_e)."""
+    ops: list[Op] = []
+    for model, (e, topk, h, f) in MOE_TRAIN_SHAPES.items():
+        for t in MOE_TRAIN_TOKENS:
+            if model == "deepseek-v3" and t > 8192:
+                continue  # 262K rows of 7168: the gradients alone would take 7.5 GB
+            for part, n, k in (("gate_up", 2 * f, h), ("down", h, f)):
+                name = f"{model}/t{t}/{part}"
+                ops.append(GroupedGemm(name + ".dgrad", t, topk, e, k, n))
+                ops.append(GroupedGemm(name + ".wgrad", t, topk, e, n, k, wgrad=True))
+    return ops
+
+
 GROUPS = {
     "gemm": gemm_ops,
     "gemm_models": model_gemm_ops,
@@ -242,6 +264,7 @@ GROUPS = {
     "gemm_quant": gemm_quant_ops,
     "gemm_quant_decode": gemm_quant_decode_ops,
     "grouped_gemm": grouped_gemm_ops,
+    "grouped_gemm_bwd": grouped_gemm_bwd_ops,
 }
 
 

@@ -36,9 +36,16 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
     dt = torch_dtype(op.dtype)
     counts, offs = routing(op.tokens, op.topk, op.experts, op.local, device, torch)
     rows = sum(counts)  # op.rows on average (all of them without expert parallelism)
+    if op.wgrad:
+        return _wgrad(op, counts, offs, rows, dt, device, torch)
     a = torch.randn((rows, op.k), dtype=dt, device=device)
-    w = torch.randn((op.local, op.n, op.k), dtype=dt, device=device) * op.k**-0.5
-    wt = w.transpose(-2, -1)  # [E, k, n], column-major per expert, as HF passes it
+    if op.name.endswith(".dgrad"):  # autograd's dX = dY @ W: the weights [E, n_out, k_out]
+        w = torch.randn((op.local, op.k, op.n), dtype=dt, device=device) * op.k**-0.5
+        wt = w  # [E, k, n] row-major per expert
+        w = w.transpose(-2, -1)  # w[e].T is the [k, n] operand, as below
+    else:
+        w = torch.randn((op.local, op.n, op.k), dtype=dt, device=device) * op.k**-0.5
+        wt = w.transpose(-2, -1)  # [E, k, n], column-major per expert, as HF passes it
 
     def run() -> Any:
         return torch._grouped_mm(a, wt, offs=offs)
@@ -68,4 +75,38 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
         "rows_max": max(counts),
         "rows_mean_touched": rows / max(1, touched),
     }
+    return Kernel(run, check, TOLERANCE["bf16"], detail)
+
+
+def _wgrad(op: Any, counts: list[int], offs: Any, rows: int, dt: Any, device: str,
+           torch: Any) -> Kernel:  # fmt: skip
+    """The experts' weight gradients as autograd of torch._grouped_mm computes them: each
+    expert's dW[k, n] = X_eᵀ @ dY_e from the rows' inputs X [rows, k] (transposed view) and
+    their output gradients dY [rows, n], the offsets along the reduction."""
+    x = torch.randn((rows, op.k), dtype=dt, device=device)
+    dy = torch.randn((rows, op.n), dtype=dt, device=device) * max(rows / op.local, 1.0) ** -0.5
+
+    def run() -> Any:
+        return torch._grouped_mm(x.t(), dy, offs=offs)
+
+    try:
+        run()
+    except (RuntimeError, NotImplementedError) as exc:
+        raise unavailable("grouped GEMM (weight gradient)", device, exc) from None
+
+    def check() -> float:
+        out = run()
+        errs, lo = [], 0
+        for e, c in enumerate(counts):
+            if c:
+                ref = x[lo : lo + c].double().T @ dy[lo : lo + c].double()
+                errs.append(rel_err(out[e], ref))
+            lo += c
+            if len(errs) == CHECKED_EXPERTS:
+                break
+        return max(errs, default=0.0)
+
+    touched = sum(1 for c in counts if c)
+    detail = {"kernel": "torch._grouped_mm (2-D x 2-D, weight gradient)", "touched": touched,
+              "rows_max": max(counts), "rows_mean_touched": rows / max(1, touched)}  # fmt: skip
     return Kernel(run, check, TOLERANCE["bf16"], detail)

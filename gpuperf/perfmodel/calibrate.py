@@ -144,6 +144,7 @@ _ADDED_FIELDS = {
     "generic": False,
     "foreach": False,
     "dropout": False,
+    "wgrad": False,
 }
 
 

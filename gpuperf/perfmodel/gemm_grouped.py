@@ -26,7 +26,7 @@ import math
 from gpuperf.dtypes import BYTES
 from gpuperf.hardware.spec import GpuSpec
 from gpuperf.perfmodel.gemm import ctas_per_sm, hw_for, k_step, raster
-from gpuperf.perfmodel.ops import GroupedGemm
+from gpuperf.perfmodel.ops import GroupedGemm, wgrad_bytes
 from gpuperf.perfmodel.optime import OpTime
 from gpuperf.perfmodel.roofline import finish
 
@@ -75,6 +75,8 @@ def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
     bw = float(extra.get("grouped_gemm_mem_eff", GROUPED_MEM_EFF)) * gpu.hbm_bw
     p = k_top / e
     local = op.local
+    if op.wgrad:
+        return _wgrad_time(op, gpu, hw, eff, bw, setup, p)
     mean_rows = op.rows / local  # PyTorch picks the tile from the mean over all groups
     tm, tn = SMALL_TILE if (mean_rows <= 128 or op.n <= 128) else LARGE_TILE
     touched = op.touched()
@@ -107,3 +109,37 @@ def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
         "traffic_bytes": traffic,
     }
     return finish(t_math, t_mem, floor, detail)
+
+
+def _wgrad_time(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float, setup: float,  # noqa: ANN001
+                p: float) -> OpTime:  # fmt: skip
+    """The weight gradients of an MoE layer's experts in one grouped launch: every touched
+    expert's dW[k, n] is a grid of output tiles whose reduction runs over that expert's rows, so
+    the tiles are fixed by the weights' shape and the uneven rows set each tile's k-steps (an
+    expert's steps are ceil(rows / tk) with rows ~ Binomial(tokens, k/E))."""
+    b = BYTES[op.dtype]
+    tm, tn = SMALL_TILE if min(op.k, op.n) <= 128 else LARGE_TILE
+    touched = op.touched()
+    out_tiles = -(-op.k // tm) * -(-op.n // tn)  # per expert
+    ctas = touched * out_tiles
+    tk, _, t_kstep = k_step(tm, tn, b, hw, eff)
+    steps = out_tiles * op.local * expected_ceil(op.tokens, p, tk)  # over every tile
+    per_sm = ctas_per_sm(tm, tn, hw)
+    balanced = steps / hw.sms
+    per_cta = steps / max(ctas, 1e-9)
+    busiest = balanced + hw.tail * (math.ceil(ctas / hw.sms - 1e-9) * per_cta - balanced)
+    t_math = (busiest + hw.fill) * t_kstep
+    r0, c0 = raster(tm, tn, per_sm, hw)
+    x_bytes = op.rows * op.k * b * math.ceil(-(-op.n // tn) / c0)
+    dy_bytes = op.rows * op.n * b * math.ceil(-(-op.k // tm) / r0)
+    traffic = x_bytes + dy_bytes + touched * op.k * op.n * wgrad_bytes(op.dtype)
+    t_mem = (traffic + hw.half_bytes) / bw
+    detail = {
+        "tile": f"{tm}x{tn}",
+        "touched": touched,
+        "tiles": ctas,
+        "rows_per_expert": op.rows / max(touched, 1e-9),
+        "eff": eff * hw.rate / gpu.peak(op.dtype),
+        "traffic_bytes": traffic,
+    }
+    return finish(t_math, t_mem, hw.floor + hw.reduce_floor + setup, detail)

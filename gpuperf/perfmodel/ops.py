@@ -129,6 +129,9 @@ class GroupedGemm:
     k: int
     dtype: DType = "bf16"
     groups: int = 0  # experts this GPU runs (expert parallelism: experts / ep); 0 = all
+    # The weight gradient instead: each expert's dW[k, n] = X_eᵀ @ dY_e, the sum running over
+    # that expert's rows (torch._grouped_mm of two 2-D operands, offsets along the reduction).
+    wgrad: bool = False
     kind: ClassVar[OpKind] = "gemm"
 
     @property
@@ -148,8 +151,12 @@ class GroupedGemm:
 
     def cost(self) -> Cost:
         b = BYTES[self.dtype]
+        flops = 2.0 * self.rows * self.n * self.k
+        if self.wgrad:  # reads the rows and their gradients, writes each touched expert's dW
+            out = self.touched() * self.k * self.n * wgrad_bytes(self.dtype)
+            return Cost(flops, float(b * self.rows * (self.k + self.n)), out)
         return Cost(
-            flops=2.0 * self.rows * self.n * self.k,
+            flops=flops,
             bytes_read=b * (self.rows * self.k + self.touched() * self.k * self.n),
             bytes_written=float(b * self.rows * self.n),
         )
@@ -157,7 +164,14 @@ class GroupedGemm:
     @property
     def shape(self) -> str:
         here = f" ({self.local} here)" if self.groups else ""
-        return f"{self.tokens}×top{self.topk}/{self.experts}e{here} ×{self.n}×{self.k}"
+        what = " wgrad" if self.wgrad else ""
+        return f"{self.tokens}×top{self.topk}/{self.experts}e{here} ×{self.n}×{self.k}{what}"
+
+
+def wgrad_bytes(dtype: DType) -> int:
+    """Bytes per element of a grouped weight gradient: the operands' width, 16-bit for 8-bit
+    operands (an fp8 GEMM writes its gradient in bf16)."""
+    return max(2, BYTES[dtype])
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from gpuperf.workloads.transformer_layers import _ACT_FLOPS, Dims, _ew, _fused_a
 
 INDEX: DType = "fp64"  # int64 indices move 8 bytes per element, as fp64 does
 INT32: DType = "fp32"  # int32 counts move 4 bytes per element
+MOE_SUM = "mlp/moe_sum"  # the fused path's sum over each token's k weighted copies
 
 
 def _topk(name: str, rows: int, cols: int, k: int) -> list[Op]:
@@ -128,20 +129,33 @@ def routed_experts(cfg: ModelConfig, d: Dims, eager: bool, wdt: DType) -> list[O
     rows_here = max(1, round(S * skew))
     ops: list[Op] = []
     if not eager:
+        # Training (Megatron-Core's token dispatcher, Transformer Engine's fused permute): the
+        # routed copies are permuted into expert order before the all-to-all and, with several
+        # experts here, sorted by local expert after it (and back before the return trip).
+        # Serving's fused MoE gathers the rows inside its grouped GEMM instead.
+        chunks = d.train and ep > 1 and local > 1
         ops.append(Reduce("mlp/moe_align", "sum", 1, S, local, INT32))
+        if d.train:
+            ops.append(Copy("mlp/permute", S * h * BYTES[a], a))
         ops += comm_ops.expert_alltoall(d, "mlp/dispatch", rows_here)
+        if chunks:
+            ops.append(Copy("mlp/sort_chunks", rows_here * h * BYTES[a], a))
         act, gated = cfg.hidden_act, cfg.mlp == "gated"
-        ops.append(_grouped(d, "mlp/experts_gate_up" if gated else "mlp/experts_up", tokens, k,
-                            E, local, 2 * f if gated else f, h))  # fmt: skip
+        up = "mlp/experts_gate_up" if gated else "mlp/experts_up"
+        _grouped_quant(ops, d, up, rows_here * h)
+        ops.append(_grouped(d, up, tokens, k, E, local, 2 * f if gated else f, h))
         if gated:
             ops.append(_ew("mlp/act", f"{_fused_act(act)}_and_mul", rows_here * f, a, n_in=2,
                            flops=_ACT_FLOPS[act] + 1.0))  # fmt: skip
         else:  # Nemotron-H's squared-ReLU experts: up, act, down
             ops.append(_ew("mlp/act", f"{_fused_act(act)}_fused", rows_here * f, a,
                            flops=_ACT_FLOPS[act]))  # fmt: skip
+        _grouped_quant(ops, d, "mlp/experts_down", rows_here * f)
         ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
+        if chunks:
+            ops.append(Copy("mlp/unsort_chunks", rows_here * h * BYTES[a], a))
         ops += comm_ops.expert_alltoall(d, "mlp/combine", rows_here)
-        ops.append(Reduce("mlp/moe_sum", "sum", T * h, k, 1, a))
+        ops.append(Reduce(MOE_SUM, "sum", T * h, k, 1, a))
         return ops
     # Hugging Face grouped_mm experts (transformers/integrations/moe.py), in order.
     ops += _sort("mlp/experts.sort", S)
@@ -181,6 +195,12 @@ def routed_experts(cfg: ModelConfig, d: Dims, eager: bool, wdt: DType) -> list[O
     if wdt != a:
         ops.append(_ew("mlp/experts.cast", "cast", T * h, wdt, out=a, flops=0.0))
     return ops
+
+
+def _grouped_quant(ops: list[Op], d: Dims, name: str, numel: int) -> None:
+    """An 8-bit grouped GEMM's input quantized first (one kernel), as for a dense GEMM."""
+    if BYTES[d.gemm] == 1 and d.wgemm is None:
+        ops.append(_ew(name + "_quant", "quant", numel, d.act, out=d.gemm, flops=2.0))
 
 
 def _grouped(d: Dims, name: str, tokens: int, k: int, experts: int, local: int, n: int,

@@ -26,6 +26,7 @@ from gpuperf.perfmodel.ops import (
     Copy,
     Elementwise,
     Gemm,
+    GroupedGemm,
     Norm,
     Op,
     Reduce,
@@ -33,7 +34,7 @@ from gpuperf.perfmodel.ops import (
 )
 from gpuperf.workloads import comm_ops, cp_torch
 from gpuperf.workloads.config import ModelConfig
-from gpuperf.workloads.moe_layers import router_gathered
+from gpuperf.workloads.moe_layers import MOE_SUM, router_gathered
 from gpuperf.workloads.transformer_layers import Dims, _ew, logits_gathered
 
 
@@ -49,6 +50,13 @@ def fused_backward(op: Op) -> list[Op]:
     """The backward kernels of one fused forward kernel (empty when autograd needs none)."""
     if isinstance(op, Gemm):
         return gemm_backward(op)
+    if isinstance(op, GroupedGemm):  # dX = dY @ Wᵀ per expert, then each expert's dW
+        return [replace(op, name=op.name + ".dgrad", n=op.k, k=op.n),
+                replace(op, name=op.name + ".wgrad", wgrad=True)]  # fmt: skip
+    if isinstance(op, Reduce) and op.name.endswith(MOE_SUM):
+        # The un-permute's backward: the output gradient spread to each routed copy, times its
+        # routing weight, and the weights' gradients (reads the copies back): one pass over them.
+        return [Copy(op.name + ".bwd", op.rows * op.cols * BYTES[op.dtype], op.dtype)]
     if isinstance(op, Attention):
         return [replace(op, name=op.name + ".bwd", backward=True)]
     if isinstance(op, Norm):

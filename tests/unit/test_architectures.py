@@ -333,3 +333,36 @@ def test_eager_tp_backward_all_reduces_for_every_family(model):
     layer = next(p for p in work.stages[0].bwd if p.layer0 is not None)
     names = [op.name for op in layer.ops if isinstance(op, Collective)]
     assert "attn/qkv.bwd_allreduce" in names and "mlp/gate_up.bwd_allreduce" in names
+
+
+@pytest.mark.parametrize("impl", ["fused", "eager"])
+def test_moe_training_runs_every_expert_gemms_backward(impl):
+    """Each routed expert's grouped GEMM has an input gradient (n and k swapped) and a weight
+    gradient: the backward's expert products are twice the forward's (they were missing)."""
+    cfg = load_model("qwen3-30b-a3b")
+    ops = build_ops(cfg, Scenario(mode="train", seq=2048, impl=impl))
+    grouped = [op for op in ops if isinstance(op, GroupedGemm) and op.name.startswith("L0/")]
+    fwd = [op for op in grouped if not op.name.endswith((".dgrad", ".wgrad"))]
+    assert {op.name for op in fwd} == {"L0/mlp/experts_gate_up", "L0/mlp/experts_down"}
+    o = by_name(grouped)
+    for op in fwd:
+        dgrad, wgrad = o[op.name + ".dgrad"], o[op.name + ".wgrad"]
+        assert (dgrad.n, dgrad.k, dgrad.wgrad) == (op.k, op.n, False)
+        assert (wgrad.n, wgrad.k, wgrad.wgrad) == (op.n, op.k, True)
+    back = sum(op.cost().flops for op in grouped if op not in fwd)
+    assert back == pytest.approx(2 * sum(op.cost().flops for op in fwd))
+
+
+def test_megatron_moe_training_permutes_sorts_and_unpermutes_with_their_gradients():
+    """Megatron-Core's token dispatcher under expert parallelism: the permute before the
+    all-to-all, the sort by local expert after it (and back), each with a backward pass over
+    the routed copies; serving's fused MoE has none of them."""
+    cfg = load_model("qwen3-30b-a3b")
+    kw = dict(system="dgx-h100", dp=8, ep=8, seq=4096)
+    p = api.predict(cfg, mode="train", **kw)
+    names = set(p.table["name"])
+    for part in ("permute", "sort_chunks", "unsort_chunks", "moe_sum"):
+        assert f"L0/mlp/{part}" in names and f"L0/mlp/{part}.bwd" in names, part
+    prefill = set(api.predict(cfg, mode="prefill", **kw).table["name"])
+    assert "L0/mlp/permute" not in prefill and "L0/mlp/sort_chunks" not in prefill
+    assert "L0/mlp/moe_sum" in prefill

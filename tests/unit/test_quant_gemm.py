@@ -102,3 +102,33 @@ def test_grouped_gemm_measures_this_gpus_experts_only(groups):
     kernel = kernels_grouped.build(op, "cpu", torch)
     assert kernel.check() < 2e-2
     assert kernel.detail["touched"] <= op.local
+
+
+@pytest.mark.parametrize("kind", ["dgrad", "wgrad"])
+def test_grouped_gemm_backward_kernels_measure_what_autograd_runs(kind):
+    """The input gradient (dY @ W, the weights row-major) and the weight gradient (X_eᵀ @ dY_e,
+    a 2-D x 2-D grouped product over each expert's rows), each checked against fp64."""
+    torch = pytest.importorskip("torch")
+    from gpuperf.measure import kernels_grouped
+
+    op = GroupedGemm(f"x.{kind}", tokens=64, topk=2, experts=8, n=96, k=64,
+                     wgrad=kind == "wgrad")  # fmt: skip
+    kernel = kernels_grouped.build(op, "cpu", torch)
+    assert kernel.check() < 2e-2
+    out = kernel.run()
+    assert tuple(out.shape) == ((8, 64, 96) if kind == "wgrad" else (128, 96))
+
+
+def test_grouped_weight_gradient_costs_the_products_and_writes_each_experts_weights():
+    fwd = GroupedGemm("g", 4096, 8, 128, 1536, 2048)
+    wg = GroupedGemm("g", 4096, 8, 128, 1536, 2048, wgrad=True)
+    assert wg.cost().flops == fwd.cost().flops
+    assert wg.cost().bytes_written == pytest.approx(2 * wg.touched() * 1536 * 2048)
+    assert wg.cost().bytes_read == pytest.approx(2 * wg.rows * (1536 + 2048))
+    # Big enough to be math-bound: within the forward's time give or take the tiles' shapes.
+    t_f, t_w = gemm_time(fwd, H100).time, gemm_time(wg, H100).time
+    assert 0.7 < t_w / t_f < 1.5
+    # One token: eight experts' weight gradients written for a handful of rows, memory-bound.
+    one = gemm_time(GroupedGemm("g", 1, 8, 128, 1536, 2048, wgrad=True), H100)
+    assert one.t_mem > one.t_math
+    assert one.time > 2 * 8 * 1536 * 2048 / H100.hbm_bw
