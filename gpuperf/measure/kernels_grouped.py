@@ -80,14 +80,15 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
 
 def _wgrad(op: Any, counts: list[int], offs: Any, rows: int, dt: Any, device: str,
            torch: Any) -> Kernel:  # fmt: skip
-    """The experts' weight gradients as autograd of torch._grouped_mm computes them: each
-    expert's dW[k, n] = X_eᵀ @ dY_e from the rows' inputs X [rows, k] (transposed view) and
-    their output gradients dY [rows, n], the offsets along the reduction."""
+    """The experts' weight gradients as autograd of torch._grouped_mm computes them for
+    weights held [E, n, k] (nn.Linear's layout): each expert's dW[n, k] = dY_eᵀ @ X_e from the
+    rows' output gradients dY [rows, n] (transposed view) and inputs X [rows, k], the offsets
+    along the reduction."""
     x = torch.randn((rows, op.k), dtype=dt, device=device)
     dy = torch.randn((rows, op.n), dtype=dt, device=device) * max(rows / op.local, 1.0) ** -0.5
 
     def run() -> Any:
-        return torch._grouped_mm(x.t(), dy, offs=offs)
+        return torch._grouped_mm(dy.t(), x, offs=offs)
 
     try:
         run()
@@ -99,7 +100,7 @@ def _wgrad(op: Any, counts: list[int], offs: Any, rows: int, dt: Any, device: st
         errs, lo = [], 0
         for e, c in enumerate(counts):
             if c:
-                ref = x[lo : lo + c].double().T @ dy[lo : lo + c].double()
+                ref = dy[lo : lo + c].double().T @ x[lo : lo + c].double()
                 errs.append(rel_err(out[e], ref))
             lo += c
             if len(errs) == CHECKED_EXPERTS:

@@ -391,10 +391,9 @@ def op_table(samples: Sequence[Sample], gpu: GpuSpec, system: Any = None) -> pd.
 def e2e_class(scenario: dict[str, Any], moe: bool = False) -> str:
     mode = scenario.get("mode")
     if mode == "train":
-        if moe:
-            return "MoE training step (HF)"
-        return "checkpointed training step" if scenario.get("recompute") == "full" else (
-            "training step")  # fmt: skip
+        if scenario.get("recompute") == "full":
+            return "checkpointed training step"
+        return "MoE training step (HF)" if moe else "training step"
     if moe:
         return f"MoE whole model (HF), {mode}"
     return "whole-model decode" if mode == "decode" else "whole-model prefill"

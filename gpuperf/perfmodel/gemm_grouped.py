@@ -114,13 +114,15 @@ def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
 def _wgrad_time(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float, setup: float,  # noqa: ANN001
                 p: float) -> OpTime:  # fmt: skip
     """The weight gradients of an MoE layer's experts in one grouped launch: every touched
-    expert's dW[k, n] is a grid of output tiles whose reduction runs over that expert's rows, so
-    the tiles are fixed by the weights' shape and the uneven rows set each tile's k-steps (an
-    expert's steps are ceil(rows / tk) with rows ~ Binomial(tokens, k/E))."""
+    expert's dW[n, k] = dY_eᵀ @ X_e (the weights held [E, n, k], as autograd computes them) is a
+    grid of output tiles whose reduction runs over that expert's rows, so the tiles are fixed by
+    the weights' shape and the uneven rows set each tile's k-steps (an expert's steps are
+    ceil(rows / tk) with rows ~ Binomial(tokens, k/E))."""
     b = BYTES[op.dtype]
     tm, tn = SMALL_TILE if min(op.k, op.n) <= 128 else LARGE_TILE
     touched = op.touched()
-    out_tiles = -(-op.k // tm) * -(-op.n // tn)  # per expert
+    tiles_m, tiles_n = -(-op.n // tm), -(-op.k // tn)
+    out_tiles = tiles_m * tiles_n  # per expert
     ctas = touched * out_tiles
     tk, _, t_kstep = k_step(tm, tn, b, hw, eff)
     steps = out_tiles * op.local * expected_ceil(op.tokens, p, tk)  # over every tile
@@ -130,8 +132,8 @@ def _wgrad_time(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float, setup:
     busiest = balanced + hw.tail * (math.ceil(ctas / hw.sms - 1e-9) * per_cta - balanced)
     t_math = (busiest + hw.fill) * t_kstep
     r0, c0 = raster(tm, tn, per_sm, hw)
-    x_bytes = op.rows * op.k * b * math.ceil(-(-op.n // tn) / c0)
-    dy_bytes = op.rows * op.n * b * math.ceil(-(-op.k // tm) / r0)
+    dy_bytes = op.rows * op.n * b * math.ceil(tiles_n / c0)  # dYᵀ: once per column wave
+    x_bytes = op.rows * op.k * b * math.ceil(tiles_m / r0)
     traffic = x_bytes + dy_bytes + touched * op.k * op.n * wgrad_bytes(op.dtype)
     t_mem = (traffic + hw.half_bytes) / bw
     detail = {

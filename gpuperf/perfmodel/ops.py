@@ -129,8 +129,9 @@ class GroupedGemm:
     k: int
     dtype: DType = "bf16"
     groups: int = 0  # experts this GPU runs (expert parallelism: experts / ep); 0 = all
-    # The weight gradient instead: each expert's dW[k, n] = X_eᵀ @ dY_e, the sum running over
-    # that expert's rows (torch._grouped_mm of two 2-D operands, offsets along the reduction).
+    # The weight gradient instead: each expert's dW[n, k] = dY_eᵀ @ X_e (weights held [E, n, k]),
+    # the sum running over that expert's rows (torch._grouped_mm of two 2-D operands, offsets
+    # along the reduction).
     wgrad: bool = False
     kind: ClassVar[OpKind] = "gemm"
 

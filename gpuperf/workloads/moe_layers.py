@@ -142,7 +142,9 @@ def routed_experts(cfg: ModelConfig, d: Dims, eager: bool, wdt: DType) -> list[O
             ops.append(Copy("mlp/sort_chunks", rows_here * h * BYTES[a], a))
         act, gated = cfg.hidden_act, cfg.mlp == "gated"
         up = "mlp/experts_gate_up" if gated else "mlp/experts_up"
-        _grouped_quant(ops, d, up, rows_here * h)
+        # Megatron quantizes the permuted rows it received; a serving engine quantizes each
+        # token's hidden state once, before its fused MoE gathers the copies.
+        _grouped_quant(ops, d, up, rows_here * h if d.train else T * h)
         ops.append(_grouped(d, up, tokens, k, E, local, 2 * f if gated else f, h))
         if gated:
             ops.append(_ew("mlp/act", f"{_fused_act(act)}_and_mul", rows_here * f, a, n_in=2,

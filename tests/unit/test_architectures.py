@@ -366,3 +366,15 @@ def test_megatron_moe_training_permutes_sorts_and_unpermutes_with_their_gradient
     prefill = set(api.predict(cfg, mode="prefill", **kw).table["name"])
     assert "L0/mlp/permute" not in prefill and "L0/mlp/sort_chunks" not in prefill
     assert "L0/mlp/moe_sum" in prefill
+
+
+def test_fp8_moe_quantizes_hidden_states_once_in_serving_and_the_routed_rows_in_training():
+    """A serving engine's fp8 fused MoE quantizes each token's hidden state before it gathers
+    the k copies (T·h); Megatron quantizes the permuted rows it received (T·k·h)."""
+    cfg = load_model("qwen3-30b-a3b")
+    sc = dict(seq=1024, dtype="fp8", impl="fused")
+    pre = by_name(build_ops(cfg, Scenario(mode="prefill", **sc)))
+    assert pre["L0/mlp/experts_gate_up_quant"].numel == 1024 * 2048
+    assert pre["L0/mlp/experts_down_quant"].numel == 1024 * 8 * 768
+    train = by_name(build_ops(cfg, Scenario(mode="train", **sc)))
+    assert train["L0/mlp/experts_gate_up_quant"].numel == 1024 * 8 * 2048

@@ -106,8 +106,9 @@ def test_grouped_gemm_measures_this_gpus_experts_only(groups):
 
 @pytest.mark.parametrize("kind", ["dgrad", "wgrad"])
 def test_grouped_gemm_backward_kernels_measure_what_autograd_runs(kind):
-    """The input gradient (dY @ W, the weights row-major) and the weight gradient (X_eᵀ @ dY_e,
-    a 2-D x 2-D grouped product over each expert's rows), each checked against fp64."""
+    """The input gradient (dY @ W, the weights row-major) and the weight gradient (dY_eᵀ @ X_e
+    into the weights' [E, n, k] layout, a 2-D x 2-D grouped product over each expert's rows),
+    each checked against fp64."""
     torch = pytest.importorskip("torch")
     from gpuperf.measure import kernels_grouped
 
@@ -116,7 +117,7 @@ def test_grouped_gemm_backward_kernels_measure_what_autograd_runs(kind):
     kernel = kernels_grouped.build(op, "cpu", torch)
     assert kernel.check() < 2e-2
     out = kernel.run()
-    assert tuple(out.shape) == ((8, 64, 96) if kind == "wgrad" else (128, 96))
+    assert tuple(out.shape) == ((8, 96, 64) if kind == "wgrad" else (128, 96))
 
 
 def test_grouped_weight_gradient_costs_the_products_and_writes_each_experts_weights():
