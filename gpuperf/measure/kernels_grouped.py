@@ -8,6 +8,7 @@ GPU runs its own experts' rows only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpuperf.errors import EnvironmentUnavailable, InputError
@@ -50,32 +51,10 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
     def run() -> Any:
         return torch._grouped_mm(a, wt, offs=offs)
 
-    try:
-        run()
-    except (RuntimeError, NotImplementedError) as exc:
-        raise unavailable("grouped GEMM", device, exc) from None
+    def pair(out: Any, e: int, lo: int, c: int) -> tuple[Any, Any]:
+        return out[lo : lo + c], a[lo : lo + c].double() @ w[e].double().T
 
-    def check() -> float:
-        out = run()
-        errs = []
-        lo = 0
-        for e, c in enumerate(counts):
-            if c:
-                ref = a[lo : lo + c].double() @ w[e].double().T
-                errs.append(rel_err(out[lo : lo + c], ref))
-            lo += c
-            if len(errs) == CHECKED_EXPERTS:
-                break
-        return max(errs, default=0.0)
-
-    touched = sum(1 for c in counts if c)
-    detail = {
-        "kernel": "torch._grouped_mm",
-        "touched": touched,
-        "rows_max": max(counts),
-        "rows_mean_touched": rows / max(1, touched),
-    }
-    return Kernel(run, check, TOLERANCE["bf16"], detail)
+    return _kernel(run, pair, counts, device, "grouped GEMM", "torch._grouped_mm")
 
 
 def _wgrad(op: Any, counts: list[int], offs: Any, rows: int, dt: Any, device: str,
@@ -90,24 +69,41 @@ def _wgrad(op: Any, counts: list[int], offs: Any, rows: int, dt: Any, device: st
     def run() -> Any:
         return torch._grouped_mm(dy.t(), x, offs=offs)
 
+    def pair(out: Any, e: int, lo: int, c: int) -> tuple[Any, Any]:
+        return out[e], dy[lo : lo + c].double().T @ x[lo : lo + c].double()
+
+    return _kernel(
+        run,
+        pair,
+        counts,
+        device,
+        "grouped GEMM (weight gradient)",
+        "torch._grouped_mm (2-D x 2-D, weight gradient)",
+    )
+
+
+def _kernel(run: Callable[[], Any], pair: Callable[[Any, int, int, int], tuple[Any, Any]],
+            counts: list[int], device: str, what: str, kernel: str) -> Kernel:  # fmt: skip
+    """A grouped kernel (`what`, run as `kernel`) checked on its first CHECKED_EXPERTS experts
+    with rows: `pair` gives an expert's (output, fp64 reference) from the output and the
+    expert's index, first row and row count."""
     try:
         run()
     except (RuntimeError, NotImplementedError) as exc:
-        raise unavailable("grouped GEMM (weight gradient)", device, exc) from None
+        raise unavailable(what, device, exc) from None
 
     def check() -> float:
         out = run()
         errs, lo = [], 0
         for e, c in enumerate(counts):
             if c:
-                ref = dy[lo : lo + c].double().T @ x[lo : lo + c].double()
-                errs.append(rel_err(out[e], ref))
+                errs.append(rel_err(*pair(out, e, lo, c)))
             lo += c
             if len(errs) == CHECKED_EXPERTS:
                 break
         return max(errs, default=0.0)
 
-    touched = sum(1 for c in counts if c)
-    detail = {"kernel": "torch._grouped_mm (2-D x 2-D, weight gradient)", "touched": touched,
-              "rows_max": max(counts), "rows_mean_touched": rows / max(1, touched)}  # fmt: skip
+    rows, touched = sum(counts), sum(1 for c in counts if c)
+    detail = {"kernel": kernel, "touched": touched, "rows_max": max(counts),
+              "rows_mean_touched": rows / max(1, touched)}  # fmt: skip
     return Kernel(run, check, TOLERANCE["bf16"], detail)

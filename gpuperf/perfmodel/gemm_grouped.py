@@ -75,8 +75,9 @@ def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
     bw = float(extra.get("grouped_gemm_mem_eff", GROUPED_MEM_EFF)) * gpu.hbm_bw
     p = k_top / e
     local = op.local
+    floor = hw.floor + hw.reduce_floor + setup  # the grouped kernel, the prepare kernel, setup
     if op.wgrad:
-        return _wgrad_time(op, gpu, hw, eff, bw, setup, p)
+        return _wgrad_time(op, gpu, hw, eff, bw, floor, p)
     mean_rows = op.rows / local  # PyTorch picks the tile from the mean over all groups
     tm, tn = SMALL_TILE if (mean_rows <= 128 or op.n <= 128) else LARGE_TILE
     touched = op.touched()
@@ -86,32 +87,42 @@ def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
     tk, _, t_kstep = k_step(tm, tn, b, hw, eff)
     ksteps = -(-op.k // tk)
     per_sm = ctas_per_sm(tm, tn, hw)
-    per_sm_ctas = math.ceil(ctas / hw.sms - 1e-9)
-    balanced = ctas * ksteps / hw.sms
-    busiest = balanced + hw.tail * (per_sm_ctas * ksteps - balanced)
-    # A persistent kernel fills its pipeline once per SM, not once per tile: the next tile's
-    # loads overlap this one's epilogue.
-    t_math = (busiest + hw.fill) * t_kstep
-
+    t_math = _math_s(ctas, ctas * ksteps, t_kstep, hw)
     r0, c0 = raster(tm, tn, per_sm, hw)
     m_tiles_per_expert = tiles_m / max(touched, 1e-9)
     a_bytes = op.rows * op.k * b * math.ceil(tiles_n / c0)
     w_bytes = touched * op.k * op.n * b * max(1.0, math.ceil(m_tiles_per_expert / r0))
     traffic = a_bytes + w_bytes + op.rows * op.n * b
-    t_mem = (traffic + hw.half_bytes) / bw
-    floor = hw.floor + hw.reduce_floor + setup  # the grouped kernel, the prepare kernel, setup
+    return _finish(op, gpu, hw, eff, bw, floor, (tm, tn), ctas, t_math, traffic)
+
+
+def _math_s(ctas: float, steps: float, t_kstep: float, hw) -> float:  # noqa: ANN001
+    """The products' time: `steps` k-steps over `ctas` tiles, the busiest SM's share (a whole
+    tile's steps more where the tiles do not spread evenly). A persistent kernel fills its
+    pipeline once per SM, not once per tile: the next tile's loads overlap this one's epilogue."""
+    balanced = steps / hw.sms
+    per_cta = steps / max(ctas, 1e-9)
+    busiest = balanced + hw.tail * (math.ceil(ctas / hw.sms - 1e-9) * per_cta - balanced)
+    return (busiest + hw.fill) * t_kstep
+
+
+def _finish(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float,  # noqa: ANN001
+            floor: float, tile: tuple[int, int], ctas: float, t_math: float,
+            traffic: float) -> OpTime:  # fmt: skip
+    """The kernel's time from its products and its traffic, with what it is made of."""
+    touched = op.touched()
     detail = {
-        "tile": f"{tm}x{tn}",
+        "tile": f"{tile[0]}x{tile[1]}",
         "touched": touched,
         "tiles": ctas,
         "rows_per_expert": op.rows / max(touched, 1e-9),
         "eff": eff * hw.rate / gpu.peak(op.dtype),
         "traffic_bytes": traffic,
     }
-    return finish(t_math, t_mem, floor, detail)
+    return finish(t_math, (traffic + hw.half_bytes) / bw, floor, detail)
 
 
-def _wgrad_time(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float, setup: float,  # noqa: ANN001
+def _wgrad_time(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float, floor: float,  # noqa: ANN001
                 p: float) -> OpTime:  # fmt: skip
     """The weight gradients of an MoE layer's experts in one grouped launch: every touched
     expert's dW[n, k] = dY_eᵀ @ X_e (the weights held [E, n, k], as autograd computes them) is a
@@ -126,22 +137,9 @@ def _wgrad_time(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float, setup:
     ctas = touched * out_tiles
     tk, _, t_kstep = k_step(tm, tn, b, hw, eff)
     steps = out_tiles * op.local * expected_ceil(op.tokens, p, tk)  # over every tile
-    per_sm = ctas_per_sm(tm, tn, hw)
-    balanced = steps / hw.sms
-    per_cta = steps / max(ctas, 1e-9)
-    busiest = balanced + hw.tail * (math.ceil(ctas / hw.sms - 1e-9) * per_cta - balanced)
-    t_math = (busiest + hw.fill) * t_kstep
-    r0, c0 = raster(tm, tn, per_sm, hw)
+    t_math = _math_s(ctas, steps, t_kstep, hw)
+    r0, c0 = raster(tm, tn, ctas_per_sm(tm, tn, hw), hw)
     dy_bytes = op.rows * op.n * b * math.ceil(tiles_n / c0)  # dYᵀ: once per column wave
     x_bytes = op.rows * op.k * b * math.ceil(tiles_m / r0)
     traffic = x_bytes + dy_bytes + touched * op.k * op.n * wgrad_bytes(op.dtype)
-    t_mem = (traffic + hw.half_bytes) / bw
-    detail = {
-        "tile": f"{tm}x{tn}",
-        "touched": touched,
-        "tiles": ctas,
-        "rows_per_expert": op.rows / max(touched, 1e-9),
-        "eff": eff * hw.rate / gpu.peak(op.dtype),
-        "traffic_bytes": traffic,
-    }
-    return finish(t_math, t_mem, hw.floor + hw.reduce_floor + setup, detail)
+    return _finish(op, gpu, hw, eff, bw, floor, (tm, tn), ctas, t_math, traffic)
