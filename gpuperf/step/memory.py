@@ -45,6 +45,7 @@ from gpuperf.perfmodel.ops import INT4_GROUP
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.scenario import Scenario
 from gpuperf.workloads.shard import stage_params
+from gpuperf.workloads.transformer_layers import vocab_shard
 
 if TYPE_CHECKING:
     from gpuperf.hardware.spec import GpuSpec
@@ -194,7 +195,8 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
     if sc.attn == "math":
         attn += 2 * cfg.heads / tp * (T // mb) * (sc.ctx + 1 if sc.mode == "decode" else sc.seq)
     rows = mb if sc.mode in ("prefill", "generate") else T
-    return float(b * T * (2 * h + max(attn, mlp)) + 4 * rows * -(-cfg.vocab // tp))
+    return float(b * T * (2 * h + max(attn, mlp))
+                 + 4 * rows * vocab_shard(cfg.vocab, tp, sc.impl, False))  # fmt: skip
 
 
 def optimizer_bytes_per_param(param_bytes: int, eager: bool, grad_bytes: int = 4) -> int:
@@ -271,7 +273,9 @@ def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: 
     )
     # the logits and their fp32 copy for the loss; a final softcap keeps its tanh's output too
     per_logit = pb + (4 if act != "fp32" else 0) + (pb if cfg.final_softcap else 0)
-    head = b * seq // cp * -(-cfg.vocab // tp) * per_logit
+    head = (
+        b * seq // cp * vocab_shard(cfg.vocab, tp, "eager" if eager else "fused", True) * per_logit
+    )
     return (pb, gb, optimizer_bytes_per_param(pb, eager, gb),
             _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute, fp8), rebuilt,
             float(head))  # fmt: skip

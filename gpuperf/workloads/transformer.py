@@ -142,7 +142,7 @@ def epilogue(cfg: ModelConfig, d: Dims, eager: bool, mode: str) -> list[Op]:
     if mode == "prefill" and not eager and d.q_len > 1:
         # vLLM gathers the hidden states at each sequence's last position before the lm_head.
         ops.append(Copy("logits_gather", rows * h * BYTES[d.act], d.act))
-    vocab = -(-cfg.vocab // d.g.tp)
+    vocab = d.vocab
     ops.append(Gemm("lm_head", rows, vocab, h, d.act))
     gathered = logits_gathered(d, eager, mode == "train")
     if gathered:

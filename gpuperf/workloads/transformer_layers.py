@@ -59,6 +59,7 @@ class Dims:
     scales: str = ""  # fp8: "tensor" or "row" scales; int4: group size ("g128")
     mla: str = "auto"  # MLA form: naive, absorbed, or what the implementation runs (auto)
     moe_imbalance: float = 1.0  # the busiest expert-parallel rank's share over the mean
+    vocab: int = 0  # the lm_head's columns on this GPU (vocab_shard)
 
     def __hash__(self) -> int:  # the engine's caches hash it per plan: once per object
         return field_hash(self)
@@ -73,6 +74,19 @@ class Dims:
 def _layer_groups(g: Groups) -> Groups:
     """The groups without what a layer's kernels never see (data-parallel and pipeline)."""
     return replace(g, dp=1, dp_nodes=1, edp=1, edp_nodes=1, pp_inter_node=False)
+
+
+def vocab_shard(vocab: int, tp: int, impl: str, train: bool) -> int:
+    """This GPU's columns of the lm_head and of the logits: the vocabulary, padded as the
+    implementation pads it, split tp ways. Megatron-LM pads it to a multiple of 128·tp
+    (--make-vocab-size-divisible-by 128, its default; _vocab_size_with_padding), so GPT-2's
+    50,257 becomes 50,304 on one GPU and the lm_head's GEMMs keep aligned leading dimensions;
+    vLLM pads to a multiple of 64 (DEFAULT_VOCAB_PADDING_SIZE) before splitting; Hugging Face
+    runs the checkpoint's vocabulary as it is."""
+    if impl == "fused":
+        unit = 128 * tp if train else 64
+        vocab = -(-vocab // unit) * unit
+    return -(-vocab // tp)
 
 
 def make_dims(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> Dims:
@@ -121,6 +135,7 @@ def _dims(cfg: ModelConfig, g: Groups, mode: str, mb: int, seq: int, ctx: int, d
         scales=gemm_scales(dtype, weight_dtype, fp8_scales),
         mla=mla,
         moe_imbalance=moe_imbalance,
+        vocab=vocab_shard(cfg.vocab, tp, impl, mode == "train"),
     )
 
 

@@ -358,7 +358,7 @@ def loss_ops(cfg: ModelConfig, d: Dims, eager: bool) -> tuple[list[Op], list[Op]
     all-reduces of one fp32 per token (the max, the sum of exponentials, the target logit)."""
     # DTensor, and the eager Megatron-style hooks, gather the logits first (epilogue).
     split = 1 if logits_gathered(d, eager, True) else d.g.tp
-    T, V, a = d.T, -(-cfg.vocab // split), d.act
+    T, V, a = d.T, d.vocab * d.g.tp // split, d.act
     if not eager:
         fwd: list[Op] = [Norm("loss/ce", "softmax", T, V, a)]  # type: ignore[arg-type]
         for part in ("max", "sum", "target") if split > 1 else ():
@@ -486,7 +486,7 @@ def head_backward(cfg: ModelConfig, d: Dims, eager: bool) -> list[Op]:
     """Loss backward, lm_head backward (column-parallel under TP), final-norm backward."""
     T, h, a = d.T, d.hidden, d.act
     ops: list[Op] = loss_ops(cfg, d, eager)[1]
-    vocab = -(-cfg.vocab // d.g.tp)
+    vocab = d.vocab
     # on the logits the loss saw: gathered (DTensor, eager) or this shard (Megatron's fused)
     n = T * (vocab * d.g.tp if logits_gathered(d, eager, True) else vocab)
     if cfg.final_softcap:  # * cap, tanh, / cap backward (the tanh's reads its output too)

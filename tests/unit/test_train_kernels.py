@@ -21,6 +21,7 @@ from gpuperf.perfmodel.roofline import op_time
 from gpuperf.workloads.config import from_hf_dict, load_model
 from gpuperf.workloads.scenario import Scenario
 from gpuperf.workloads.transformer import build_ops
+from gpuperf.workloads.transformer_layers import vocab_shard
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 GPUS = [("h100", "h100-sxm5-80gb"), ("h200", "h200-sxm-141gb")]
@@ -239,3 +240,26 @@ def test_fit_formats_writes_a_model_table_into_a_profile_that_has_none(tmp_path)
     data = tomllib.loads(prof.read_text())
     assert data["model"]["attn_bwd_eff"] == 0.6 and prof.read_text().count("attn_bwd_eff") == 1
     assert data["model"]["extra"]["foreach_launch_s"] == 9e-6
+
+
+def test_the_lm_head_runs_the_vocabulary_as_each_implementation_pads_it():
+    """Megatron-LM pads the vocabulary to a multiple of 128·tp, vLLM to 64, Hugging Face not at
+    all: GPT-2's 50,257 columns miss cuBLAS's aligned fast path only in Hugging Face."""
+    assert vocab_shard(50257, 1, "fused", True) == 50304
+    assert vocab_shard(50257, 2, "fused", True) == 25216  # 50,432 / 2
+    assert vocab_shard(50257, 2, "fused", False) == 25152  # 50,304 / 2
+    assert vocab_shard(50257, 2, "eager", True) == 25129
+    assert vocab_shard(32000, 4, "fused", True) == 8064  # 32,256 / 4
+    assert vocab_shard(32000, 1, "fused", True) == 32000
+    cfg = from_hf_dict({"model_type": "gpt2", "n_embd": 1024, "n_layer": 2, "n_head": 16,
+                        "vocab_size": 50257, "n_positions": 1024}, name="gpt2-2l")  # fmt: skip
+    gpu = load_gpu("h100")
+    times = {}
+    for impl, vocab in (("fused", 50304), ("eager", 50257)):
+        ops = build_ops(cfg, Scenario(mode="train", impl=impl, batch=4, seq=1024))
+        head = {op.name: op for op in ops if op.name.startswith("lm_head")}
+        assert head["lm_head"].n == vocab and head["lm_head.dgrad"].k == vocab
+        ce = next(op for op in ops if op.name.startswith("loss/") and "softmax" in op.shape)
+        assert str(vocab) in ce.shape
+        times[impl] = op_time(head["lm_head"], gpu).time
+    assert times["fused"] < 0.5 * times["eager"]  # the misaligned GEMM's slow path
