@@ -35,6 +35,7 @@ FILES = (
     "gemm_quant.json",
     "gemm_quant_decode.json",
     "grouped_gemm.json",
+    "grouped_gemm_bwd.json",
     "attention_masked_prefill.json",
     "train_kernels.json",
     "eager_ew.json",

@@ -90,6 +90,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "grouped_gemm_eff": (0.3, 1.0),
     "grouped_gemm_floor_s": (0.0, 50e-6),
     "grouped_gemm_mem_eff": (0.3, 1.0),
+    "grouped_wgrad_overlap": (0.0, 1.0),
     "attn_mask_eff": (0.1, 1.0),
     "attn_softmax_ops": (0.5, 8.0),
     "attn_bwd_eff": (0.2, 1.0),
@@ -345,8 +346,10 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
     (("w8_gemm_eff", "w8_mem_eff", "w8_overlap"), _weight_only("int8")),
     (
         ("grouped_gemm_mem_eff", "grouped_gemm_eff", "grouped_gemm_floor_s"),
-        lambda op: isinstance(op, GroupedGemm),
+        lambda op: isinstance(op, GroupedGemm) and not op.wgrad,
     ),
+    # then the experts' weight gradients, on the rate and bandwidth the forward set
+    (("grouped_wgrad_overlap",), lambda op: isinstance(op, GroupedGemm) and op.wgrad),
     # The softmax's share of a pair where it, not the matmuls, binds (head_dim 64 and below);
     # then what builds on it: the masked prefill, the backward kernels, dropout inside attention.
     (

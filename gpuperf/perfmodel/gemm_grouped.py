@@ -33,6 +33,9 @@ from gpuperf.perfmodel.roofline import finish
 GROUPED_EFF = 0.85  # defaults, overridden by a profile's [model.extra]
 GROUPED_FLOOR_S = 8e-6
 GROUPED_MEM_EFF = 0.8
+# The share of the weight gradient's dW stores that its products hide (1: all, 0: none); the
+# default between the H100's and H200's fits, for GPUs without one.
+GROUPED_WGRAD_OVERLAP = 0.6
 SMALL_TILE, LARGE_TILE = (64, 128), (128, 256)
 
 
@@ -141,5 +144,16 @@ def _wgrad_time(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float, floor:
     r0, c0 = raster(tm, tn, ctas_per_sm(tm, tn, hw), hw)
     dy_bytes = op.rows * op.n * b * math.ceil(tiles_n / c0)  # dYᵀ: once per column wave
     x_bytes = op.rows * op.k * b * math.ceil(tiles_m / r0)
-    traffic = x_bytes + dy_bytes + touched * op.k * op.n * wgrad_bytes(op.dtype)
+    w_bytes = touched * op.k * op.n * wgrad_bytes(op.dtype)
+    traffic = x_bytes + dy_bytes + w_bytes
+    # Each output tile's k-loop is short (an expert's rows), so its stores weigh as much as
+    # its products; the cooperative kernel's epilogue overlaps the next tile's products only in
+    # part: what it leaves exposed of the smaller adds to the larger of products and traffic.
+    lap = float(gpu.params.extra.get("grouped_wgrad_overlap", GROUPED_WGRAD_OVERLAP))
+    exposed = (1.0 - lap) * min(t_math, w_bytes / bw)
+    t_mem = (traffic + hw.half_bytes) / bw
+    if t_math >= t_mem:
+        t_math += exposed
+    else:
+        traffic += exposed * bw
     return _finish(op, gpu, hw, eff, bw, floor, (tm, tn), ctas, t_math, traffic)

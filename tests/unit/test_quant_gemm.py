@@ -133,3 +133,21 @@ def test_grouped_weight_gradient_costs_the_products_and_writes_each_experts_weig
     one = gemm_time(GroupedGemm("g", 1, 8, 128, 1536, 2048, wgrad=True), H100)
     assert one.t_mem > one.t_math
     assert one.time > 2 * 8 * 1536 * 2048 / H100.hbm_bw
+
+
+def test_grouped_weight_gradient_leaves_part_of_its_stores_exposed():
+    """Each output tile's k-loop is one expert's rows: where the dW stores weigh about as much
+    as the products, the overlap share (1: hidden, as max(math, memory); 0: added in full)
+    sets the time, and only there."""
+    from gpuperf.perfmodel.calibrate import with_params
+
+    def at(lap: float, tokens: int) -> float:
+        gpu = with_params(H100, grouped_wgrad_overlap=lap)
+        return gemm_time(GroupedGemm("g", tokens, 8, 128, 1536, 2048, wgrad=True), gpu).time
+
+    hidden, exposed = at(1.0, 1024), at(0.0, 1024)  # 64 rows an expert: stores take as long
+    assert exposed > 1.3 * hidden
+    assert at(0.5, 1024) == pytest.approx((hidden + exposed) / 2, rel=0.02)
+    # Many rows per expert: the products dwarf the stores, and the share barely matters.
+    assert at(0.0, 65536) < 1.1 * at(1.0, 65536)
+    assert 0.5 < H100.params.extra["grouped_wgrad_overlap"] < 0.8  # fitted: two-thirds hidden
