@@ -4,7 +4,8 @@ Run on the device machine from the repository root:
 
     python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan PLAN] [--only NAMES]
 
-(PLAN: llama, moe, moetrain, ckpt, swa, families, hosts, trainfam, trainfam2, unseen or ckpthost.)
+(PLAN: llama, moe, moetrain, moetrain2, ckpt, swa, families, hosts, trainfam, trainfam2, unseen
+or ckpthost.)
 
 Writes e2e_<plan>.json (e2e_hf.json for the llama plan): for each run the model config (HF
 config.json form), the scenario, the measured time per step (median of per-iteration CUDA-event
@@ -23,6 +24,8 @@ Plans:
 - moe: MoE models as transformers 5.17 runs them (grouped_mm experts): a Mixtral-, a Qwen3-MoE-,
   a Qwen1.5-MoE- (shared expert) and a DeepSeek-V3-shaped model (MLA, sigmoid group router,
   shared expert, a first dense layer), a few layers each; prefill and eager decode.
+- moetrain: training steps of the Mixtral-, Qwen3-MoE- and Qwen1.5-MoE-shaped models;
+  moetrain2: of a DeepSeek-V3-shaped one (a dense and an MoE layer), which no training run met.
 - ckpt: training steps with and without gradient checkpointing
   (model.gradient_checkpointing_enable()).
 - trainfam: the same for seven families (Llama-3.2, Gemma-3, Phi-3, GPT-2, Qwen2, Qwen3,
@@ -208,6 +211,7 @@ CONFIGS = {
     "mixtral-2l": lambda: _few_layers(_preset("mixtral-8x7b"), 2),
     "qwen3-moe-4l": lambda: _few_layers(QWEN3_MOE, 4),
     "qwen1.5-moe-4l": lambda: _few_layers(QWEN2_MOE, 4),
+    "deepseek-v3-2l": lambda: _few_layers(DEEPSEEK_V3, 2, first_k_dense_replace=1),
     "mistral-4l-swa": lambda: _few_layers(_preset("mistral-7b"), 4),
     "mistral-4l-full": lambda: _few_layers(_preset("mistral-7b"), 4, sliding_window=None),
     "qwen3-8b": lambda: dict(QWEN3_8B),
@@ -265,6 +269,8 @@ def load_config(name: str, tiny: bool = False) -> dict:
             cfg["num_key_value_heads"] = cfg["num_attention_heads"]  # MHA stays MHA
         if cfg.get("model_type") == "phi":  # 0.4 of the tiny head (64) is an odd rotary width
             cfg["partial_rotary_factor"] = 0.5
+        if "layer_types" in cfg:  # one type per layer (GPT-OSS's alternating windows)
+            cfg["layer_types"] = cfg["layer_types"][: cfg["num_hidden_layers"]]
         for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # inside the small vocab
             if isinstance(cfg.get(key), int) and cfg[key] >= cfg["vocab_size"]:
                 cfg[key] = 0
@@ -653,6 +659,12 @@ MOE_TRAIN_PLAN = [
     for model in ("mixtral-2l", "qwen3-moe-4l", "qwen1.5-moe-4l")
     for batch in (1, 4)
 ]
+# MoE training steps of a family the moetrain plan did not have (DeepSeek-V3's MLA, shared
+# expert, sigmoid group router and a first dense layer): all held out. (GPT-OSS's attention
+# sinks have no SDPA path in transformers 5.17.)
+MOE_TRAIN_2_PLAN = [
+    ("deepseek-v3-2l", "train", "eager", False, batch, 2048, 0) for batch in (1, 2, 4)
+]
 CKPT_PLAN = [  # (..., gradient checkpointing) as the 8th field
     ("llama-1.1b", "train", "eager", False, 4, 2048, 0, True),
     ("llama-3b", "train", "eager", False, 2, 2048, 0, False),
@@ -756,7 +768,8 @@ NEW_FAMILIES_PLAN = [
                  ("granite-3.1-8b-8l", 2, 2048), ("olmo2-7b-8l", 2, 2048),
                  ("phi-2-8l", 2, 2048)))  # fmt: skip
 
-PLANS = {"llama": PLAN, "moe": MOE_PLAN, "moetrain": MOE_TRAIN_PLAN, "ckpt": CKPT_PLAN,
+PLANS = {"llama": PLAN, "moe": MOE_PLAN, "moetrain": MOE_TRAIN_PLAN,
+         "moetrain2": MOE_TRAIN_2_PLAN, "ckpt": CKPT_PLAN,
          "swa": SWA_PLAN,
          "families": FAMILIES_PLAN, "hosts": HOSTS_PLAN,
          "trainfam": TRAIN_FAMILIES_PLAN, "trainfam2": TRAIN_FAMILIES_2_PLAN,

@@ -249,6 +249,26 @@ def grouped_gemm_bwd_ops() -> list[Op]:
     return ops
 
 
+# Experts the grouped backward's fit never saw (grouped_wgrad_overlap came from the shapes
+# above): Qwen3-235B-A22B, GPT-OSS-20B, OLMoE-1B-7B, Qwen2-57B-A14B and Mixtral-8x22B.
+MOE_HELD_SHAPES = {"qwen3-235b": (128, 8, 4096, 1536), "gpt-oss-20b": (32, 4, 2880, 2880),
+                   "olmoe": (64, 8, 2048, 1024), "qwen2-57b": (64, 8, 3584, 2560),
+                   "mixtral-8x22b": (8, 2, 6144, 16384)}  # fmt: skip
+MOE_HELD_TOKENS = (1024, 4096, 16384)
+
+
+def grouped_gemm_bwd_held_ops() -> list[Op]:
+    """grouped_gemm_bwd_ops over experts of other models (MOE_HELD_SHAPES): all held out."""
+    ops: list[Op] = []
+    for model, (e, topk, h, f) in MOE_HELD_SHAPES.items():
+        for t in MOE_HELD_TOKENS:
+            for part, n, k in (("gate_up", 2 * f, h), ("down", h, f)):
+                name = f"{model}/t{t}/{part}"
+                ops.append(GroupedGemm(name + ".dgrad", t, topk, e, k, n))
+                ops.append(GroupedGemm(name + ".wgrad", t, topk, e, n, k, wgrad=True))
+    return ops
+
+
 GROUPS = {
     "gemm": gemm_ops,
     "gemm_models": model_gemm_ops,
@@ -265,6 +285,7 @@ GROUPS = {
     "gemm_quant_decode": gemm_quant_decode_ops,
     "grouped_gemm": grouped_gemm_ops,
     "grouped_gemm_bwd": grouped_gemm_bwd_ops,
+    "grouped_gemm_bwd_held": grouped_gemm_bwd_held_ops,
 }
 
 
