@@ -25,7 +25,8 @@ Plans:
   a Qwen1.5-MoE- (shared expert) and a DeepSeek-V3-shaped model (MLA, sigmoid group router,
   shared expert, a first dense layer), a few layers each; prefill and eager decode.
 - moetrain: training steps of the Mixtral-, Qwen3-MoE- and Qwen1.5-MoE-shaped models;
-  moetrain2: of a DeepSeek-V3-shaped one (a dense and an MoE layer), which no training run met.
+  moetrain2: of a DeepSeek-V3-shaped one (a dense and an MoE layer of 64 of its experts),
+  which no training run met.
 - ckpt: training steps with and without gradient checkpointing
   (model.gradient_checkpointing_enable()).
 - trainfam: the same for seven families (Llama-3.2, Gemma-3, Phi-3, GPT-2, Qwen2, Qwen3,
@@ -211,7 +212,9 @@ CONFIGS = {
     "mixtral-2l": lambda: _few_layers(_preset("mixtral-8x7b"), 2),
     "qwen3-moe-4l": lambda: _few_layers(QWEN3_MOE, 4),
     "qwen1.5-moe-4l": lambda: _few_layers(QWEN2_MOE, 4),
-    "deepseek-v3-2l": lambda: _few_layers(DEEPSEEK_V3, 2, first_k_dense_replace=1),
+    "deepseek-v3-2l-e64": lambda: _few_layers(
+        DEEPSEEK_V3, 2, first_k_dense_replace=1, n_routed_experts=64
+    ),
     "mistral-4l-swa": lambda: _few_layers(_preset("mistral-7b"), 4),
     "mistral-4l-full": lambda: _few_layers(_preset("mistral-7b"), 4, sliding_window=None),
     "qwen3-8b": lambda: dict(QWEN3_8B),
@@ -660,10 +663,11 @@ MOE_TRAIN_PLAN = [
     for batch in (1, 4)
 ]
 # MoE training steps of a family the moetrain plan did not have (DeepSeek-V3's MLA, shared
-# expert, sigmoid group router and a first dense layer): all held out. (GPT-OSS's attention
-# sinks have no SDPA path in transformers 5.17.)
+# expert, sigmoid group router and a first dense layer), with 64 of its 256 experts so that
+# AdamW's states fit beside the weights on one GPU: all held out. (GPT-OSS's attention sinks
+# have no SDPA path in transformers 5.17.)
 MOE_TRAIN_2_PLAN = [
-    ("deepseek-v3-2l", "train", "eager", False, batch, 2048, 0) for batch in (1, 2, 4)
+    ("deepseek-v3-2l-e64", "train", "eager", False, batch, 2048, 0) for batch in (1, 2, 4)
 ]
 CKPT_PLAN = [  # (..., gradient checkpointing) as the 8th field
     ("llama-1.1b", "train", "eager", False, 4, 2048, 0, True),
