@@ -111,7 +111,7 @@ def _math_s(ctas: float, steps: float, t_kstep: float, hw) -> float:  # noqa: AN
 
 def _finish(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float,  # noqa: ANN001
             floor: float, tile: tuple[int, int], ctas: float, t_math: float,
-            traffic: float) -> OpTime:  # fmt: skip
+            traffic: float, t_mem: float | None = None) -> OpTime:  # fmt: skip
     """The kernel's time from its products and its traffic, with what it is made of."""
     touched = op.touched()
     detail = {
@@ -122,7 +122,8 @@ def _finish(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float,  # noqa: A
         "eff": eff * hw.rate / gpu.peak(op.dtype),
         "traffic_bytes": traffic,
     }
-    return finish(t_math, (traffic + hw.half_bytes) / bw, floor, detail)
+    return finish(t_math, (traffic + hw.half_bytes) / bw if t_mem is None else t_mem, floor,
+                  detail)  # fmt: skip
 
 
 def _wgrad_time(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float, floor: float,  # noqa: ANN001
@@ -148,12 +149,14 @@ def _wgrad_time(op: GroupedGemm, gpu: GpuSpec, hw, eff: float, bw: float, floor:
     traffic = x_bytes + dy_bytes + w_bytes
     # Each output tile's k-loop is short (an expert's rows), so its stores weigh as much as
     # its products; the cooperative kernel's epilogue overlaps the next tile's products only in
-    # part: what it leaves exposed of the smaller adds to the larger of products and traffic.
+    # part: a share `lap` runs as max(products, traffic), the rest with the dW stores after
+    # the products and the other traffic (the larger term takes the blend).
     lap = float(gpu.params.extra.get("grouped_wgrad_overlap", GROUPED_WGRAD_OVERLAP))
-    exposed = (1.0 - lap) * min(t_math, w_bytes / bw)
     t_mem = (traffic + hw.half_bytes) / bw
+    t_store = w_bytes / bw
+    blend = lap * max(t_math, t_mem) + (1.0 - lap) * (max(t_math, t_mem - t_store) + t_store)
     if t_math >= t_mem:
-        t_math += exposed
+        t_math = blend
     else:
-        traffic += exposed * bw
-    return _finish(op, gpu, hw, eff, bw, floor, (tm, tn), ctas, t_math, traffic)
+        t_mem = blend
+    return _finish(op, gpu, hw, eff, bw, floor, (tm, tn), ctas, t_math, traffic, t_mem)

@@ -358,7 +358,9 @@ def loss_ops(cfg: ModelConfig, d: Dims, eager: bool) -> tuple[list[Op], list[Op]
     all-reduces of one fp32 per token (the max, the sum of exponentials, the target logit)."""
     # DTensor, and the eager Megatron-style hooks, gather the logits first (epilogue).
     split = 1 if logits_gathered(d, eager, True) else d.g.tp
-    T, V, a = d.T, d.vocab * d.g.tp // split, d.act
+    # gathered: the whole vocabulary (as the implementation pads it), else this rank's shard
+    whole = cfg.vocab if eager else d.vocab * d.g.tp
+    T, V, a = d.T, (whole if split == 1 else d.vocab), d.act
     if not eager:
         fwd: list[Op] = [Norm("loss/ce", "softmax", T, V, a)]  # type: ignore[arg-type]
         for part in ("max", "sum", "target") if split > 1 else ():

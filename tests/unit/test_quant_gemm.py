@@ -146,8 +146,8 @@ def test_grouped_weight_gradient_leaves_part_of_its_stores_exposed():
         return gemm_time(GroupedGemm("g", tokens, 8, 128, 1536, 2048, wgrad=True), gpu).time
 
     hidden, exposed = at(1.0, 1024), at(0.0, 1024)  # 64 rows an expert: stores take as long
-    assert exposed > 1.3 * hidden
+    assert exposed > 1.2 * hidden
     assert at(0.5, 1024) == pytest.approx((hidden + exposed) / 2, rel=0.02)
     # Many rows per expert: the products dwarf the stores, and the share barely matters.
     assert at(0.0, 65536) < 1.1 * at(1.0, 65536)
-    assert 0.5 < H100.params.extra["grouped_wgrad_overlap"] < 0.8  # fitted: two-thirds hidden
+    assert 0.5 < H100.params.extra["grouped_wgrad_overlap"] < 0.8  # fitted: about 0.6
