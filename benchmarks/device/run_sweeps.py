@@ -233,20 +233,27 @@ MOE_TRAIN_TOKENS = (512, 2048, 8192, 32768)
 MOE_TRAIN_SHAPES = {**MOE_SHAPES, "gpt-oss-120b": (128, 4, 2880, 2880)}
 
 
-def grouped_gemm_bwd_ops() -> list[Op]:
-    """The backward of both grouped GEMMs (autograd of torch._grouped_mm): the input gradient
+def _grouped_bwd(shapes: dict, tokens: tuple[int, ...], max_tokens: dict | None = None) -> list[Op]:
+    """The backward of both grouped GEMMs (autograd of torch._grouped_mm) of each model's experts
+    in `shapes` at each token count (up to `max_tokens[model]` where given): the input gradient
     (dY @ W per expert: n and k swapped, the weights row-major) and the weight gradient (each
     expert's X_eᵀ @ dY_e)."""
     ops: list[Op] = []
-    for model, (e, topk, h, f) in MOE_TRAIN_SHAPES.items():
-        for t in MOE_TRAIN_TOKENS:
-            if model == "deepseek-v3" and t > 8192:
-                continue  # 262K rows of 7168: the gradients alone would take 7.5 GB
+    for model, (e, topk, h, f) in shapes.items():
+        for t in tokens:
+            if t > (max_tokens or {}).get(model, t):
+                continue
             for part, n, k in (("gate_up", 2 * f, h), ("down", h, f)):
                 name = f"{model}/t{t}/{part}"
                 ops.append(GroupedGemm(name + ".dgrad", t, topk, e, k, n))
                 ops.append(GroupedGemm(name + ".wgrad", t, topk, e, n, k, wgrad=True))
     return ops
+
+
+def grouped_gemm_bwd_ops() -> list[Op]:
+    """_grouped_bwd over MOE_TRAIN_SHAPES (DeepSeek-V3's up to 8192 tokens: 262K rows of 7168
+    would take 7.5 GB for the gradients alone)."""
+    return _grouped_bwd(MOE_TRAIN_SHAPES, MOE_TRAIN_TOKENS, {"deepseek-v3": 8192})
 
 
 # Experts the grouped backward's fit never saw (grouped_wgrad_overlap came from the shapes
@@ -258,15 +265,8 @@ MOE_HELD_TOKENS = (1024, 4096, 16384)
 
 
 def grouped_gemm_bwd_held_ops() -> list[Op]:
-    """grouped_gemm_bwd_ops over experts of other models (MOE_HELD_SHAPES): all held out."""
-    ops: list[Op] = []
-    for model, (e, topk, h, f) in MOE_HELD_SHAPES.items():
-        for t in MOE_HELD_TOKENS:
-            for part, n, k in (("gate_up", 2 * f, h), ("down", h, f)):
-                name = f"{model}/t{t}/{part}"
-                ops.append(GroupedGemm(name + ".dgrad", t, topk, e, k, n))
-                ops.append(GroupedGemm(name + ".wgrad", t, topk, e, n, k, wgrad=True))
-    return ops
+    """_grouped_bwd over experts of other models (MOE_HELD_SHAPES): all held out."""
+    return _grouped_bwd(MOE_HELD_SHAPES, MOE_HELD_TOKENS)
 
 
 GROUPS = {
