@@ -85,7 +85,7 @@ def main() -> int:
     folder = ROOT / "benchmarks" / "results" / gpu.name
     files = [folder / f for f in FILES if (folder / f).exists()]
     samples = [s for s in load_samples(files) if cal.is_late(s.op)]
-    calib = [s for s in samples if cal.is_calibration(s.op)]
+    calib = [s for s in samples if cal.calibrates(s)]
     names = a.only or NAMES
     params = cal.fit(calib, gpu, names)
     fitted = dataclasses.replace(gpu, params=params)
@@ -99,7 +99,7 @@ def main() -> int:
         print(f"{n:22s} {v:.4g}")
     errs: dict[tuple[str, str], list[float]] = defaultdict(list)
     for s in samples:
-        split = "calibration" if cal.is_calibration(s.op) else "held-out"
+        split = "calibration" if cal.calibrates(s) else "held-out"
         e = op_time(s.op, fitted).time / s.measured_s - 1
         errs[(cal.op_class(s.op), split)].append(e)
     print(f"\n{'class':40s} {'split':12s} {'n':>4s} {'median |err|':>13s} {'bias':>7s}")

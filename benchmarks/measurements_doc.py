@@ -70,6 +70,7 @@ class Row:
     measured_s: float
     pred: OpTime
     raw: dict[str, Any]
+    held_out: bool = False  # its file was measured to check the model, never fitted
 
     @property
     def err(self) -> float:
@@ -84,7 +85,7 @@ class Row:
     @property
     def fit(self) -> str:
         """'*' on shapes in the calibration split (the profile's parameters were fitted on them)."""
-        return "*" if is_calibration(self.op) else ""
+        return "*" if not self.held_out and is_calibration(self.op) else ""
 
 
 def load_rows(path: Path, gpu: GpuSpec) -> list[Row]:
@@ -92,10 +93,12 @@ def load_rows(path: Path, gpu: GpuSpec) -> list[Row]:
     if not path.exists():
         return []
     out = []
-    for r in read_json(path).get("rows", []):
+    data = read_json(path)
+    held_out = data.get("split") == "held-out"
+    for r in data.get("rows", []):
         if r.get("op") and (r.get("measured_ms") or 0) > 0:
             op = op_from_dict(r["op"])
-            out.append(Row(op, r["measured_ms"] / 1e3, op_time(op, gpu), r))
+            out.append(Row(op, r["measured_ms"] / 1e3, op_time(op, gpu), r, held_out))
     return out
 
 

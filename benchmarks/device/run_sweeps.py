@@ -307,6 +307,8 @@ def run_group(name, items, out_dir, env, budget, predict, deadline, device="cuda
 
     f = ResultsFile(out_dir / f"{name}.json", env, name)
     f.data["skipped"] = []
+    if name.endswith("_held"):  # measured to check the model: no fit reads its rows
+        f.data["split"] = "held-out"
     t0 = time.monotonic()
     errors = []
     if limit:  # smoke test: the first `limit` small points

@@ -9,6 +9,7 @@ Triton kernels, timed here through mamba_ssm's own Python (its Triton files and 
 carried onto the device: PYTHONPATH=.carry/pylib; none of it is part of gpuperf).
 
     PYTHONPATH=.carry/pylib python3 benchmarks/device/ssd_probe.py OUT_DIR
+    PYTHONPATH=.carry/pylib python3 benchmarks/device/ssd_probe.py OUT_DIR --held  # other models
 
 Writes OUT_DIR/ssd_kernels.json: per shape, forward and backward, the kernels (name, µs, median
 over profiled calls) and the whole call timed with CUDA events (median); the gated norm forward
@@ -45,6 +46,17 @@ SHAPES = [
     ("nemotron-nano-9b-v2", 2, 4096, 128, 80, 128, 8, 128),
     ("mamba2-2.7b", 4, 2048, 80, 64, 128, 1, 256),
     ("nemotron3-nano", 8, 1024, 64, 64, 128, 8, 128),
+]
+# Other models' mixers, none of them in any fit (--held: ssd_kernels_held.json, "split":
+# "held-out"): Mamba-Codestral-7B, Zamba2-2.7B, Granite-4.0-H-Small, Nemotron-H-8B (and its TP=2
+# share at 16K tokens), Mamba-2-1.3B; chunks of 256 beside 128, one and eight groups.
+HELD_SHAPES = [
+    ("mamba-codestral-7b", 1, 8192, 128, 64, 128, 8, 256),
+    ("zamba2-2.7b", 2, 4096, 80, 64, 64, 1, 256),
+    ("granite-4.0-h-small", 1, 8192, 128, 64, 128, 1, 256),
+    ("nemotron-h-8b", 2, 4096, 128, 64, 128, 8, 128),
+    ("nemotron-h-8b-tp2", 1, 16384, 64, 64, 128, 4, 128),
+    ("mamba2-1.3b", 8, 2048, 64, 64, 128, 1, 256),
 ]
 DECODE_BATCHES = (1, 8, 32, 128, 256)
 DECODE_SHAPES = [("nemotron3-nano", 64, 64, 128, 8), ("nemotron3-super", 128, 64, 128, 8),
@@ -230,6 +242,7 @@ def main() -> int:
         data["rows"] += op_rows(data["rows"])
         write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
         return 0
+    held = "--held" in sys.argv[2:]
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     import mamba_ssm
@@ -239,13 +252,16 @@ def main() -> int:
     method = ("torch.profiler kernel durations (median of 5 calls) and CUDA events around each "
               "call (median of 20)")  # fmt: skip
     data = {"env": env, "kind": "ssd_kernels", "method": method, "rows": []}
-    path = out / "ssd_kernels.json"
+    path = out / ("ssd_kernels_held.json" if held else "ssd_kernels.json")
+    if held:
+        data["split"] = "held-out"  # measured to check the model: no fit reads its rows
     torch.manual_seed(0)
-    for shape in SHAPES:
+    for shape in HELD_SHAPES if held else SHAPES:
         data["rows"] += _scan_rows(torch, *shape)
         torch.cuda.empty_cache()
         write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
-    for shape in DECODE_SHAPES:
+        print(f"{shape[0]}: done", flush=True)
+    for shape in () if held else DECODE_SHAPES:
         data["rows"] += _decode_rows(torch, *shape)
         write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
     data["rows"] += op_rows(data["rows"])

@@ -102,7 +102,7 @@ def calibrate(
         fit_names, host_s, plan_s = live.fit_names, live.host_dispatch_s, live.host_attn_plan_s
         source = f"fitted to a calibration run on this machine ({live.device})"
     if not all_shapes:
-        samples = [s for s in samples if cal.is_calibration(s.op)]
+        samples = [s for s in samples if cal.calibrates(s)]
         runs = [r for r in runs if r.model in cal.E2E_CALIBRATION_MODELS]
     if not samples and not runs:
         raise InputError("no measurements to fit (no result rows in the calibration split)")

@@ -22,7 +22,7 @@ import pandas as pd
 from gpuperf.errors import InputError, shown
 from gpuperf.fileio import read_json_object
 from gpuperf.hardware.spec import GpuSpec
-from gpuperf.perfmodel.calibrate import E2E_CALIBRATION_MODELS, Sample, is_calibration, op_class
+from gpuperf.perfmodel.calibrate import E2E_CALIBRATION_MODELS, Sample, calibrates, op_class
 from gpuperf.perfmodel.host_pool import (
     HfStep,
     hf_host,
@@ -131,6 +131,7 @@ def load_samples(files: Iterable[Path]) -> list[Sample]:
     out: list[Sample] = []
     for path in files:
         data = read_json(path)
+        held_out = data.get("split") == "held-out"
         for i, row in enumerate(_list(data, "rows", path)):
             ms = _ms(row.get("measured_ms"), path)
             if not row.get("op") or not ms or ms <= 0 or row.get("wrong"):
@@ -139,7 +140,7 @@ def load_samples(files: Iterable[Path]) -> list[Sample]:
                 op = op_from_dict(row["op"])
             except InputError as exc:  # the op's own words, and where the reader finds it
                 raise InputError(f"{path}: rows[{i}]: {exc}") from None
-            out.append(Sample(op, ms / 1e3, path.name))
+            out.append(Sample(op, ms / 1e3, path.name, held_out))
     return out
 
 
@@ -376,7 +377,7 @@ def op_table(samples: Sequence[Sample], gpu: GpuSpec, system: Any = None) -> pd.
         rows.append(
             {
                 "class": op_class(s.op),
-                "split": "calibration" if is_calibration(s.op) else "held-out",
+                "split": "calibration" if calibrates(s) else "held-out",
                 "name": s.op.name,
                 "shape": s.op.shape,
                 "predicted_ms": pred * 1e3,

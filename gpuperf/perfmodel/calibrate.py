@@ -130,6 +130,7 @@ class Sample:
     op: Op
     measured_s: float
     source: str = ""
+    held_out: bool = False  # its file holds shapes kept out of every fit ("split": "held-out")
 
 
 # Op fields added after the split was first drawn, with their defaults: left out of the hash
@@ -161,6 +162,12 @@ def shape_hash(op: Op) -> int:
 def is_calibration(op: Op) -> bool:
     """Stable split: about CALIBRATION_SHARE of shapes calibrate, the rest are held out."""
     return (shape_hash(op) % 1000) < CALIBRATION_SHARE * 1000
+
+
+def calibrates(sample: Sample) -> bool:
+    """Whether a fit may use `sample`: its shape in the calibration split, and its file not one
+    measured to check the model (a result file whose top level says "split": "held-out")."""
+    return not sample.held_out and is_calibration(sample.op)
 
 
 def misaligned(op: Gemm) -> bool:

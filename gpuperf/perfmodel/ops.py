@@ -454,7 +454,11 @@ class Scan:
     fp32 between kernels, `dtype` for x, B, C and the output; `state_dtype` for decode's state)
     and the products it runs: the intra-chunk ones over whole chunks where the kernel's blocks
     span the chunk (the output, and dA's gradient), over half where they skip the masked
-    triangle."""
+    triangle. C·Bᵀ is one fp32 matrix per group, but the kernels that weigh x or dout by it
+    (the output, x's gradient, dA's gradient) run one program per head and each loads its
+    group's matrix again, its unmasked half: heads/groups times over (mamba_ssm 2.3's
+    _chunk_scan_fwd_kernel, _chunk_scan_chunk_state_bwd_dx_kernel,
+    _chunk_scan_bwd_ddAcs_stable_kernel)."""
 
     name: str
     kernel: str
@@ -484,21 +488,22 @@ class Scan:
         S = 4.0 * b * chunks * H * P * N  # the chunks' states, fp32 bytes
         X, BC, dt = e * b * L * H * P, e * b * L * G * N, 4.0 * b * L * H  # x, B (or C), fp32 dt
         CB = 4.0 * b * chunks * G * Q * Q  # C·Bᵀ within each chunk, fp32
+        CBh = CB * H / G / 2  # its unmasked half, loaded again by each head's program
         xn, xq, bq = 2.0 * b * L * H * P * N, 1.0 * b * L * H * P * Q, 2.0 * b * L * G * N * Q
         flops, read, written = {
             "cumsum": (0.0, dt / 2, 2 * dt),
             "chunk_state": (xn, X + BC + 2 * dt, S),
             "state_passing": (S / 2, S, S / 2),
             "bmm": (bq, 2 * BC, CB),
-            "chunk_scan": (2 * xq + xn, CB + X + S / 2 + BC + 2 * dt, X),
+            "chunk_scan": (2 * xq + xn, CBh + X + S / 2 + BC + 2 * dt, X),
             "dstates": (xn, X + BC + 2 * dt, S),
             "state_passing_bwd": (S / 2, 1.5 * S, S),
-            "dx": (2 * xq + xn, CB + 2 * X + S + BC + 2 * dt, X + dt),
+            "dx": (2 * xq + xn, CBh + 2 * X + S + BC + 2 * dt, X + dt),
             "db": (xn, X + S + 2 * dt, 2 * BC),
             "dc": (xn, X + S / 2 + 2 * dt, 2 * BC),
             "dcb": (xq, 2 * X + 2 * dt, CB),
             "bmm_bwd": (bq, CB + 2 * BC, 2 * BC),
-            "ddacs": (2 * xq, 2 * X + CB + 2 * dt, dt),
+            "ddacs": (2 * xq, 2 * X + CBh + 2 * dt, dt),
             "cumsum_bwd": (0.0, 3 * dt, dt),
         }[self.kernel]
         return Cost(flops, read, written)

@@ -1,8 +1,15 @@
-"""Mamba-2's scan kernels (mamba_ssm's Triton SSD kernels): their loads and their small matrix
-products do not overlap much, so a kernel's time is the sum of its memory term and its math term,
-each at its own efficiency, plus the shortest kernel's floor:
+"""Mamba-2's scan kernels (mamba_ssm's Triton SSD kernels). Two shapes of kernel, read from
+mamba_ssm 2.3's code:
 
-    time = bytes / (HBM bandwidth · ssd_mem_eff) + FLOPs / (matmul peak · ssd_math_eff) + floor
+- a K-loop of loads feeding small matrix products, scaled only per row (C·Bᵀ and its gradient,
+  each chunk's state, the states' and B's gradients: PIPELINED): Triton's software pipeline
+  overlaps the loads with the products, so the kernel takes the longer of the two;
+- the kernels that decay and mask each chunk's tile element by element between the loads and
+  the product (the output, x's, C·Bᵀ's and dA's gradients), the ones with atomic adds (C's
+  gradient) and the pure data movers: the two do not overlap, so they add up.
+
+    time = max or sum of (bytes / (HBM bandwidth · ssd_mem_eff), FLOPs / (matmul peak ·
+           ssd_math_eff)) + the shortest kernel's floor
 
 Both efficiencies are profile parameters (`[model.extra]`), fitted on measured kernels
 (benchmarks/fit_formats.py, benchmarks/results/<gpu>/ssd_kernels.json); a profile without them gets
@@ -16,8 +23,9 @@ from gpuperf.perfmodel.ops import Scan
 from gpuperf.perfmodel.optime import OpTime
 from gpuperf.perfmodel.roofline import finish, matmul_peak
 
-SSD_MEM_EFF = 0.74
-SSD_MATH_EFF = 0.46
+SSD_MEM_EFF = 0.72
+SSD_MATH_EFF = 0.59
+PIPELINED = frozenset({"bmm", "bmm_bwd", "chunk_state", "dstates", "db"})
 
 
 def scan_time(op: Scan, gpu: GpuSpec) -> OpTime:
@@ -26,6 +34,9 @@ def scan_time(op: Scan, gpu: GpuSpec) -> OpTime:
     t_mem = cost.bytes / (gpu.hbm_bw * float(extra.get("ssd_mem_eff", SSD_MEM_EFF)))
     peak = matmul_peak(gpu, op.dtype) * float(extra.get("ssd_math_eff", SSD_MATH_EFF))
     t_math = cost.flops / peak if cost.flops else 0.0
+    if op.kernel in PIPELINED:
+        return finish(t_math, t_mem, gpu.params.kernel_floor_s,
+                      {"model": "scan: max(memory, math), pipelined"})  # fmt: skip
     # finish() adds the larger term to the overhead: the smaller one rides there (a sum).
     return finish(t_math, t_mem, gpu.params.kernel_floor_s + min(t_math, t_mem),
                   {"model": "scan: memory + math, summed"})  # fmt: skip

@@ -31,6 +31,21 @@ def test_op_rows_reload_and_compare(tmp_path):
     assert s["target"].iloc[0] == pytest.approx(0.05)
 
 
+def test_a_file_measured_to_check_the_model_is_held_out_whole(tmp_path):
+    from gpuperf.perfmodel.calibrate import calibrates, is_calibration
+
+    ops = [Gemm(f"gemm/{m}", m, 4096, 4096) for m in range(1024, 1024 + 64 * 40, 64)]
+    assert any(is_calibration(op) for op in ops)  # some shapes fall in the calibration split
+    rows = [{"op": op_to_dict(op), "measured_ms": 1.0} for op in ops]
+    (tmp_path / "plain.json").write_text(json.dumps({"env": {}, "rows": rows}))
+    (tmp_path / "held.json").write_text(json.dumps({"env": {}, "split": "held-out", "rows": rows}))
+    plain = load_samples([tmp_path / "plain.json"])
+    held = load_samples([tmp_path / "held.json"])
+    assert [calibrates(s) for s in plain] == [is_calibration(op) for op in ops]
+    assert not any(calibrates(s) for s in held)
+    assert set(op_table(held, load_gpu("h100"))["split"]) == {"held-out"}
+
+
 def test_summary_percentiles_by_hand():
     t = pd.DataFrame(
         {"class": ["x"] * 5, "split": ["held-out"] * 5, "ratio": [1.0, 1.1, 0.9, 1.2, 2.0]}

@@ -65,9 +65,24 @@ def test_scan_kernel_cost_by_hand():
     # a decode step reads and writes each sequence's state once
     u = Scan("u", "state_update", 4, 1, H, P, N, G, Q, "bf16", "fp32").cost()
     assert u.bytes_read - 4 * (3 * H * P + 2 * G * N) * 2 == 4 * H * P * N * 4
+    # the output's kernel loads its group's C·Bᵀ (fp32, unmasked half) once per head
+    o = Scan("o", "chunk_scan", b, L, H, P, N, G, Q).cost()
+    cb_half = 4 * b * (L // Q) * G * Q * Q / 2
+    x, s_half, bc, dt = (
+        2 * b * L * H * P,
+        2 * b * (L // Q) * H * P * N,
+        2 * b * L * G * N,
+        4 * b * L * H,
+    )
+    assert o.bytes_read == cb_half * H / G + x + s_half + bc + 2 * dt
     gpu = load_gpu("h100")
-    t = op_time(Scan("x", "chunk_state", 1, 8192, 64, 64, 128, 8, 128), gpu)
-    assert t.t_overhead > gpu.params.kernel_floor_s  # memory and math add up, not overlap
+    shape = (1, 8192, 64, 64, 128, 8, 128)
+    # a K-loop of loads and products (per-row scaling only) pipelines them: max, not sum
+    t = op_time(Scan("x", "chunk_state", *shape), gpu)
+    assert t.t_overhead == gpu.params.kernel_floor_s
+    # decay and mask over each chunk's tile between the loads and the product: they add up
+    u = op_time(Scan("y", "chunk_scan", *shape), gpu)
+    assert u.t_overhead > gpu.params.kernel_floor_s
 
 
 def test_mamba_layer_kernels_in_prefill_and_decode():
