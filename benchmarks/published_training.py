@@ -13,7 +13,8 @@ rows):
 - Megatron-Core (Megatron-Bridge, NeMo, Megatron-LM): the distributed optimizer (ZeRO-1), or
   FSDP (ZeRO-3) where the table gives an FSDP size; gradient reduce-scatter and parameter
   all-gather overlapped with the backward and the next forward; TP communication overlap with
-  sequence parallelism; no activation recomputation; the interleaved schedule where VP > 1;
+  sequence parallelism; no activation recomputation, unless the release's recipe recomputes
+  modules (its --recompute-modules, in the row's options); the interleaved schedule where VP > 1;
   fp8 GEMMs where the precision says FP8; NVIDIA's performance recipes (Megatron-Bridge, NeMo)
   also reduce gradients in bf16 (grad_reduce_in_fp32=False).
 - NeMo AutoModel: PyTorch FSDP2 over Transformer Engine layers (ZeRO-3, prefetch overlap).
@@ -92,6 +93,8 @@ def options(row: dict[str, str]) -> dict:
     for item in row["options"].split():
         key, value = item.split("=")
         kw[key] = int(value) if value.isdigit() else value
+        if key == "recompute_modules":  # Megatron's --recompute-modules, a list
+            kw[key] = tuple(value.split(","))
     return kw
 
 

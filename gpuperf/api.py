@@ -111,7 +111,9 @@ def predict(
     "new" (each eager decode step meets a kv length the process has not met: cuDNN plans it) or
     "seen" (a warmed-up process: no plans).
     parallel: the Scenario's tp, pp, dp, cp, ep, micro_batch,
-    global_batch, zero, recompute, sequence_parallel, tp_impl, tp_overlap, tp_allreduce,
+    global_batch, zero, recompute, recompute_modules (with recompute="selective": Megatron's
+    --recompute-modules, e.g. ("layernorm", "moe_act")), sequence_parallel, tp_impl,
+    tp_overlap, tp_allreduce,
     schedule, virtual_stages, nvls (see gpuperf.workloads.scenario). gpu=None means h100, or
     the GPU of `system`; nodes counts nodes of `system`. One GPU is the plan whose degrees are
     all 1.

@@ -13,9 +13,22 @@ from gpuperf.cli.common import COUNT, SIZE, Finite
 
 # CLI option name -> api.predict argument, for the options below.
 PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "nodes", "global_batch", "micro_batch", "zero",
-             "dp_overlap", "recompute", "sequence_parallel", "tp_impl", "tp_overlap",
+             "dp_overlap", "recompute", "recompute_modules", "sequence_parallel", "tp_impl",
+             "tp_overlap",
              "tp_allreduce", "schedule", "virtual_stages", "nvls", "moe_imbalance",
              "grad_dtype")  # fmt: skip
+
+
+class ModuleList(click.ParamType):
+    """A comma-separated list of names, as a tuple ('' -> ())."""
+
+    name = "LIST"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[str, ...]:
+        if isinstance(value, tuple):
+            return value
+        return tuple(v.strip() for v in str(value).split(",") if v.strip())
+
 
 plan_cli_options: list[Callable[..., Any]] = [
     click.option("--tp", type=SIZE, default="1", show_default=True, help="Tensor-parallel GPUs."),
@@ -43,6 +56,11 @@ plan_cli_options: list[Callable[..., Any]] = [
     click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
                  default="none", show_default=True,
                  help="Activation recomputation (full = HF gradient checkpointing)."),
+    click.option("--recompute-modules", type=ModuleList(), default="",
+                 help="With --recompute selective: Megatron-Core's --recompute-modules, the "
+                 "modules the backward runs again, of core_attn, layernorm, mlp, moe, moe_act, "
+                 "shared_experts, mla_up_proj (e.g. --recompute-modules layernorm,moe_act) "
+                 "[default: core_attn]."),
     click.option("--sequence-parallel/--no-sequence-parallel", default=None,
                  help="Megatron sequence parallelism [default: on for megatron TP in training]."),
     click.option("--tp-impl", type=click.Choice(["megatron", "dtensor"]), default="megatron",

@@ -168,14 +168,69 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
         return BYTES[act] * b * s * h / (tp if sp else 1)
     full = train_activation_bytes_per_layer(cfg, b, s, act, dropout=cfg.hidden_dropout > 0,
                                             fp8_inputs=fp8)  # fmt: skip
-    if attn == "math" and recompute != "selective":
+    modules = recompute_modules(recompute)
+    norms, rest = _recomputed_per_token(cfg, modules, act, fp8) if modules else (0.0, 0.0)
+    full -= (norms + rest) * b * s
+    if attn == "math" and "core_attn" not in modules:
         # scores and softmax output, 16-bit each, and with attention dropout its 1-byte mask
         full += (5 if cfg.attention_dropout > 0 else 4) * cfg.heads * s * s * b
     if sp:
         return full / tp
     # two norm inputs, QKV input, MLP input (the GEMMs' inputs in fp8 under fp8 training)
     replicated = BYTES[act] * b * s * 2 * h + (1 if fp8 else BYTES[act]) * b * s * 2 * h
+    replicated -= norms * b * s
     return replicated + (full - replicated) / tp
+
+
+def recompute_modules(recompute: str) -> frozenset[str]:
+    """The modules a selective recompute plan ('selective' or 'selective:a,b') runs again."""
+    if not recompute.startswith("selective"):
+        return frozenset()
+    return frozenset(recompute.partition(":")[2].split(",")) - {""} or frozenset({"core_attn"})
+
+
+def _recomputed_per_token(cfg: ModelConfig, modules: frozenset[str], act: DType,
+                          fp8: bool) -> tuple[float, float]:  # fmt: skip
+    """Bytes per token, the mean over layers, that the recomputed modules no longer keep for
+    the backward (their outputs; a module's input stays, kept by what made it): the
+    stand-alone norms' outputs (replicated over tensor-parallel ranks without sequence
+    parallelism), and the rest. fp8: the GEMMs' inputs kept in fp8, as
+    train_activation_bytes_per_layer counts them."""
+    e, g = BYTES[act], (1 if fp8 else BYTES[act])  # 16-bit values, a GEMM's fp8 input
+    h, k, fe = cfg.hidden, cfg.num_experts_per_tok, cfg.expert_intermediate
+    sh, mlp = cfg.shared_intermediate_size, (3 if cfg.mlp == "gated" else 2)
+    if cfg.layer_pattern:  # a hybrid counts no norm outputs; per block, as it counts them
+        moe_blocks = cfg.layer_pattern.count("E") / cfg.layers
+        dense = cfg.layer_pattern.count("-") / cfg.layers
+        saved_moe = k * ((cfg.moe_latent_size or h) + mlp * fe) + cfg.num_experts + mlp * sh
+        rest = 0.0
+        if "moe" in modules:
+            rest += moe_blocks * (saved_moe + (h if cfg.moe_latent_size else 0))
+        else:
+            rest += moe_blocks * ((k * fe if "moe_act" in modules else 0)
+                                  + (mlp * sh if "shared_experts" in modules else 0))  # fmt: skip
+        if "mlp" in modules:
+            rest += dense * mlp * cfg.intermediate
+        return 0.0, rest * e
+    norms, rest = 0.0, 0.0
+    if "layernorm" in modules:  # stand-alone norms: before an MoE block, before MLA
+        norms += (e * h if cfg.is_moe else 0) + (g * h if cfg.is_mla else 0)
+    if cfg.is_moe:
+        if "moe" in modules:  # keeps the block's input (its norm's output, above)
+            rest += e * (k * (h + 3 * fe) + cfg.num_experts + 3 * sh)
+            rest -= (e - g) * (k * (h + fe) + sh)  # the experts' fp8 inputs
+        else:
+            rest += (g * k * fe if "moe_act" in modules else 0) + (
+                (3 * e - (e - g)) * sh if "shared_experts" in modules else 0
+            )
+    elif "mlp" in modules:
+        f = cfg.intermediate
+        rest += e * mlp * f - (e - g) * f  # the down projection's input in fp8
+    if "mla_up_proj" in modules and cfg.is_mla:  # q, k and v; their latents stay
+        q, kv = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd
+        latent = cfg.q_lora_rank + cfg.kv_lora_rank + cfg.qk_rope_head_dim
+        rest += e * max(0, q + 2 * kv - latent)
+    return norms, rest
 
 
 def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
@@ -250,7 +305,7 @@ def _plan_terms(cfg: ModelConfig, sc: Scenario) -> tuple[int, int, int, float, f
     """What every stage of a training plan shares: bytes per parameter of weights, gradients
     and optimizer state, a layer's saved activations, the layer full recompute rebuilds during
     its backward (0 otherwise), the head's logits (its stage only)."""
-    return _shared_terms(cfg, _act_dtype(sc), sc.impl == "eager", sc.recompute,
+    return _shared_terms(cfg, _act_dtype(sc), sc.impl == "eager", sc.recompute_plan,
                          sc.micro_batch or sc.batch, sc.seq, sc.cp, sc.tp,
                          bool(sc.sequence_parallel), sc.attn, sc.grad_dtype,
                          BYTES[sc.dtype] == 1)  # fmt: skip

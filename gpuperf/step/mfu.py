@@ -85,8 +85,29 @@ def recompute_flops_per_token(cfg: Any, sc: Any) -> float:
     if sc.mode != "train" or sc.recompute == "none":
         return 0.0
     attn = attention_flops_per_token(cfg, sc)
-    if sc.recompute == "selective":
-        return attn
     b = cfg.param_breakdown()
+    if sc.recompute == "selective":
+        return _module_flops_per_token(cfg, sc.recompute_modules or ("core_attn",), attn, b)
     layers = float(cfg.active_param_count()) - b["embed"] - b["pos_embed"] - b["lm_head"]
     return 2.0 * layers + attn
+
+
+def _module_flops_per_token(cfg: Any, modules: tuple[str, ...], attn: float,
+                            b: dict[str, int]) -> float:  # fmt: skip
+    """The model FLOPs per token of Megatron's recomputed modules: core attention, the dense
+    MLPs, the MoE blocks (routed experts a token reaches, shared experts, router), the shared
+    experts alone, MLA's up projections; norms and activations count no model FLOPs."""
+    out = attn if "core_attn" in modules else 0.0
+    if "mlp" in modules:
+        out += 2.0 * (b["dense_mlp"] if cfg.is_moe else b["mlp"])
+    if "moe" in modules and cfg.is_moe:
+        routed = b["mlp"] * cfg.num_experts_per_tok / cfg.num_experts
+        out += 2.0 * (routed + b["shared_expert"] + b["router"] + b["moe_latent"])
+    elif "shared_experts" in modules:
+        out += 2.0 * b["shared_expert"]
+    if "mla_up_proj" in modules and cfg.is_mla:
+        H = cfg.heads
+        q_up = cfg.q_lora_rank * H * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)
+        kv_up = cfg.kv_lora_rank * H * (cfg.qk_nope_head_dim + cfg.v_head_dim)
+        out += 2.0 * cfg.blocks("*") * (q_up + kv_up)
+    return out

@@ -32,6 +32,9 @@ MODES: tuple[Mode, ...] = ("prefill", "decode", "generate", "train")
 TP_IMPLS: tuple[TpImpl, ...] = ("megatron", "dtensor")
 TP_ALLREDUCES: tuple[TpAllreduce, ...] = ("nccl", "custom")
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
+# Megatron-Core's --recompute-modules (selective recompute): whose forwards the backward runs again
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts",
+                     "mla_up_proj")  # fmt: skip
 SCHEDULES: tuple[Schedule, ...] = ("1f1b", "interleaved")
 ATTN_IMPLS: tuple[AttnImpl, ...] = ("flash", "math")
 # What training runs in: int8 GEMMs are an inference format (W8A8 serving), and no framework
@@ -40,8 +43,9 @@ TRAIN_DTYPES: tuple[DType, ...] = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64"
 DEGREES = ("tp", "pp", "dp", "cp", "ep")
 # The parallel options (api.predict's keyword arguments, the CLI's --tp ... --nvls).
 PARALLEL_FIELDS = (*DEGREES, "etp", "micro_batch", "global_batch", "zero", "dp_overlap",
-                   "recompute", "sequence_parallel", "tp_impl", "tp_overlap", "tp_allreduce",
-                   "schedule", "virtual_stages", "nvls", "moe_imbalance", "grad_dtype")  # fmt: skip
+                   "recompute", "recompute_modules", "sequence_parallel", "tp_impl",
+                   "tp_overlap", "tp_allreduce", "schedule", "virtual_stages", "nvls",
+                   "moe_imbalance", "grad_dtype")  # fmt: skip
 _POSITIVE = ("batch", "seq", "ctx", "new_tokens", *DEGREES, "virtual_stages")
 _BOOLS = ("cuda_graphs", "tp_overlap", "nvls")
 _CHOICES = {
@@ -122,6 +126,10 @@ class Scenario:
     # are reduced (inference, dp·cp = 1)
     dp_overlap: bool | None = None
     recompute: Recompute = "none"
+    # With recompute="selective": Megatron-Core's --recompute-modules, the modules whose forward
+    # the backward runs again instead of keeping their outputs (RECOMPUTE_MODULES); () is its
+    # default, core attention alone. Fused (Megatron) training only.
+    recompute_modules: tuple[str, ...] = ()
     sequence_parallel: bool | None = None  # None: on for fused megatron TP in training
     tp_impl: TpImpl = "megatron"
     tp_overlap: bool = False
@@ -160,6 +168,8 @@ class Scenario:
             raise InputError(f"new_tokens must be at most {MAX_NEW_TOKENS:,} (a 16M-token answer "
                              f"is past any model's context), got {self.new_tokens:,}")  # fmt: skip
         self._check_formats()
+        if self.recompute_modules:
+            self._check_recompute_modules()
         imb = self.moe_imbalance
         if isinstance(imb, bool) or not isinstance(imb, int | float) or not 1 <= imb <= 64:
             raise InputError(f"moe_imbalance must be a number from 1 to 64, got {shown(imb)}")
@@ -198,6 +208,32 @@ class Scenario:
                   and (self.mode == "train" or self.etp == 1))  # fmt: skip
             object.__setattr__(self, "sequence_parallel", sp)
         self._check_combinations()
+
+    def _check_recompute_modules(self) -> None:
+        mods = self.recompute_modules
+        if isinstance(mods, str) or not isinstance(mods, tuple | list):
+            raise InputError(f"recompute_modules must be a list of module names, got {shown(mods)}")
+        for m in mods:
+            if m not in RECOMPUTE_MODULES:
+                raise InputError(f"unknown recompute module {shown(m)}; expected some of: "
+                                 f"{', '.join(RECOMPUTE_MODULES)}")  # fmt: skip
+        if self.recompute != "selective":
+            raise InputError("recompute_modules choose what selective recomputation redoes: "
+                             "they need recompute=selective (--recompute selective)")  # fmt: skip
+        if self.impl != "fused":
+            raise InputError("recompute_modules are Megatron-Core's (--recompute-modules): fused "
+                             "training only; eager PyTorch recomputes whole layers "
+                             "(--recompute full)")  # fmt: skip
+        ordered = tuple(m for m in RECOMPUTE_MODULES if m in mods)
+        object.__setattr__(self, "recompute_modules", ordered)
+
+    @property
+    def recompute_plan(self) -> str:
+        """What the backward recomputes, as the step's kernels and memory read it: 'none',
+        'full', or 'selective:' and its modules ('selective:core_attn' by default)."""
+        if self.recompute != "selective":
+            return self.recompute
+        return "selective:" + ",".join(self.recompute_modules or ("core_attn",))
 
     def _check_formats(self) -> None:
         refuse_weight_only(self.dtype)
@@ -360,7 +396,10 @@ class Scenario:
         if self.expert_tp != self.tp:
             parts.append(f"etp{self.expert_tp}")
         if self.mode == "train":
-            parts += [f"mb{self.micro_batch}", f"zero{self.zero}", self.recompute]
+            rc = self.recompute
+            if self.recompute_modules:
+                rc += f"({','.join(self.recompute_modules)})"
+            parts += [f"mb{self.micro_batch}", f"zero{self.zero}", rc]
         if self.sequence_parallel:
             parts.append("sp")
         if self.virtual_stages > 1:

@@ -172,7 +172,7 @@ def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
         gb = grad_bytes(d.act, sc.impl == "eager", sc.grad_dtype)
         fsdp = (g.dp, g.dp_nodes, g.edp, g.edp_nodes, gb)
     link = (g.tp, g.tp_nodes, g.pp_inter_node, g.sp)
-    out = _stages(cfg, d, sc.impl == "eager", sc.mode, sc.recompute, sc.pp, fsdp, link)
+    out = _stages(cfg, d, sc.impl == "eager", sc.mode, sc.recompute_plan, sc.pp, fsdp, link)
     sync, kernels, opt, post = ((), (), (), ())
     if sc.mode == "train":
         from gpuperf.workloads.dp_ops import bucket_kernels, optimizer_parts, sync_parts

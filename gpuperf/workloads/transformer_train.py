@@ -438,10 +438,49 @@ def layer_backward(
             d, eager=eager
         ).items():  # the recomputed ring hides as the forward's
             hide[p2p + ".recompute"] = tuple(u + ".recompute" for u in under)
-    elif recompute == "selective":  # Megatron's core-attention recompute (flash or not)
-        redo = [op for op in layer if isinstance(op, Attention) or op.name.startswith(_MATH)]
+    elif recompute.startswith("selective"):
+        modules = frozenset(recompute.partition(":")[2].split(",")) or frozenset({"core_attn"})
+        redo = recomputed_modules(cfg, layer, modules)
     redo = [replace(op, name=op.name + ".recompute") for op in redo]  # type: ignore[call-arg]
     return redo + ops, hide
+
+
+# MLA's up projections as Megatron-Core recomputes them (mla_up_proj): the q and kv up
+# projections with the norms fused into them, and the rotary embedding applied after.
+_MLA_UP = frozenset({"attn/q_a_norm", "attn/q_b", "attn/kv_a_norm", "attn/kv_b", "attn/rope"})
+
+
+def recomputed_modules(cfg: ModelConfig, layer: list[Op], modules: frozenset[str]) -> list[Op]:
+    """The forward kernels of one fused layer that Megatron-Core's selective recomputation
+    (--recompute-modules) runs again in the backward, in their order:
+    - core_attn: the attention (flash, or the materialized scores, softmax and P·V);
+    - layernorm: the norms that stand alone (before an MoE block, and before MLA's down
+      projections); Transformer Engine fuses the others into the QKV and fc1 GEMMs
+      (LayerNormLinear), where the module has nothing to recompute;
+    - mlp / moe: a dense MLP, or a whole MoE block (router, permutation, the all-to-alls,
+      experts, shared experts);
+    - moe_act: the routed experts' activation; shared_experts: the shared experts;
+    - mla_up_proj: MLA's q and kv up projections and their rotary embedding."""
+    moe = any(isinstance(op, GroupedGemm) for op in layer)
+
+    def chosen(op: Op) -> bool:
+        n = op.name
+        if isinstance(op, Attention) or n.startswith(_MATH):
+            return "core_attn" in modules
+        if n in ("mlp/norm", "moe/norm", "attn/norm"):
+            alone = moe if n != "attn/norm" else cfg.is_mla
+            return "layernorm" in modules and alone
+        if n in _MLA_UP:
+            return "mla_up_proj" in modules
+        if not n.startswith("mlp/"):
+            return False
+        if moe:
+            shared = n.startswith("mlp/shared")
+            return ("moe" in modules or (shared and "shared_experts" in modules)
+                    or (n == "mlp/act" and "moe_act" in modules))  # fmt: skip
+        return "mlp" in modules
+
+    return [op for op in layer if chosen(op)]
 
 
 # Column-parallel GEMMs of the fused layer (their input gradient is all-reduced under TP).
