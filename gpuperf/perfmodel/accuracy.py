@@ -321,7 +321,7 @@ def on_host(gpu: GpuSpec, host: dict[str, float] | None) -> GpuSpec | None:
 # The Scenario fields a whole-model run records and its prediction takes.
 SCENARIO_KEYS = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "dtype", "tp", "dp", "cp",
                   "pp", "micro_batch", "zero", "tp_impl", "sequence_parallel", "recompute",
-                  "weight_dtype", "fp8_scales")  # fmt: skip
+                  "recompute_modules", "weight_dtype", "fp8_scales")  # fmt: skip
 
 
 def predict_multigpu(r: MultiGpuRun, gpu: GpuSpec) -> Any:

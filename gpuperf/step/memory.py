@@ -178,7 +178,8 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
         return full / tp
     # two norm inputs, QKV input, MLP input (the GEMMs' inputs in fp8 under fp8 training)
     replicated = BYTES[act] * b * s * 2 * h + (1 if fp8 else BYTES[act]) * b * s * 2 * h
-    replicated -= norms * b * s
+    # the recomputed norms' outputs were among the GEMM inputs kept whole on every rank
+    replicated -= min(norms, (1 if fp8 else BYTES[act]) * 2 * h) * b * s
     return replicated + (full - replicated) / tp
 
 
@@ -213,23 +214,21 @@ def _recomputed_per_token(cfg: ModelConfig, modules: frozenset[str], act: DType,
             rest += dense * mlp * cfg.intermediate
         return 0.0, rest * e
     norms, rest = 0.0, 0.0
+    share = cfg.moe_layers / cfg.layers if cfg.is_moe else 0.0  # of the layers, MoE blocks
     if "layernorm" in modules:  # stand-alone norms: before an MoE block, before MLA
-        norms += (e * h if cfg.is_moe else 0) + (g * h if cfg.is_mla else 0)
-    if cfg.is_moe:
-        if "moe" in modules:  # keeps the block's input (its norm's output, above)
-            rest += e * (k * (h + 3 * fe) + cfg.num_experts + 3 * sh)
-            rest -= (e - g) * (k * (h + fe) + sh)  # the experts' fp8 inputs
-        else:
-            rest += (g * k * fe if "moe_act" in modules else 0) + (
-                (3 * e - (e - g)) * sh if "shared_experts" in modules else 0
-            )
-    elif "mlp" in modules:
+        norms += share * e * h + (g * h if cfg.is_mla else 0)
+    if "moe" in modules:  # keeps the block's input (its norm's output, above)
+        moe = e * (k * (h + 3 * fe) + cfg.num_experts + 3 * sh) - (e - g) * (k * (h + fe) + sh)
+        rest += share * moe  # less the experts' and shared experts' fp8 inputs
+    else:
+        act = g * k * fe if "moe_act" in modules else 0
+        rest += share * (act + ((2 * e + g) * sh if "shared_experts" in modules else 0))
+    if "mlp" in modules:  # the dense MLPs, from the residual (the norm fused into fc1)
         f = cfg.intermediate
-        rest += e * mlp * f - (e - g) * f  # the down projection's input in fp8
-    if "mla_up_proj" in modules and cfg.is_mla:  # q, k and v; their latents stay
-        q, kv = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd
-        latent = cfg.q_lora_rank + cfg.kv_lora_rank + cfg.qk_rope_head_dim
-        rest += e * max(0, q + 2 * kv - latent)
+        norms += (1 - share) * g * h
+        rest += (1 - share) * (e * mlp * f - (e - g) * f)  # the down projection's fp8 input
+    if "mla_up_proj" in modules and cfg.is_mla:  # q, k and v as the layer counts them
+        rest += e * cfg.heads * cfg.hd + 2 * e * cfg.kv_heads * cfg.hd
     return norms, rest
 
 

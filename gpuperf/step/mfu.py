@@ -107,7 +107,8 @@ def _module_flops_per_token(cfg: Any, modules: tuple[str, ...], attn: float,
         out += 2.0 * b["shared_expert"]
     if "mla_up_proj" in modules and cfg.is_mla:
         H = cfg.heads
-        q_up = cfg.q_lora_rank * H * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)
+        q_in = cfg.q_lora_rank or cfg.hidden  # without a q rank: the q projection itself
+        q_up = q_in * H * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)
         kv_up = cfg.kv_lora_rank * H * (cfg.qk_nope_head_dim + cfg.v_head_dim)
         out += 2.0 * cfg.blocks("*") * (q_up + kv_up)
     return out

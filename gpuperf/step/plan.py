@@ -72,6 +72,13 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
     if cfg.intermediate % tp:
         raise InputError(f"tp={tp} does not divide the MLP width {cfg.intermediate}")
     check_hybrid(cfg, sc)
+    mods = sc.recompute_modules
+    if "mla_up_proj" in mods and not cfg.is_mla:
+        raise InputError(f"recompute module mla_up_proj recomputes MLA's up projections, and "
+                         f"{cfg.name} has no MLA")  # fmt: skip
+    if {"moe", "moe_act"} & set(mods) and not cfg.is_moe:
+        raise InputError(f"recompute modules moe and moe_act recompute an MoE block, and "
+                         f"{cfg.name} has no experts")  # fmt: skip
     if tp > 1 and cfg.qk_norm_full:  # every rank would need all of q and k first
         raise InputError(f"{cfg.name}: tensor parallelism of q/k norms over whole "
                          "projections (OLMo-2) is not modelled (the q and k gathers before "

@@ -101,9 +101,12 @@ def overlap_hide(ops: list[Op] | tuple[Op, ...]) -> Hide:
     for i, op in enumerate(ops):
         if not isinstance(op, Collective) or op.coll == "alltoall":
             continue
-        base = op.name.rsplit(".", 1)[0]
+        # a recomputed collective (name.recompute) pairs with its recomputed GEMM
+        name, redo = op.name.removesuffix(".recompute"), op.name.endswith(".recompute")
+        base = name.rsplit(".", 1)[0]
+        under = (base + ".recompute",) if redo else (base, base + ".dgrad", base + ".wgrad")
         for j in (i + 1, i - 1):
-            if 0 <= j < len(ops) and ops[j].name in (base, base + ".dgrad", base + ".wgrad"):
+            if 0 <= j < len(ops) and ops[j].name in under:
                 hide[op.name] = (ops[j].name,)
                 break
     return hide

@@ -211,6 +211,9 @@ class Scenario:
 
     def _check_recompute_modules(self) -> None:
         mods = self.recompute_modules
+        if isinstance(mods, list) and not mods:  # [] as ()
+            object.__setattr__(self, "recompute_modules", ())
+            return
         if isinstance(mods, str) or not isinstance(mods, tuple | list):
             raise InputError(f"recompute_modules must be a list of module names, got {shown(mods)}")
         for m in mods:

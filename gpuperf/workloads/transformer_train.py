@@ -439,15 +439,17 @@ def layer_backward(
         ).items():  # the recomputed ring hides as the forward's
             hide[p2p + ".recompute"] = tuple(u + ".recompute" for u in under)
     elif recompute.startswith("selective"):
-        modules = frozenset(recompute.partition(":")[2].split(",")) or frozenset({"core_attn"})
-        redo = recomputed_modules(cfg, layer, modules)
+        from gpuperf.step.memory import recompute_modules
+
+        redo = recomputed_modules(cfg, layer, recompute_modules(recompute))
     redo = [replace(op, name=op.name + ".recompute") for op in redo]  # type: ignore[call-arg]
     return redo + ops, hide
 
 
 # MLA's up projections as Megatron-Core recomputes them (mla_up_proj): the q and kv up
 # projections with the norms fused into them, and the rotary embedding applied after.
-_MLA_UP = frozenset({"attn/q_a_norm", "attn/q_b", "attn/kv_a_norm", "attn/kv_b", "attn/rope"})
+_MLA_UP = frozenset({"attn/q_a_norm", "attn/q_b", "attn/q", "attn/kv_a_norm", "attn/kv_b",
+                     "attn/rope"})  # fmt: skip
 
 
 def recomputed_modules(cfg: ModelConfig, layer: list[Op], modules: frozenset[str]) -> list[Op]:
@@ -457,21 +459,25 @@ def recomputed_modules(cfg: ModelConfig, layer: list[Op], modules: frozenset[str
     - layernorm: the norms that stand alone (before an MoE block, and before MLA's down
       projections); Transformer Engine fuses the others into the QKV and fc1 GEMMs
       (LayerNormLinear), where the module has nothing to recompute;
-    - mlp / moe: a dense MLP, or a whole MoE block (router, permutation, the all-to-alls,
-      experts, shared experts);
+    - mlp: a dense MLP with the norm fused into its fc1; moe: a whole MoE block (router,
+      permutation, the all-to-alls, experts, shared experts), its stand-alone norm apart;
     - moe_act: the routed experts' activation; shared_experts: the shared experts;
-    - mla_up_proj: MLA's q and kv up projections and their rotary embedding."""
+    - mla_up_proj: MLA's q and kv up projections (the q projection without a q rank) with the
+      norms fused into them, and the rotary embedding.
+    Each kernel once, whatever else the modules name (moe holds moe_act and shared_experts)."""
     moe = any(isinstance(op, GroupedGemm) for op in layer)
 
     def chosen(op: Op) -> bool:
         n = op.name
         if isinstance(op, Attention) or n.startswith(_MATH):
             return "core_attn" in modules
+        if n == "mlp/norm" and not moe:  # fused into fc1: part of the MLP
+            return "mlp" in modules
         if n in ("mlp/norm", "moe/norm", "attn/norm"):
             alone = moe if n != "attn/norm" else cfg.is_mla
             return "layernorm" in modules and alone
         if n in _MLA_UP:
-            return "mla_up_proj" in modules
+            return "mla_up_proj" in modules and cfg.is_mla
         if not n.startswith("mlp/"):
             return False
         if moe:

@@ -5,6 +5,7 @@ inputs refused."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -20,12 +21,14 @@ from gpuperf.workloads.transformer import build_ops
 TRAIN = dict(mode="train", batch=1, seq=1024, impl="fused")
 
 
-def _redone(model: str, modules: tuple[str, ...]) -> set[str]:
-    """The names (layer prefix dropped) of the recomputed kernels of a training step."""
+def _redone(model: str, modules: tuple[str, ...], **kw) -> set[str]:  # noqa: ANN003
+    """The names (layer prefix dropped) of the recomputed kernels of a training step's first
+    layer of each kind; each kernel once per layer."""
     cfg = load_model(model)
-    sc = Scenario(**TRAIN, recompute="selective", recompute_modules=modules)
-    return {o.name.split("/", 1)[1].removesuffix(".recompute")
-            for o in build_ops(cfg, sc) if o.name.endswith(".recompute")}  # fmt: skip
+    sc = Scenario(**{**TRAIN, **kw}, recompute="selective", recompute_modules=modules)
+    names = Counter(o.name for o in build_ops(cfg, sc) if o.name.endswith(".recompute"))
+    assert set(names.values()) <= {1}, names.most_common(3)  # nothing recomputed twice
+    return {n.split("/", 1)[1].removesuffix(".recompute") for n in names}
 
 
 def test_each_module_recomputes_its_own_kernels():
@@ -37,11 +40,15 @@ def test_each_module_recomputes_its_own_kernels():
     assert not any(n.startswith("attn/") or n == "mlp/norm" for n in moe)
     # a dense model's norms are fused into the QKV and fc1 GEMMs: nothing to recompute
     assert _redone("llama3-8b", ("layernorm",)) == set()
-    assert _redone("llama3-8b", ("mlp",)) == {"mlp/gate_up", "mlp/act", "mlp/down"}
-    # MLA: the up projections with their norms and the rotary embedding; the shared experts
-    mla = _redone("deepseek-v3", ("mla_up_proj", "shared_experts"))
-    assert {"attn/q_b", "attn/kv_b", "attn/rope", "mlp/shared/gate_up"} <= mla
-    assert "attn/q_a" not in mla and "mlp/experts_gate_up" not in mla
+    # the dense MLP from the residual: its norm is fused into fc1, recomputed with it
+    assert _redone("llama3-8b", ("mlp",)) == {"mlp/norm", "mlp/gate_up", "mlp/act", "mlp/down"}
+    # moe holds moe_act and the shared experts: each kernel still once
+    both = _redone("deepseek-v3", ("moe", "moe_act", "shared_experts"))
+    assert both == _redone("deepseek-v3", ("moe",))
+    # under expert parallelism the MoE block's all-to-alls run again too
+    ep = dict(TRAIN, batch=2, system="dgx-h100", dp=2, ep=2, recompute="selective")
+    names = set(api.predict("qwen3-30b-a3b", **ep, recompute_modules=("moe",)).table["name"])
+    assert {"L0/mlp/dispatch.alltoall.recompute", "L0/mlp/combine.alltoall.recompute"} <= names
 
 
 def test_recomputed_outputs_leave_the_saved_activations():
@@ -105,3 +112,45 @@ def test_the_cli_takes_megatrons_module_list(capsys):
     out, err = capsys.readouterr()
     assert exc.value.code == 2
     assert "recompute=selective" in err and len(err.strip().splitlines()) == 1
+
+
+def test_modules_a_model_does_not_have_are_refused():
+    kw = dict(mode="train", batch=1, seq=1024, impl="fused", recompute="selective")
+    with pytest.raises(InputError, match="no MLA"):
+        api.predict("qwen3-30b-a3b", **kw, recompute_modules=("mla_up_proj",))
+    with pytest.raises(InputError, match="no experts"):
+        api.predict("llama3-8b", **kw, recompute_modules=("moe_act",))
+
+
+def test_recomputed_tensor_parallel_collectives_overlap_as_the_forwards_do():
+    kw = dict(mode="train", batch=1, seq=4096, impl="fused", gpu="h100", system="dgx-h100",
+              tp=8, recompute="selective")  # fmt: skip
+
+    def step(modules: tuple[str, ...], overlap: bool) -> float:
+        return api.predict("llama3-70b", **kw, recompute_modules=modules,
+                           tp_overlap=overlap).total_ms  # fmt: skip
+
+    exposed = step(("core_attn", "mlp"), False) - step(("core_attn",), False)
+    overlapped = step(("core_attn", "mlp"), True) - step(("core_attn",), True)
+    assert overlapped < 0.9 * exposed  # the gather and reduce-scatter hide under the GEMMs
+
+
+def test_dense_layers_of_an_moe_model_and_hybrids_free_what_they_recompute():
+    def act(model: str, modules: tuple[str, ...]) -> float:
+        sc = Scenario(**TRAIN, recompute="selective", recompute_modules=modules)
+        return memory_breakdown(load_model(model), sc)["activations"]
+
+    # DeepSeek-V3's three dense layers: their MLPs, from the residual
+    assert act("deepseek-v3", ("core_attn", "mlp")) < act("deepseek-v3", ("core_attn",))
+    # Nemotron 3 Nano: its MoE blocks, the experts' activations
+    nano = [act("nemotron-3-nano", m) for m in [(), ("moe_act",), ("moe",)]]
+    assert nano[0] > nano[1] > nano[2] > 0
+
+
+def test_plans_with_other_modules_never_share_a_cached_step():
+    kw = dict(mode="train", batch=1, seq=2048, impl="fused", gpu="h100", recompute="selective")
+    a = api.predict("qwen3-30b-a3b", **kw, recompute_modules=("moe",))
+    b = api.predict("qwen3-30b-a3b", **kw, recompute_modules=("moe_act",))
+    again = api.predict("qwen3-30b-a3b", **kw, recompute_modules=("moe",))
+    assert a.total_ms != b.total_ms and a.memory != b.memory
+    assert again.total_ms == a.total_ms and again.memory == a.memory
