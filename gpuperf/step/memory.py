@@ -29,7 +29,9 @@ fp8 copy of O for the output projection: s b (h + h + f - q) bytes fewer.
 Materialized attention (attn=math) also keeps the scores and softmax output (Korthikanti's
 5 a s² b with dropout; 4 a s² b without) unless selective recomputation drops them. Tensor
 parallelism splits all but the norm, QKV and MLP inputs (sequence parallelism splits those too);
-context parallelism splits the sequence; full recomputation keeps only each layer's input.
+context parallelism splits the sequence; full recomputation keeps only each layer's input, and
+selective recomputation by module (Megatron-Core's --recompute-modules) drops the outputs of the
+modules it runs again (_recomputed_per_token).
 A 1F1B pipeline's stage s holds min(m, pp - s) micro-batches in flight (the interleaved schedule
 more on the first stage: 1 + (pp-1)/(pp·v) times).
 """
@@ -221,8 +223,8 @@ def _recomputed_per_token(cfg: ModelConfig, modules: frozenset[str], act: DType,
         moe = e * (k * (h + 3 * fe) + cfg.num_experts + 3 * sh) - (e - g) * (k * (h + fe) + sh)
         rest += share * moe  # less the experts' and shared experts' fp8 inputs
     else:
-        act = g * k * fe if "moe_act" in modules else 0
-        rest += share * (act + ((2 * e + g) * sh if "shared_experts" in modules else 0))
+        act_out = g * k * fe if "moe_act" in modules else 0
+        rest += share * (act_out + ((2 * e + g) * sh if "shared_experts" in modules else 0))
     if "mlp" in modules:  # the dense MLPs, from the residual (the norm fused into fc1)
         f = cfg.intermediate
         norms += (1 - share) * g * h
