@@ -10,6 +10,7 @@ carried onto the device: PYTHONPATH=.carry/pylib; none of it is part of gpuperf)
 
     PYTHONPATH=.carry/pylib python3 benchmarks/device/ssd_probe.py OUT_DIR
     PYTHONPATH=.carry/pylib python3 benchmarks/device/ssd_probe.py OUT_DIR --held  # other models
+    ... OUT_DIR --decode [--held]   # the decode state updates alone (ssd_decode[_held].json)
 
 Writes OUT_DIR/ssd_kernels.json: per shape, forward and backward, the kernels (name, µs, median
 over profiled calls) and the whole call timed with CUDA events (median); the gated norm forward
@@ -58,6 +59,11 @@ HELD_SHAPES = [
     ("nemotron-h-8b-tp2", 1, 16384, 64, 64, 128, 4, 128),
     ("mamba2-1.3b", 8, 2048, 64, 64, 128, 1, 256),
 ]
+# their decode state updates (--held --decode: ssd_decode_held.json), state sizes 64 and 128
+# (8 and 4 rows a program), head dims 64 and 80, one to eight groups
+HELD_DECODE = [("mamba-codestral-7b", 128, 64, 128, 8), ("zamba2-2.7b", 80, 64, 64, 1),
+               ("granite-4.0-h-small", 128, 64, 128, 1), ("nemotron-nano-9b-v2", 128, 80, 128, 8),
+               ("mamba2-1.3b", 64, 64, 128, 1)]  # fmt: skip
 DECODE_BATCHES = (1, 8, 32, 128, 256)
 DECODE_SHAPES = [("nemotron3-nano", 64, 64, 128, 8), ("nemotron3-super", 128, 64, 128, 8),
                  ("nemotron-h-56b", 256, 64, 256, 8)]  # fmt: skip
@@ -243,6 +249,7 @@ def main() -> int:
         write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
         return 0
     held = "--held" in sys.argv[2:]
+    decode = "--decode" in sys.argv[2:]  # the decode state updates only
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     import mamba_ssm
@@ -252,16 +259,18 @@ def main() -> int:
     method = ("torch.profiler kernel durations (median of 5 calls) and CUDA events around each "
               "call (median of 20)")  # fmt: skip
     data = {"env": env, "kind": "ssd_kernels", "method": method, "rows": []}
-    path = out / ("ssd_kernels_held.json" if held else "ssd_kernels.json")
+    name = ("ssd_decode" if decode else "ssd_kernels") + ("_held" if held else "")
+    path = out / f"{name}.json"
     if held:
         data["split"] = "held-out"  # measured to check the model: no fit reads its rows
     torch.manual_seed(0)
-    for shape in HELD_SHAPES if held else SHAPES:
+    for shape in () if decode else HELD_SHAPES if held else SHAPES:
         data["rows"] += _scan_rows(torch, *shape)
         torch.cuda.empty_cache()
         write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
         print(f"{shape[0]}: done", flush=True)
-    for shape in () if held else DECODE_SHAPES:
+    updates = (HELD_DECODE if held else DECODE_SHAPES) if decode else () if held else DECODE_SHAPES
+    for shape in updates:
         data["rows"] += _decode_rows(torch, *shape)
         write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
     data["rows"] += op_rows(data["rows"])
