@@ -41,6 +41,7 @@ FILES = (
     "eager_ew.json",
     "partial_rope.json",
     "ssd_kernels.json",
+    "ssd_decode.json",
 )
 NAMES = list(cal.LATE_PARAMS)
 SOURCE = "calibrated by benchmarks/fit_formats.py (calibration split of {files})"

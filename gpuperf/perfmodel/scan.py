@@ -35,7 +35,7 @@ from gpuperf.perfmodel.roofline import finish, matmul_peak
 SSD_MEM_EFF = 0.72
 SSD_MATH_EFF = 0.59
 PIPELINED = frozenset({"bmm", "bmm_bwd", "chunk_state", "dstates", "db"})
-SSD_UPDATE_WAVE_S = 3.1e-6
+SSD_UPDATE_WAVE_S = 3.2e-6
 WARPS_PER_SM = 64  # Hopper and Ampere's resident warps per SM
 
 

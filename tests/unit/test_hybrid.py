@@ -3,6 +3,8 @@ cost by hand, the backward, memory, refusals and plans."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuperf import api
@@ -83,6 +85,29 @@ def test_scan_kernel_cost_by_hand():
     # decay and mask over each chunk's tile between the loads and the product: they add up
     u = op_time(Scan("y", "chunk_scan", *shape), gpu)
     assert u.t_overhead > gpu.params.kernel_floor_s
+
+
+def test_a_state_update_takes_its_resident_waves_whatever_the_states_dtype():
+    from gpuperf.perfmodel.scan import update_waves
+
+    gpu = load_gpu("h100")
+    wave = gpu.params.extra["ssd_update_wave_s"]
+    # Nemotron 3 Nano at batch 8: 16 programs of 4 rows per head (64-wide heads, state 128),
+    # 4 warps each, 16 resident per SM: 8·64·16 / (132·16) sets
+    small = Scan("u", "state_update", 8, 1, 64, 64, 128, 8, 1, "bf16", "bf16")
+    assert update_waves(small, gpu) == pytest.approx(8 * 64 * 16 / (132 * 16))
+    t = op_time(small, gpu)
+    assert t.time == pytest.approx(update_waves(small, gpu) * wave + gpu.params.kernel_floor_s)
+    # an fp32 state: twice the bytes, the same resident waves; the longer of the two
+    fp32 = op_time(replace(small, state_dtype="fp32"), gpu)
+    assert fp32.t_math == t.t_math and fp32.t_mem == pytest.approx(2 * t.t_mem, rel=0.2)
+    assert fp32.time == pytest.approx(max(fp32.t_mem, fp32.t_math) + gpu.params.kernel_floor_s)
+    # a 256-wide state: 8 warps a program, half as many resident
+    wide = Scan("w", "state_update", 8, 1, 64, 64, 256, 8, 1, "bf16", "bf16")
+    assert update_waves(wide, gpu) == pytest.approx(2 * update_waves(small, gpu))
+    # the largest batches of an fp32 state are the memory's
+    big = Scan("b", "state_update", 256, 1, 64, 64, 128, 8, 1, "bf16", "fp32")
+    assert op_time(big, gpu).t_mem > 0.5 * op_time(big, gpu).t_math
 
 
 def test_mamba_layer_kernels_in_prefill_and_decode():
