@@ -11,6 +11,7 @@ carried onto the device: PYTHONPATH=.carry/pylib; none of it is part of gpuperf)
     PYTHONPATH=.carry/pylib python3 benchmarks/device/ssd_probe.py OUT_DIR
     PYTHONPATH=.carry/pylib python3 benchmarks/device/ssd_probe.py OUT_DIR --held  # other models
     ... OUT_DIR --decode [--held]   # the decode state updates alone (ssd_decode[_held].json)
+    ... --only TAG[,TAG]            # those shapes alone
 
 Writes OUT_DIR/ssd_kernels.json: per shape, forward and backward, the kernels (name, µs, median
 over profiled calls) and the whole call timed with CUDA events (median); the gated norm forward
@@ -48,20 +49,22 @@ SHAPES = [
     ("mamba2-2.7b", 4, 2048, 80, 64, 128, 1, 256),
     ("nemotron3-nano", 8, 1024, 64, 64, 128, 8, 128),
 ]
-# Other models' mixers, none of them in any fit (--held: ssd_kernels_held.json, "split":
-# "held-out"): Mamba-Codestral-7B, Zamba2-2.7B, Granite-4.0-H-Small, Nemotron-H-8B (and its TP=2
-# share at 16K tokens), Mamba-2-1.3B; chunks of 256 beside 128, one and eight groups.
+# Other models' mixers, no shape of them in any fit (--held: ssd_kernels_held.json, "split":
+# "held-out"): Mamba-Codestral-7B (and its TP=2 share), Zamba2-2.7B, Granite-4.0-H-Small,
+# Nemotron-H-8B's TP=2 share at 16K tokens, Mamba-2-1.3B; chunks of 256 beside 128, one to eight
+# groups. (Nemotron-H-8B's whole mixer is Nemotron 3 Super's shape, already in SHAPES.)
 HELD_SHAPES = [
     ("mamba-codestral-7b", 1, 8192, 128, 64, 128, 8, 256),
     ("zamba2-2.7b", 2, 4096, 80, 64, 64, 1, 256),
     ("granite-4.0-h-small", 1, 8192, 128, 64, 128, 1, 256),
-    ("nemotron-h-8b", 2, 4096, 128, 64, 128, 8, 128),
+    ("mamba-codestral-7b-tp2", 2, 4096, 64, 64, 128, 4, 256),
     ("nemotron-h-8b-tp2", 1, 16384, 64, 64, 128, 4, 128),
     ("mamba2-1.3b", 8, 2048, 64, 64, 128, 1, 256),
 ]
 # their decode state updates (--held --decode: ssd_decode_held.json), state sizes 64 and 128
-# (8 and 4 rows a program), head dims 64 and 80, one to eight groups
-HELD_DECODE = [("mamba-codestral-7b", 128, 64, 128, 8), ("zamba2-2.7b", 80, 64, 64, 1),
+# (8 and 4 rows a program), head dims 64 and 80, one to four groups (Codestral's whole mixer
+# updates Nemotron 3 Super's shape, in DECODE_SHAPES: its TP=2 share instead)
+HELD_DECODE = [("mamba-codestral-7b-tp2", 64, 64, 128, 4), ("zamba2-2.7b", 80, 64, 64, 1),
                ("granite-4.0-h-small", 128, 64, 128, 1), ("nemotron-nano-9b-v2", 128, 80, 128, 8),
                ("mamba2-1.3b", 64, 64, 128, 1)]  # fmt: skip
 DECODE_BATCHES = (1, 8, 32, 128, 256)
@@ -249,6 +252,7 @@ def main() -> int:
         write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
         return 0
     held = "--held" in sys.argv[2:]
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
     decode = "--decode" in sys.argv[2:]  # the decode state updates only
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -265,12 +269,16 @@ def main() -> int:
         data["split"] = "held-out"  # measured to check the model: no fit reads its rows
     torch.manual_seed(0)
     for shape in () if decode else HELD_SHAPES if held else SHAPES:
+        if only and shape[0] not in only:
+            continue
         data["rows"] += _scan_rows(torch, *shape)
         torch.cuda.empty_cache()
         write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
         print(f"{shape[0]}: done", flush=True)
     updates = (HELD_DECODE if held else DECODE_SHAPES) if decode else () if held else DECODE_SHAPES
     for shape in updates:
+        if only and shape[0] not in only:
+            continue
         data["rows"] += _decode_rows(torch, *shape)
         write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
     data["rows"] += op_rows(data["rows"])

@@ -103,7 +103,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "issue_cat": (1.0, 400.0),
     "ssd_mem_eff": (0.2, 1.0),  # Mamba-2's scan kernels (gpuperf.perfmodel.scan)
     "ssd_math_eff": (0.05, 1.0),
-    "ssd_update_wave_s": (0.2e-6, 20e-6),  # a decode step's state update, per resident wave
+    "ssd_update_rate": (0.2e9, 20e9),  # a decode step's state update: elements/s per SM
 }
 # Fitted in log space (they span orders of magnitude).
 LOG_PARAMS = {
@@ -386,7 +386,7 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
         ("ssd_mem_eff", "ssd_math_eff"),
         lambda op: isinstance(op, Scan) and op.kernel != "state_update",
     ),  # fmt: skip
-    (("ssd_update_wave_s",), lambda op: isinstance(op, Scan) and op.kernel == "state_update"),
+    (("ssd_update_rate",), lambda op: isinstance(op, Scan) and op.kernel == "state_update"),
 )
 
 

@@ -444,6 +444,11 @@ class P2P:
         return f"{self.nbytes} B"
 
 
+# The row and column blocks of the scan kernels that weigh by C·Bᵀ (BLOCK_SIZE_M, BLOCK_SIZE_N):
+# autotuned; 64 is what they picked at chunks of 128 and 256 on an H100 (x's gradient took 32).
+SCAN_BLOCK = 64
+
+
 @dataclass(frozen=True, slots=True)
 class Scan:
     """One Triton kernel of Mamba-2's chunked scan (mamba_ssm.ops.triton, Dao & Gu 2024, the SSD
@@ -456,9 +461,10 @@ class Scan:
     span the chunk (the output, and dA's gradient), over half where they skip the masked
     triangle. C·Bᵀ is one fp32 matrix per group, but the kernels that weigh x or dout by it
     (the output, x's gradient, dA's gradient) run one program per head and each loads its
-    group's matrix again, its unmasked half: heads/groups times over (mamba_ssm 2.3's
-    _chunk_scan_fwd_kernel, _chunk_scan_chunk_state_bwd_dx_kernel,
-    _chunk_scan_bwd_ddAcs_stable_kernel)."""
+    group's matrix again: heads/groups times over (mamba_ssm 2.3's _chunk_scan_fwd_kernel,
+    _chunk_scan_chunk_state_bwd_dx_kernel, _chunk_scan_bwd_ddAcs_stable_kernel), the row
+    blocks up to and over the diagonal, once per block of the head dimension (blocks of
+    SCAN_BLOCK, the autotuner's usual pick on an H100)."""
 
     name: str
     kernel: str
@@ -488,7 +494,9 @@ class Scan:
         S = 4.0 * b * chunks * H * P * N  # the chunks' states, fp32 bytes
         X, BC, dt = e * b * L * H * P, e * b * L * G * N, 4.0 * b * L * H  # x, B (or C), fp32 dt
         CB = 4.0 * b * chunks * G * Q * Q  # C·Bᵀ within each chunk, fp32
-        CBh = CB * H / G / 2  # its unmasked half, loaded again by each head's program
+        # what each head's program loads of it: the row blocks up to and over the diagonal
+        # (64-row blocks: (1 + 64/Q)/2 of it) for every 64-wide block of the head dimension
+        CBh = CB * H / G * (1 + SCAN_BLOCK / Q) / 2 * -(-P // SCAN_BLOCK)
         xn, xq, bq = 2.0 * b * L * H * P * N, 1.0 * b * L * H * P * Q, 2.0 * b * L * G * N * Q
         flops, read, written = {
             "cumsum": (0.0, dt / 2, 2 * dt),
