@@ -85,13 +85,13 @@ def calibrate(
         check_measured_on(files, base)
         samples = load_samples(f for f in files if not f.name.startswith("e2e"))
         runs = load_e2e(f for f in files if f.name.startswith("e2e"))
-        used = {s.source for s in samples} | {r.source for r in runs}
         pool = host_pool.probes(files)  # each file with a host probe: one machine of the pool
+        used: set[str] = set()
         if any(f.name == PLAN_PROBE for f in files):  # the fitted machine's own cuDNN plan
             used.add(PLAN_PROBE)
             plan_s = next((p.plan_s for p in pool if p.source == PLAN_PROBE), None)
         folders = sorted({f.parent.name for f in files})
-        source = f"fitted to {', '.join(folders)}: {', '.join(sorted(used))}"
+        source = f"fitted to {', '.join(folders)}: "  # and the files fitted (below)
     else:
         from gpuperf.measure.calibration import live_calibration
 
@@ -104,6 +104,9 @@ def calibrate(
     if not all_shapes:
         samples = [s for s in samples if cal.calibrates(s)]
         runs = [r for r in runs if r.model in cal.E2E_CALIBRATION_MODELS]
+    if sources:  # the files whose rows the fit reads (a held-out file's none)
+        used |= {s.source for s in samples} | {r.source for r in runs}
+        source += ", ".join(sorted(used))
     if not samples and not runs:
         raise InputError("no measurements to fit (no result rows in the calibration split)")
     click.echo(f"fitting {len(samples)} op measurements and {len(runs)} whole-model runs", err=True)

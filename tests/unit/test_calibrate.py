@@ -125,3 +125,31 @@ def test_calibrate_from_reads_the_sdpa_probe(tmp_path, capsys):
     assert exc.value.code == 0, capsys.readouterr().err
     model = tomllib.loads(out.read_text())["model"]
     assert model["host_attn_plan_s"] == pytest.approx(0.0236, rel=0.02)  # 23.6 ms, H200 host
+
+
+def test_calibrate_from_fits_no_row_of_a_held_out_file(tmp_path, capsys):
+    """A results file saying "split": "held-out" was measured to check the model: `gpuperf
+    calibrate --from` fits none of its rows (not even shapes of the calibration split) and does
+    not name it among the files fitted."""
+    import json
+
+    from gpuperf.cli import main
+    from gpuperf.perfmodel.ops import Gemm
+    from gpuperf.perfmodel.ops_io import op_to_dict
+
+    ops = [Gemm(f"g{m}", m, 4096, 4096) for m in range(1024, 1024 + 64 * 40, 64)]
+    cal_ops = [op for op in ops if cal.is_calibration(op)]
+    assert cal_ops  # some shapes fall in the calibration split
+    rows = [{"op": op_to_dict(op), "measured_ms": 1.0} for op in ops]
+    env = {"gpu": "NVIDIA H100 80GB HBM3"}
+    (tmp_path / "gemm_plain.json").write_text(json.dumps({"env": env, "rows": rows}))
+    held = {"env": env, "split": "held-out", "rows": rows}
+    (tmp_path / "gemm_held.json").write_text(json.dumps(held))
+    out = tmp_path / "p.toml"
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--from", str(tmp_path), "--gpu", "h100", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 0, err
+    assert f"fitting {len(cal_ops)} op measurements" in err  # the plain file's alone
+    header = out.read_text().splitlines()[0]
+    assert "gemm_plain.json" in header and "gemm_held.json" not in header

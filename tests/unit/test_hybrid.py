@@ -67,47 +67,64 @@ def test_scan_kernel_cost_by_hand():
     # a decode step reads and writes each sequence's state once
     u = Scan("u", "state_update", 4, 1, H, P, N, G, Q, "bf16", "fp32").cost()
     assert u.bytes_read - 4 * (3 * H * P + 2 * G * N) * 2 == 4 * H * P * N * 4
-    # the output's kernel loads its group's C·Bᵀ (fp32, unmasked half) once per head
-    o = Scan("o", "chunk_scan", b, L, H, P, N, G, Q).cost()
-    cb_half = 4 * b * (L // Q) * G * Q * Q / 2
+    # the kernels that weigh by C·Bᵀ load their group's fp32 matrix once per head: the 64-row
+    # blocks up to and over the diagonal ((1 + 64/Q)/2 of it), once per 64-wide head block
     x, s_half, bc, dt = (
         2 * b * L * H * P,
         2 * b * (L // Q) * H * P * N,
         2 * b * L * G * N,
         4 * b * L * H,
     )
-    assert o.bytes_read == cb_half * H / G + x + s_half + bc + 2 * dt
+    cb = 4 * b * (L // Q) * G * Q * Q
+
+    def reloads(q: int, p: int) -> float:
+        return cb * (Q // q) * H / G * (1 + 64 / q) / 2 * -(-p // 64)
+
+    o = Scan("o", "chunk_scan", b, L, H, P, N, G, Q).cost()
+    assert o.bytes_read == reloads(Q, P) + x + s_half + bc + 2 * dt
+    dx = Scan("d", "dx", b, L, H, P, N, G, Q).cost()
+    assert dx.bytes_read == reloads(Q, P) + 2 * x + 2 * s_half + bc + 2 * dt
+    dda = Scan("a", "ddacs", b, L, H, P, N, G, Q).cost()
+    assert dda.bytes_read == reloads(Q, P) + 2 * x + 2 * dt
+    # 80-wide heads (Nemotron-Nano-9B-v2) take two head blocks: twice the reloads
+    wide = Scan("w", "chunk_scan", b, L, H, 80, N, G, Q).cost()
+    more = reloads(Q, 80) - reloads(Q, P) + (80 - P) / P * (x + s_half)
+    assert wide.bytes_read - o.bytes_read == pytest.approx(more)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "pipelined"),
+    [("bmm", True), ("bmm_bwd", True), ("chunk_state", True), ("dstates", True),
+     ("chunk_scan", False), ("dx", False), ("dcb", False), ("ddacs", False), ("db", False),
+     ("dc", False), ("state_passing", False), ("state_passing_bwd", False)],
+)  # fmt: skip
+def test_scan_kernels_overlap_loads_and_products_only_in_k_loops(kernel, pipelined):
+    """K-loops of loads feeding products scaled per row pipeline the two (the longer one);
+    decay and masks per element, or head loops with atomic adds, leave them summed."""
     gpu = load_gpu("h100")
-    shape = (1, 8192, 64, 64, 128, 8, 128)
-    # a K-loop of loads and products (per-row scaling only) pipelines them: max, not sum
-    t = op_time(Scan("x", "chunk_state", *shape), gpu)
-    assert t.t_overhead == gpu.params.kernel_floor_s
-    # decay and mask over each chunk's tile between the loads and the product: they add up
-    u = op_time(Scan("y", "chunk_scan", *shape), gpu)
-    assert u.t_overhead > gpu.params.kernel_floor_s
+    t = op_time(Scan("k", kernel, 1, 8192, 64, 64, 128, 8, 128), gpu)
+    summed = gpu.params.kernel_floor_s + min(t.t_math, t.t_mem)
+    floor = gpu.params.kernel_floor_s
+    assert t.t_overhead == pytest.approx(floor if pipelined else summed)
+    if kernel != "state_passing":  # a data mover: no products to overlap
+        assert min(t.t_math, t.t_mem) > 0
 
 
-def test_a_state_update_takes_its_resident_waves_whatever_the_states_dtype():
-    from gpuperf.perfmodel.scan import update_waves
-
+def test_a_state_update_runs_at_a_rate_of_elements_per_sm_whatever_the_states_dtype():
     gpu = load_gpu("h100")
-    wave = gpu.params.extra["ssd_update_wave_s"]
-    # Nemotron 3 Nano at batch 8: 16 programs of 4 rows per head (64-wide heads, state 128),
-    # 4 warps each, 16 resident per SM: 8·64·16 / (132·16) sets
+    rate = gpu.params.extra["ssd_update_rate"] * gpu.sms
+    # Nemotron 3 Nano at batch 8: 8·64·64·128 state elements at the SMs' rate
     small = Scan("u", "state_update", 8, 1, 64, 64, 128, 8, 1, "bf16", "bf16")
-    assert update_waves(small, gpu) == pytest.approx(8 * 64 * 16 / (132 * 16))
     t = op_time(small, gpu)
-    assert t.time == pytest.approx(update_waves(small, gpu) * wave + gpu.params.kernel_floor_s)
-    # an fp32 state: twice the bytes, the same resident waves; the longer of the two
+    assert t.t_math == pytest.approx(8 * 64 * 64 * 128 / rate)
+    assert t.time == pytest.approx(max(t.t_math, t.t_mem) + gpu.params.kernel_floor_s)
+    assert t.t_math > t.t_mem  # a bf16 state: the rate, not the bytes
+    # an fp32 state: twice the bytes, the same rate; the longer of the two
     fp32 = op_time(replace(small, state_dtype="fp32"), gpu)
     assert fp32.t_math == t.t_math and fp32.t_mem == pytest.approx(2 * t.t_mem, rel=0.2)
-    assert fp32.time == pytest.approx(max(fp32.t_mem, fp32.t_math) + gpu.params.kernel_floor_s)
-    # a 256-wide state: 8 warps a program, half as many resident
-    wide = Scan("w", "state_update", 8, 1, 64, 64, 256, 8, 1, "bf16", "bf16")
-    assert update_waves(wide, gpu) == pytest.approx(2 * update_waves(small, gpu))
-    # the largest batches of an fp32 state are the memory's
-    big = Scan("b", "state_update", 256, 1, 64, 64, 128, 8, 1, "bf16", "fp32")
-    assert op_time(big, gpu).t_mem > 0.5 * op_time(big, gpu).t_math
+    # a 256-wide state (8-warp programs): as many elements a second per SM
+    wide = op_time(Scan("w", "state_update", 8, 1, 64, 64, 256, 8, 1, "bf16", "bf16"), gpu)
+    assert wide.t_math == pytest.approx(2 * t.t_math)
 
 
 def test_mamba_layer_kernels_in_prefill_and_decode():
