@@ -275,7 +275,7 @@ def main() -> int:
         torch.cuda.empty_cache()
         write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
         print(f"{shape[0]}: done", flush=True)
-    updates = (HELD_DECODE if held else DECODE_SHAPES) if decode else () if held else DECODE_SHAPES
+    updates = (HELD_DECODE if decode else ()) if held else DECODE_SHAPES
     for shape in updates:
         if only and shape[0] not in only:
             continue

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from gpuperf.dtypes import BYTES, DType
 from gpuperf.perfmodel.ops import INT4_GROUP
 from gpuperf.workloads.config import ModelConfig
-from gpuperf.workloads.scenario import Scenario
+from gpuperf.workloads.scenario import Scenario, plan_modules
 from gpuperf.workloads.shard import stage_params
 from gpuperf.workloads.transformer_layers import vocab_shard
 
@@ -143,11 +143,17 @@ def _hybrid_saved_per_token(cfg: ModelConfig) -> float:
     dt and the scan's output, as mamba_split_conv1d_scan_combined saves them; attention: q, k, v
     and the output, with the fp32 log-sum-exp per head; an MLP its up projection and activation;
     an MoE block its k token copies, each expert's up projection and activation)."""
+    saved = _hybrid_saved_by_block(cfg)
+    return sum(saved[c] for c in cfg.layer_pattern) / cfg.layers
+
+
+def _hybrid_saved_by_block(cfg: ModelConfig) -> dict[str, float]:
+    """Values per token each kind of hybrid block keeps (_hybrid_saved_per_token)."""
     h = cfg.hidden
     q, kv = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd
     mlp = 3 if cfg.mlp == "gated" else 2
     k, fe, w = cfg.num_experts_per_tok, cfg.expert_intermediate, cfg.moe_latent_size or h
-    saved = {
+    return {
         "M": h + cfg.mamba_inner + cfg.mamba_conv_dim + cfg.mamba_heads + cfg.mamba_inner,
         "*": h + 2 * q + 2 * kv + 2 * cfg.heads,
         "-": h + mlp * cfg.intermediate,
@@ -157,7 +163,6 @@ def _hybrid_saved_per_token(cfg: ModelConfig) -> float:
         + mlp * cfg.shared_intermediate_size
         + (h if cfg.moe_latent_size else 0),
     }
-    return sum(saved[c] for c in cfg.layer_pattern) / cfg.layers
 
 
 def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: bool, act: DType,
@@ -170,7 +175,7 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
         return BYTES[act] * b * s * h / (tp if sp else 1)
     full = train_activation_bytes_per_layer(cfg, b, s, act, dropout=cfg.hidden_dropout > 0,
                                             fp8_inputs=fp8)  # fmt: skip
-    modules = recompute_modules(recompute)
+    modules = plan_modules(recompute)
     norms, rest = _recomputed_per_token(cfg, modules, act, fp8) if modules else (0.0, 0.0)
     full -= (norms + rest) * b * s
     if attn == "math" and "core_attn" not in modules:
@@ -185,13 +190,6 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
     return replicated + (full - replicated) / tp
 
 
-def recompute_modules(recompute: str) -> frozenset[str]:
-    """The modules a selective recompute plan ('selective' or 'selective:a,b') runs again."""
-    if not recompute.startswith("selective"):
-        return frozenset()
-    return frozenset(recompute.partition(":")[2].split(",")) - {""} or frozenset({"core_attn"})
-
-
 def _recomputed_per_token(cfg: ModelConfig, modules: frozenset[str], act: DType,
                           fp8: bool) -> tuple[float, float]:  # fmt: skip
     """Bytes per token, the mean over layers, that the recomputed modules no longer keep for
@@ -202,18 +200,18 @@ def _recomputed_per_token(cfg: ModelConfig, modules: frozenset[str], act: DType,
     e, g = BYTES[act], (1 if fp8 else BYTES[act])  # 16-bit values, a GEMM's fp8 input
     h, k, fe = cfg.hidden, cfg.num_experts_per_tok, cfg.expert_intermediate
     sh, mlp = cfg.shared_intermediate_size, (3 if cfg.mlp == "gated" else 2)
-    if cfg.layer_pattern:  # a hybrid counts no norm outputs; per block, as it counts them
+    if cfg.layer_pattern:  # a hybrid counts no norm outputs; a block keeps its input
+        saved = _hybrid_saved_by_block(cfg)
         moe_blocks = cfg.layer_pattern.count("E") / cfg.layers
         dense = cfg.layer_pattern.count("-") / cfg.layers
-        saved_moe = k * ((cfg.moe_latent_size or h) + mlp * fe) + cfg.num_experts + mlp * sh
         rest = 0.0
         if "moe" in modules:
-            rest += moe_blocks * (saved_moe + (h if cfg.moe_latent_size else 0))
+            rest += moe_blocks * (saved["E"] - h)
         else:
             rest += moe_blocks * ((k * fe if "moe_act" in modules else 0)
                                   + (mlp * sh if "shared_experts" in modules else 0))  # fmt: skip
         if "mlp" in modules:
-            rest += dense * mlp * cfg.intermediate
+            rest += dense * (saved["-"] - h)
         return 0.0, rest * e
     norms, rest = 0.0, 0.0
     share = cfg.moe_layers / cfg.layers if cfg.is_moe else 0.0  # of the layers, MoE blocks

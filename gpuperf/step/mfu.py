@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from gpuperf.workloads.scenario import plan_modules
+
 CONVENTION = "PaLM: 2N + 4·L·H·Q·T per token, ×3 in training; N without the input embedding"
 
 
@@ -87,12 +89,12 @@ def recompute_flops_per_token(cfg: Any, sc: Any) -> float:
     attn = attention_flops_per_token(cfg, sc)
     b = cfg.param_breakdown()
     if sc.recompute == "selective":
-        return _module_flops_per_token(cfg, sc.recompute_modules or ("core_attn",), attn, b)
+        return _module_flops_per_token(cfg, plan_modules(sc.recompute_plan), attn, b)
     layers = float(cfg.active_param_count()) - b["embed"] - b["pos_embed"] - b["lm_head"]
     return 2.0 * layers + attn
 
 
-def _module_flops_per_token(cfg: Any, modules: tuple[str, ...], attn: float,
+def _module_flops_per_token(cfg: Any, modules: frozenset[str], attn: float,
                             b: dict[str, int]) -> float:  # fmt: skip
     """The model FLOPs per token of Megatron's recomputed modules: core attention, the dense
     MLPs, the MoE blocks (routed experts a token reaches, shared experts, router), the shared

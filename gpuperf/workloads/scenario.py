@@ -35,6 +35,17 @@ RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
 # Megatron-Core's --recompute-modules (selective recompute): whose forwards the backward runs again
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts",
                      "mla_up_proj")  # fmt: skip
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)  # Megatron-Core's, where none are given
+
+
+def plan_modules(plan: str) -> frozenset[str]:
+    """The modules a recompute plan (Scenario.recompute_plan) runs again: none unless selective."""
+    head, _, modules = plan.partition(":")
+    if head != "selective":
+        return frozenset()
+    return frozenset(modules.split(",") if modules else DEFAULT_RECOMPUTE_MODULES)
+
+
 SCHEDULES: tuple[Schedule, ...] = ("1f1b", "interleaved")
 ATTN_IMPLS: tuple[AttnImpl, ...] = ("flash", "math")
 # What training runs in: int8 GEMMs are an inference format (W8A8 serving), and no framework
@@ -168,7 +179,7 @@ class Scenario:
             raise InputError(f"new_tokens must be at most {MAX_NEW_TOKENS:,} (a 16M-token answer "
                              f"is past any model's context), got {self.new_tokens:,}")  # fmt: skip
         self._check_formats()
-        if self.recompute_modules:
+        if self.recompute_modules.__class__ is not tuple or self.recompute_modules:
             self._check_recompute_modules()
         imb = self.moe_imbalance
         if isinstance(imb, bool) or not isinstance(imb, int | float) or not 1 <= imb <= 64:
@@ -233,10 +244,11 @@ class Scenario:
     @property
     def recompute_plan(self) -> str:
         """What the backward recomputes, as the step's kernels and memory read it: 'none',
-        'full', or 'selective:' and its modules ('selective:core_attn' by default)."""
+        'full', or 'selective:' and its modules ('selective:core_attn' by default; plan_modules
+        reads it back)."""
         if self.recompute != "selective":
             return self.recompute
-        return "selective:" + ",".join(self.recompute_modules or ("core_attn",))
+        return "selective:" + ",".join(self.recompute_modules or DEFAULT_RECOMPUTE_MODULES)
 
     def _check_formats(self) -> None:
         refuse_weight_only(self.dtype)

@@ -35,6 +35,7 @@ from gpuperf.perfmodel.ops import (
 from gpuperf.workloads import comm_ops, cp_torch
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.moe_layers import MOE_SUM, router_gathered
+from gpuperf.workloads.scenario import plan_modules
 from gpuperf.workloads.transformer_layers import Dims, _ew, logits_gathered
 
 
@@ -439,9 +440,7 @@ def layer_backward(
         ).items():  # the recomputed ring hides as the forward's
             hide[p2p + ".recompute"] = tuple(u + ".recompute" for u in under)
     elif recompute.startswith("selective"):
-        from gpuperf.step.memory import recompute_modules
-
-        redo = recomputed_modules(cfg, layer, recompute_modules(recompute))
+        redo = recomputed_modules(cfg, layer, plan_modules(recompute))
     redo = [replace(op, name=op.name + ".recompute") for op in redo]  # type: ignore[call-arg]
     return redo + ops, hide
 

@@ -90,6 +90,7 @@ def test_hfu_counts_the_recomputed_model_flops():
         (dict(recompute="full", recompute_modules=("moe",)), "recompute=selective"),
         (dict(recompute="selective", recompute_modules=("attention",)), "unknown recompute"),
         (dict(recompute="selective", recompute_modules="moe"), "list of module names"),
+        (dict(recompute="selective", recompute_modules=None), "list of module names"),
         (dict(recompute="selective", recompute_modules=("moe",), impl="eager"), "fused"),
     ],
 )
