@@ -81,13 +81,17 @@ def _signal(pid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
-def end_tree(root: int, *, include_root: bool = True, settle_s: float = 2.0) -> int:
+def end_tree(
+    root: int, *, include_root: bool = True, settle_s: float = 2.0, exit_s: float = 10.0
+) -> int:
     """SIGKILL every process under `root` (and `root`); returns how many.
 
     Each is stopped (SIGSTOP) first, and the tree read again until two readings find nothing
     new and nothing still running: killing them one by one while torchrun still ran let it start
     ranks after the count, which lived on under init. A process that will not stop within
-    `settle_s` (in uninterruptible sleep) is killed with the rest."""
+    `settle_s` (in uninterruptible sleep) is killed with the rest. Returns once every one has
+    exited (or `exit_s` has passed): a killed rank still unmapping its memory on a busy machine
+    was still there when the caller said the run was over."""
     frozen: set[int] = set()
     if include_root:
         _signal(root, signal.SIGSTOP)
@@ -104,6 +108,12 @@ def end_tree(root: int, *, include_root: bool = True, settle_s: float = 2.0) -> 
         time.sleep(0.002)
     for pid in frozen:
         _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + exit_s
+    while time.monotonic() < deadline:
+        table = _processes()
+        if not any(pid in table and table[pid][1] not in "ZX" for pid in frozen):
+            break
+        time.sleep(0.01)
     return len(frozen)
 
 
