@@ -20,7 +20,7 @@ def test_list_json_has_every_preset():
     res = run("models", "list", "--format", "json")
     assert res.exit_code == 0, res.output
     rows = {r["name"]: r for r in json.loads(res.output)["models"]}
-    assert len(rows) == 18
+    assert len(rows) == 20 and rows["llama3.1-8b"]["params_b"] == 8.03
     assert rows["qwen3-32b"]["params_b"] == 32.762 and rows["llama3.2-1b"]["params_b"] == 1.236
     assert rows["mixtral-8x7b"]["params_b"] == 46.703
     assert rows["mixtral-8x7b"]["active_params_b"] == 12.88
