@@ -267,6 +267,7 @@ def search(
     ctx: int | None = None,
     top: int = 10,
     impl: str = "fused",
+    **unknown: Any,
 ) -> Any:
     """Rank the parallel plans (tp, pp, dp, ep, micro-batch, ZeRO stage, recomputation,
     schedule) of `model` on `gpus` GPUs of `system` by step time; plans that do not fit are
@@ -282,6 +283,14 @@ def search(
     """
     from gpuperf.step.search import search as run_search
 
+    if unknown:  # the CLI's "No such option": the plan's degrees are what search chooses
+        name = sorted(unknown)[0]
+        if name in PARALLEL:
+            raise InputError(f"search chooses {name} itself (with the other degrees, micro-batch, "
+                             "ZeRO stage and recomputation): drop it")  # fmt: skip
+        close = difflib.get_close_matches(name, list(inspect.signature(search).parameters), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise InputError(f"unknown argument {name!r}{hint}")
     if not isinstance(mode, str) or mode not in SEARCH_MODES:
         raise InputError(f"unknown mode {shown(mode)}; expected one of: {', '.join(SEARCH_MODES)}")
     if not isinstance(impl, str) or impl not in ("fused", "eager"):

@@ -61,10 +61,24 @@ def dtype_option(default: str = "bf16") -> Decorator:
     )
 
 
+def _weight_dtype(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--weight-dtype read as the API reads weight_dtype (case and spaces ignored), int4 or int8."""
+    if value is None:
+        return None
+    key = parse_dtype(value, weights=True, what="weight_dtype")
+    if key not in WEIGHT_ONLY_CHOICES:
+        raise click.BadParameter(f"{value!r} is not one of 'int4', 'int8'.", ctx=ctx, param=param)
+    return key
+
+
+WEIGHT_ONLY_CHOICES = ("int4", "int8")
+
+
 def weight_dtype_option() -> Decorator:
     return click.option(
         "--weight-dtype",
-        type=click.Choice(["int4", "int8"]),
+        metavar="[int4|int8]",
+        callback=_weight_dtype,
         default=None,
         help="Weight-only quantization: int4 (group 128) or int8 weights, --dtype activations "
         "(e.g. --weight-dtype int4).",

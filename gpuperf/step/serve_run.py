@@ -77,6 +77,8 @@ class Server:
         from gpuperf.step.serve_steps import StepTimer, kv_capacity_tokens
         from gpuperf.workloads.scenario import Scenario
 
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            raise InputError(f"tp must be a positive integer, got {shown(tp)}")
         if kv_tokens is not None and (not isinstance(kv_tokens, int) or
                                       isinstance(kv_tokens, bool) or kv_tokens < 1):  # fmt: skip
             raise InputError(f"kv_tokens must be a whole number of tokens, got {shown(kv_tokens)}")
@@ -154,6 +156,11 @@ def _drawn(
     return 512 if isl is None else isl, 128 if osl is None else osl, 0 if seed is None else seed
 
 
+def _check_progress(progress: Any) -> None:
+    if progress is not None and not callable(progress):
+        raise InputError(f"progress must be a function (done, total), got {shown(progress)}")
+
+
 def run_serve(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
               engine: str | os.PathLike[str] | EngineProfile, *, tp: int = 1,
               isl: str | int | None = None, osl: str | int | None = None,
@@ -180,8 +187,7 @@ def run_serve(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
     _seed(seed)
     if workload is not None and not isinstance(workload, Workload):
         raise InputError(f"workload must be a serve_load.Workload, got {shown(workload)}")
-    if progress is not None and not callable(progress):
-        raise InputError(f"progress must be a function (done, total), got {shown(progress)}")
+    _check_progress(progress)
     server = Server(cfg, gpu, system, engine, tp=tp, dtype=dtype, kv_dtype=kv_dtype,
                     weight_dtype=weight_dtype, kv_tokens=kv_tokens, **options)  # fmt: skip
     work = workload or make_workload(parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl"),
@@ -244,6 +250,7 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
     isl, osl, seed = _drawn(isl, osl, seed)
     _seed(seed)
     prof = engine_profile(engine, options)  # bad options are the user's: exit 2, not a note
+    _check_progress(progress)
     n = 300 if requests is None else count_of(requests, "--requests")
     lengths = parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl")
     if gpus is None:

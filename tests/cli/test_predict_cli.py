@@ -204,6 +204,18 @@ def test_formats_and_mla_from_the_command_line(capsys):
     assert code == 0 and any("d576/512" in op["shape"] for op in json.loads(out)["ops"]), err
 
 
+def test_weight_dtype_is_read_as_the_api_reads_it(capsys):
+    """--weight-dtype INT4 is int4 (as api.predict(weight_dtype="INT4") and --dtype BF16);
+    a format that is not weight-only is one line, exit 2."""
+    args = ("predict", "llama3-8b", "--gpu", "h100", "--mode", "decode", "--format", "json")
+    code, upper, err = run(capsys, *args, "--weight-dtype", " INT4 ")
+    assert code == 0, err
+    code, lower, err = run(capsys, *args, "--weight-dtype", "int4")
+    assert code == 0 and json.loads(upper)["total_ms"] == json.loads(lower)["total_ms"]
+    code, out, err = run(capsys, *args, "--weight-dtype", "bf16")
+    assert code == 2 and err.count("\n") == 1 and "not one of 'int4', 'int8'" in err
+
+
 def test_int4_activations_are_a_one_line_error(capsys):
     code, out, err = run(capsys, "predict", "llama3-8b", "--dtype", "int4")
     assert code == 2 and err.count("\n") == 1 and "--weight-dtype" in err

@@ -145,3 +145,30 @@ def test_api_refuses_the_options_the_cli_refuses_without_fp8_or_ep():
         api.predict("llama3.2-1b", fp8_scales="row")
     with pytest.raises(InputError, match="needs ep > 1"):
         api.predict("mixtral-8x7b", moe_imbalance=1.5)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: api.serve("llama3-8b", gpu="h100", tp=None, requests=4), "tp must be a positive"),
+        (lambda: api.serve("llama3-8b", gpu="h100", tp="4", requests=4), "tp must be a positive"),
+        (
+            lambda: api.serve_plan("llama3-8b", "ttft=500ms,tpot=50ms", gpu="h100", tp=[2]),
+            "tp must be a positive",
+        ),  # fmt: skip
+        (
+            lambda: api.serve_plan("llama3-8b", "ttft=500ms,tpot=50ms", gpu="h100", progress=True),
+            "progress must be a function",
+        ),  # fmt: skip
+        (lambda: api.search("llama3-8b", "dgx-h100", 8, tp=2), "search chooses tp itself"),
+        (
+            lambda: api.search("llama3-8b", "dgx-h100", 8, globl_batch=2),
+            "unknown argument 'globl_batch'; did you mean global_batch?",
+        ),  # fmt: skip
+    ],
+)
+def test_serve_and_search_refuse_what_the_cli_cannot_express(call, message):
+    """What the CLI's option types refuse (exit 2), the API refuses with InputError, not a
+    TypeError from inside the simulation."""
+    with pytest.raises(InputError, match=message.replace("?", r"\?")):
+        call()
