@@ -89,7 +89,11 @@ def model_cmd(
     Example: gpuperf predict llama2-7b --gpu h100 --seq 2048
     """
     from gpuperf import api
+    from gpuperf.errors import InputError
 
+    if fmt == "json" and (by != "op" or top is not None):  # the JSON contract: every op row
+        raise InputError("--by and --top choose the table's rows (table, csv); --format json "
+                         "carries every op, with its layer and kind: drop them")  # fmt: skip
     prediction = api.predict(model, gpu=gpu, system=system, **scenario)
     if report_path is not None:
         from gpuperf.reports.html import write_report  # plotly loads only when asked for

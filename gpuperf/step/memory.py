@@ -246,8 +246,8 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
         mlp = k * (h + 3 * fe / tp) + 3 * cfg.shared_intermediate_size / tp
     else:
         mlp = (3 * f if cfg.mlp == "gated" else 2 * f) / tp
-    if sc.attn == "math":
-        attn += 2 * cfg.heads / tp * (T // mb) * (sc.ctx + 1 if sc.mode == "decode" else sc.seq)
+    if sc.attn == "math":  # each query's scores and probabilities over every key, per head
+        attn += 2 * cfg.heads / tp * (sc.ctx + 1 if sc.mode == "decode" else sc.seq)
     rows = mb if sc.mode in ("prefill", "generate") else T
     return float(b * T * (2 * h + max(attn, mlp))
                  + 4 * rows * vocab_shard(cfg.vocab, tp, sc.impl, False))  # fmt: skip

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuperf.errors import InputError
-from gpuperf.workloads.groups import Groups, groups_for
+from gpuperf.workloads.groups import MAX_GPUS_WITHOUT_SYSTEM, Groups, groups_for
 
 if TYPE_CHECKING:
     from gpuperf.hardware.spec import GpuSpec, SystemSpec
@@ -103,10 +103,6 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
             raise InputError(f"ep={sc.ep} needs a mixture-of-experts model; {cfg.name} is dense")
         if cfg.num_experts % sc.ep:
             raise InputError(f"ep={sc.ep} does not divide the {cfg.num_experts} experts")
-
-
-# One server's GPUs: a plan without --system runs in one node on the GPU's own links.
-MAX_GPUS_WITHOUT_SYSTEM = 8
 
 
 def place(

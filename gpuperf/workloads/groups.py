@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from gpuperf.workloads.hashed import field_hash
 from gpuperf.workloads.scenario import Scenario
 
+# One server's GPUs: a plan or collective without a system runs in one node on the GPU's own links.
+MAX_GPUS_WITHOUT_SYSTEM = 8
+
 
 def group_nodes(size: int, stride: int, gpus_per_node: int) -> int:
     """Nodes spanned by a group of `size` ranks `stride` apart (ranks fill nodes in order).

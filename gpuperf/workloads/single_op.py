@@ -22,6 +22,7 @@ from gpuperf.perfmodel.ops import (
     Norm,
     gemm_scales,
 )
+from gpuperf.workloads.groups import MAX_GPUS_WITHOUT_SYSTEM
 
 if TYPE_CHECKING:
     from gpuperf.hardware.spec import SystemSpec
@@ -129,21 +130,18 @@ def collective(coll: str, nbytes: int, ranks: int, dtype: DType = "bf16") -> Col
     return Collective(name=f"{coll}/{nbytes}", coll=coll, nbytes=nbytes, ranks=ranks, dtype=dtype)  # type: ignore[arg-type]
 
 
-MAX_NVLINK_DOMAIN = 72  # GB200 NVL72: the most GPUs one NVLink domain joins today
-
-
 def group(system: SystemSpec | None, nodes: int | None, ranks: int | None) -> tuple[int, int]:
     """(ranks, nodes) of a collective's group: on a bare GPU (no system) every rank is in one
-    NVLink domain (8 by default); on a system, `ranks` fill nodes of gpus_per_node (a group that
-    spans nodes takes whole nodes) or `nodes` whole nodes. The CLI's --nproc/--nodes and the
-    API's ranks/nodes both come here."""
+    server's NVLink domain (8 by default, at most 8, as for a model's plan); on a system,
+    `ranks` fill nodes of gpus_per_node (a group that spans nodes takes whole nodes) or `nodes`
+    whole nodes. The CLI's --nproc/--nodes and the API's ranks/nodes both come here."""
     if system is None:
         if nodes not in (None, 1):
             raise InputError("more than one node needs a system (the network between nodes)")
-        if (ranks or 8) > MAX_NVLINK_DOMAIN:
+        if (ranks or 8) > MAX_GPUS_WITHOUT_SYSTEM:  # as for a model's plan (step.plan.place)
             raise InputError(
-                f"{ranks} GPUs in one NVLink domain: the largest built holds "
-                f"{MAX_NVLINK_DOMAIN} (NVL72); give a system and nodes for more"
+                f"{ranks} ranks: beyond {MAX_GPUS_WITHOUT_SYSTEM} (one server's NVLink domain) "
+                "give a system (e.g. dgx-h100, or gb200-nvl72 for 72 GPUs on NVLink) and nodes"
             )
         return ranks or 8, 1
     gpn = system.gpus_per_node

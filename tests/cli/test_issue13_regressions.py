@@ -201,7 +201,7 @@ def test_malformed_measured_rows_are_one_line_errors(capsys, tmp_path, data, mat
 
 def test_a_thousand_ranks_in_one_nvlink_domain_are_refused(capsys):
     refused(capsys, "predict", "allreduce", "--bytes", "1G", "--gpu", "h100", "--nproc", "1000",
-            match="NVLink domain")  # fmt: skip
+            match="one server's NVLink domain")  # fmt: skip
     refused(capsys, "predict", "allreduce", "--bytes", "1G", "--system", "dgx-h100",
             "--nodes", "1", "--nproc", "1000", match="disagrees")  # fmt: skip
 

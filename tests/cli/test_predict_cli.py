@@ -151,12 +151,15 @@ def test_demo_command_end_to_end():
     [["--kv-dtype", "fp8"], ["--impl", "eager"], ["--cuda-graphs"], ["--by", "layer"]],
 )
 def test_plans_take_every_single_gpu_option(capsys, extra):
+    fmt = "csv" if "--by" in extra else "json"  # --by chooses table rows; JSON has every op
     code = main_code(["predict", "llama2-70b", "--mode", "decode", "--system", "dgx-h100",
-                      "--tp", "8", "--format", "json", *extra])  # fmt: skip
+                      "--tp", "8", "--format", fmt, *extra])  # fmt: skip
     out = capsys.readouterr()
     assert code == 0, out.err
-    if "--by" not in extra:
+    if fmt == "json":
         assert json.loads(out.out)["extra"]["plan"] == "tp8 pp1 dp1"
+    else:
+        assert out.out.splitlines()[0].startswith("name,") and "L79" in out.out
 
 
 def test_plan_on_a_system_of_other_gpus_is_one_line_exit_2(capsys):
@@ -202,6 +205,12 @@ def test_formats_and_mla_from_the_command_line(capsys):
     code, out, err = run(capsys, "predict", "deepseek-v3", "--gpu", "h200", "--mode", "decode",
                          "--mla", "absorbed", "--format", "json")  # fmt: skip
     assert code == 0 and any("d576/512" in op["shape"] for op in json.loads(out)["ops"]), err
+
+
+def test_by_and_top_with_json_are_refused_not_ignored(capsys):
+    code = main_code(["predict", "llama3-8b", "--by", "kind", "--top", "2", "--format", "json"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--format json carries every op" in err
 
 
 def test_weight_dtype_is_read_as_the_api_reads_it(capsys):

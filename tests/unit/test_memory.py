@@ -136,3 +136,21 @@ def test_an_uneven_stage_holds_its_share_of_the_kv_cache():
     one = memory_breakdown(cfg, Scenario(mode="decode", batch=8, ctx=4096))["kv_cache"]
     staged = memory_breakdown(cfg, Scenario(mode="decode", batch=8, ctx=4096, pp=3))
     assert staged["kv_cache"] == one * (27 / 80)  # the busiest stage's layers
+
+
+def test_materialized_scores_grow_with_the_square_of_the_sequence():
+    """attn=math holds each query's scores and probabilities over every key, per head: 2 · heads
+    · seq² elements in prefill beside the layer's other activations; it was counted once more
+    per token (seq³: 1 TiB for Llama-3-8B at 2048 tokens)."""
+    from gpuperf.step.memory import inference_activation_bytes
+
+    cfg = load_model("llama3-8b")  # h 4096, q 4096, kv 1024, 32 heads, vocab 128256
+    got = inference_activation_bytes(cfg, Scenario(seq=2048, attn="math"))
+    # bf16: 2048 tokens × (residual 2h + Q, K, V, output + 2 · 32 · 2048 scores), fp32 logits
+    layer = 2 * 2048 * (2 * 4096 + (4096 + 2 * 1024 + 4096) + 2 * 32 * 2048)
+    assert got == pytest.approx(layer + 4 * 128256)  # 585 MiB
+    longer = inference_activation_bytes(cfg, Scenario(seq=16384, attn="math"))
+    assert 3.9 < longer / inference_activation_bytes(cfg, Scenario(seq=8192, attn="math")) < 4
+    decode = inference_activation_bytes(cfg, Scenario(mode="decode", batch=8, ctx=4095,
+                                                      attn="math"))  # fmt: skip
+    assert decode == pytest.approx(2 * 8 * (8192 + 10240 + 2 * 32 * 4096) + 4 * 8 * 128256)
