@@ -37,7 +37,11 @@ The profile inherits the base GPU (base = "...") and sets [model] only.""",
 )
 @click.option("--from", "sources", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="Result files or folders (*.json) to fit, instead of measuring.")  # fmt: skip
-@click.option("--gpu", default=None, help="Base profile (default: the detected GPU).")
+@click.option(
+    "--gpu",
+    default=None,
+    help="Base profile (default: the detected GPU; with --from, the GPU the files name).",
+)
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="Profile to write (.toml).")  # fmt: skip
 @click.option(
@@ -61,7 +65,7 @@ def calibrate(
     from gpuperf.hardware.loader import load_gpu
     from gpuperf.perfmodel import calibrate as cal
     from gpuperf.perfmodel import host_pool
-    from gpuperf.perfmodel.accuracy import check_measured_on, load_e2e, load_samples
+    from gpuperf.perfmodel.accuracy import check_measured_on, gpu_of, load_e2e, load_samples
 
     if output.suffix != ".toml":
         raise InputError(f"output {output} must end in .toml")
@@ -79,9 +83,7 @@ def calibrate(
         files: list[Path] = []
         for s in sources:
             files += sorted(s.glob("*.json")) if s.is_dir() else [s]
-        if gpu is None:
-            raise InputError("--from needs --gpu (the profile the measurements were taken on)")
-        base = load_gpu(gpu)
+        base = load_gpu(gpu if gpu is not None else gpu_of(files))  # default: the files' GPU
         check_measured_on(files, base)
         samples = load_samples(f for f in files if not f.name.startswith("e2e"))
         runs = load_e2e(f for f in files if f.name.startswith("e2e"))

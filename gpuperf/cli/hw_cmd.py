@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import difflib
 import json
 import sys
 from typing import Any
@@ -12,6 +13,7 @@ import click
 
 from gpuperf.cli.common import output_options
 from gpuperf.dtypes import DTYPES
+from gpuperf.errors import InputError
 from gpuperf.hardware import loader
 from gpuperf.hardware.spec import GpuSpec, ModelParams, SystemSpec
 
@@ -81,7 +83,18 @@ def show_cmd(name: str, fmt: str) -> None:
         spec: GpuSpec | SystemSpec = loader.load_system(name)
         rows = _system_fields(spec)
     else:
-        spec = loader.load_gpu(name)
+        try:
+            spec = loader.load_gpu(name)
+        except InputError as exc:  # neither: name the systems too, which show also takes
+            if not str(exc).startswith("unknown gpu"):
+                raise
+            gpus, systems = loader.gpu_names(), loader.system_names()
+            names = [*gpus, *systems, *loader.aliases()]
+            close = difflib.get_close_matches(name.strip().lower(), names, n=3)
+            known = (f"did you mean {', '.join(close)}?" if close else
+                     f"GPUs: {', '.join(gpus)}; systems: {', '.join(systems)}")  # fmt: skip
+            raise InputError(f"unknown profile {name!r}; {known} (see `gpuperf hw list`, or "
+                             "pass a path to a .toml file)") from None  # fmt: skip
         rows = _gpu_fields(spec)
     if fmt == "json":
         obj: Row = {"kind": "system" if isinstance(spec, SystemSpec) else "gpu"}
@@ -110,7 +123,7 @@ def detect_cmd(index: int, fmt: str) -> None:
     """
     from gpuperf.hardware.detect import detect_gpu, gpu_environment
 
-    gpu = detect_gpu(index)
+    gpu = detect_gpu(index, hint="`gpuperf hw list` shows the profiles --gpu can name")
     env = gpu_environment(index)
     if fmt == "json":
         _print_json({"profile": gpu.name, "display_name": gpu.display_name, "environment": env})

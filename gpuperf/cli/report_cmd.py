@@ -93,6 +93,14 @@ def report(
             raise InputError("give MODEL or --from FILE, not both")
         if measured:
             raise InputError("--measured goes with MODEL; a --from file carries its measurements")
+        ctx = click.get_current_context()
+        default = click.core.ParameterSource.DEFAULT
+        given = [p.opts[0] for p in ctx.command.params
+                 if p.name in {"system", *scenario}
+                 and ctx.get_parameter_source(p.name) is not default]  # fmt: skip
+        if given:  # the file holds its scenario; these would be ignored
+            raise InputError(f"{', '.join(given)} would be ignored: a --from file holds its own "
+                             "step; drop them, or give MODEL instead of --from")  # fmt: skip
         results = _load(sources, gpus)
     elif model is None:
         raise InputError("give MODEL (e.g. llama2-7b) or --from FILE; see gpuperf report --help")

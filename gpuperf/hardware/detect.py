@@ -15,15 +15,14 @@ from gpuperf.hardware import loader
 from gpuperf.hardware.spec import GpuSpec
 
 
-def detect_gpu(index: int = 0) -> GpuSpec:
-    """The built-in profile of GPU `index`, or EnvironmentUnavailable saying what to pass."""
-    nvml = _init_nvml()
+def detect_gpu(index: int = 0, hint: str = "pass --gpu NAME") -> GpuSpec:
+    """The built-in profile of GPU `index`, or EnvironmentUnavailable ending with `hint` (what
+    the caller's user can do instead)."""
+    nvml = _init_nvml(hint)
     try:
         count = nvml.nvmlDeviceGetCount()
         if count == 0:
-            raise EnvironmentUnavailable(
-                "no NVIDIA GPU found (NVML sees 0 devices); pass --gpu NAME"
-            )
+            raise EnvironmentUnavailable(f"no NVIDIA GPU found (NVML sees 0 devices); {hint}")
         if not 0 <= index < count:
             raise EnvironmentUnavailable(
                 f"GPU index {index} out of range: NVML sees {count} GPU(s)"
@@ -32,9 +31,7 @@ def detect_gpu(index: int = 0) -> GpuSpec:
         name = _text(nvml.nvmlDeviceGetName(handle))
         memory = float(nvml.nvmlDeviceGetMemoryInfo(handle).total)
     except nvml.NVMLError as exc:
-        raise EnvironmentUnavailable(
-            f"no NVIDIA GPU found (NVML: {exc}); pass --gpu NAME"
-        ) from None
+        raise EnvironmentUnavailable(f"no NVIDIA GPU found (NVML: {exc}); {hint}") from None
     finally:
         _shutdown(nvml)
     return match_profile(name, memory)
@@ -92,19 +89,17 @@ def gpu_environment(index: int = 0) -> dict[str, Any]:
     return env
 
 
-def _init_nvml() -> Any:
+def _init_nvml(hint: str = "pass --gpu NAME") -> Any:
     try:
         import pynvml
     except ImportError:
         raise EnvironmentUnavailable(
-            "no NVIDIA GPU found (NVML: package nvidia-ml-py is not installed); pass --gpu NAME"
+            f"no NVIDIA GPU found (NVML: package nvidia-ml-py is not installed); {hint}"
         ) from None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        raise EnvironmentUnavailable(
-            f"no NVIDIA GPU found (NVML: {exc}); pass --gpu NAME"
-        ) from None
+        raise EnvironmentUnavailable(f"no NVIDIA GPU found (NVML: {exc}); {hint}") from None
     return pynvml
 
 

@@ -98,13 +98,13 @@ def _ms(value: Any, path: Path) -> float | None:
     return float(value)
 
 
-def check_measured_on(files: Iterable[Path], gpu: GpuSpec) -> None:
-    """InputError for a result file whose env names a GPU other than `gpu`: measurements of one
-    GPU never calibrate another. A file that names no GPU, or one without a built-in profile,
-    cannot be told apart and is read as `gpu`'s."""
+def measured_on(files: Iterable[Path]) -> list[tuple[Path, str, GpuSpec]]:
+    """(file, the GPU it names, its built-in profile) of each result file whose env names a GPU
+    that has one; files that name none, or an unknown GPU, are left out."""
     from gpuperf.errors import EnvironmentUnavailable
     from gpuperf.hardware.detect import match_profile
 
+    out = []
     for path in files:
         env = read_json(path).get("env")
         if not isinstance(env, dict):
@@ -116,14 +116,34 @@ def check_measured_on(files: Iterable[Path], gpu: GpuSpec) -> None:
         if isinstance(memory, bool) or not isinstance(memory, int | float):
             memory = 0
         try:
-            spec = match_profile(name, float(memory))
+            out.append((path, name, match_profile(name, float(memory))))
         except EnvironmentUnavailable:
             continue
+    return out
+
+
+def check_measured_on(files: Iterable[Path], gpu: GpuSpec) -> None:
+    """InputError for a result file whose env names a GPU other than `gpu`: measurements of one
+    GPU never calibrate another. A file that names no GPU, or one without a built-in profile,
+    cannot be told apart and is read as `gpu`'s."""
+    for path, name, spec in measured_on(files):
         if not spec.same_chip(gpu):
             raise InputError(
                 f"{path} was measured on {name} ({spec.name}), not on {gpu.name} (--gpu): "
                 "calibrate each GPU from its own results"
             )
+
+
+def gpu_of(files: Iterable[Path]) -> str:
+    """The profile every result file that names a GPU was measured on (calibrate --from without
+    --gpu), or InputError when they name none or several."""
+    names = sorted({spec.name for _, _, spec in measured_on(files)})
+    if not names:
+        raise InputError("the --from files name no GPU they were measured on: give --gpu")
+    if len(names) > 1:
+        raise InputError(f"the --from files were measured on {' and '.join(names)}: calibrate "
+                         "each GPU from its own results (--gpu picks one)")  # fmt: skip
+    return names[0]
 
 
 def load_samples(files: Iterable[Path]) -> list[Sample]:

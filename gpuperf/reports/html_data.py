@@ -182,6 +182,10 @@ def load_saved(path: str | os.PathLike[str], gpu: Any | None = None) -> ReportIt
         raise InputError(f"{path}: expected a JSON object")
     if isinstance(data.get("rows"), list):
         return _from_results_file(data, path, gpu)
+    if isinstance(data.get("collective"), str):  # predict allreduce ... --format json
+        coll = data["collective"]
+        raise InputError(f"{path}: a collective's prediction has no FLOPs to place on a "
+                         f"roofline; `gpuperf predict {coll} --format table` shows it")  # fmt: skip
     if isinstance(data.get("ops"), list):
         return _from_ops_json(data, path, gpu)
     if isinstance(data.get("runs"), list):

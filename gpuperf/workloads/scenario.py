@@ -302,6 +302,9 @@ class Scenario:
                 "tp_overlap overlaps sequence parallelism's all-gather and reduce-scatter with the "
                 "matmuls (Megatron-LM's tp_comm_overlap): it needs sequence_parallel"
             )
+        if self.nvls and self.gpus == 1:
+            raise InputError("nvls runs all-reduces between GPUs on NVLink SHARP: it needs a "
+                             "plan of more than one GPU (--tp, --dp, --cp, --pp)")  # fmt: skip
         if self.tp_allreduce == "custom" and self.tp == 1:
             raise InputError("tp_allreduce=custom is a tensor-parallel all-reduce: it needs tp > 1")
         if self.tp_allreduce == "custom" and self.tp_impl == "dtensor":

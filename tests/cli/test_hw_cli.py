@@ -220,7 +220,7 @@ def test_show_system_and_user_file(capsys, tmp_path):
 @pytest.mark.parametrize(
     ("args", "content", "expected"),
     [
-        (["hw", "show", "h1000"], None, "unknown gpu 'h1000'; did you mean h100"),
+        (["hw", "show", "h1000"], None, "unknown profile 'h1000'; did you mean h100"),
         (["hw", "show", "missing.toml"], None, "missing.toml does not exist"),
         (["hw", "show", "{file}"], "sms = = 1\n", "malformed TOML"),
         (["hw", "show", "{file}"], 'base = "h100"\nsmz = 1\n', "did you mean 'sms'"),
@@ -269,7 +269,7 @@ def test_real_entry_point_no_traceback():
         check=False,
     )
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("gpuperf: error: unknown gpu 'tpu-v9'")
+    assert proc.stderr.startswith("gpuperf: error: unknown profile 'tpu-v9'")
     assert proc.stderr.count("\n") == 1
     proc = subprocess.run(
         [sys.executable, "-m", "gpuperf.cli", "hw", "show", "l40s", "--format", "json"],
