@@ -152,8 +152,10 @@ def plan_specs(
     tps = [t for t in _divisors(min(gpus, gpn)) if cfg.heads % t == 0]
     experts = _divisors(cfg.num_experts) if cfg.is_moe else [1]
     for tp in tps:
-        for pp in _divisors(cfg.layers):
-            if gpus % (tp * pp):
+        # Stages need not split the layers evenly (the slowest sets the pace, as Megatron's
+        # uneven first and last stages): any pp of at least one layer a stage.
+        for pp in _divisors(gpus // tp) if gpus % tp == 0 else ():
+            if pp > cfg.layers:
                 continue
             dp = gpus // (tp * pp)
             for ep in (e for e in experts if dp % e == 0):
@@ -179,23 +181,23 @@ def plan_specs(
 def no_split(cfg: ModelConfig, system: SystemSpec, gpus: int, mode: str, global_batch: int,
              batch: int) -> str:  # fmt: skip
     """Why plan_specs has no plan: the degrees that break each of its rules (tp must divide the
-    heads, pp the layers, dp the batch it splits), from every split of `gpus` into tp·pp·dp.
-    For the error message only: the search never calls it."""
+    heads, pp be at most the layers, dp divide the batch it splits), from every split of `gpus`
+    into tp·pp·dp. For the error message only: the search never calls it."""
     gpn = system.gpus_per_node
     total, what = (global_batch, "global-batch") if mode == "train" else (batch, "batch")
     bad: dict[str, set[int]] = {"tp": set(), "pp": set(), "dp": set()}
-    for tp in _divisors(min(gpus, gpn)):
+    for tp in (t for t in _divisors(min(gpus, gpn)) if gpus % t == 0):
         for pp in _divisors(gpus // tp):
             dp = gpus // (tp * pp)
             rule = (
-                "tp" if cfg.heads % tp else "pp" if cfg.layers % pp else "dp" if total % dp else ""
+                "tp" if cfg.heads % tp else "pp" if pp > cfg.layers else "dp" if total % dp else ""
             )
             if rule:
                 bad[rule].add({"tp": tp, "pp": pp, "dp": dp}[rule])
-    whole = {"tp": f"its {cfg.heads} heads", "pp": f"its {cfg.layers} layers",
-             "dp": f"the --{what} {total}"}  # fmt: skip
-    return "; ".join(f"{k}={_either(sorted(v))} does not divide {whole[k]}"
-                     for k, v in bad.items() if v)  # fmt: skip
+    whole = {"tp": f"does not divide its {cfg.heads} heads",
+             "pp": f"exceeds its {cfg.layers} layers",
+             "dp": f"does not divide the --{what} {total}"}  # fmt: skip
+    return "; ".join(f"{k}={_either(sorted(v))} {whole[k]}" for k, v in bad.items() if v)
 
 
 def _either(values: list[int]) -> str:

@@ -4,6 +4,8 @@ or accepted without meaning are refused in one line (exit 2)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from clirun import refused, run
 
@@ -71,14 +73,22 @@ def test_the_api_refuses_training_with_cuda_graphs_or_int8():
 
 
 def test_a_search_with_no_split_of_its_gpus_says_which_rule_each_breaks(capsys):
-    refused(capsys, "search", "llama3-8b", "--gpus", "3", "--system", "dgx-h100",
-            match="no plan of llama3-8b can be built on 3 GPUs of dgx-h100, as every split of "
-            "them into tp·pp·dp breaks a rule: tp=3 does not divide its 32 heads; pp=3 does not "
-            "divide its 32 layers; dp=3 does not divide the --global-batch 1024")  # fmt: skip
-    refused(capsys, "search", "llama3-8b", "--gpus", "24", "--system", "dgx-h100", "--mode",
-            "decode", "--batch", "4",
-            match="pp=3, 6, 12 or 24 does not divide its 32 layers; dp=3, 6, 12 or 24 does not "
-            "divide the --batch 4")  # fmt: skip
+    # 256 GPUs of 8 a node for a 16-layer model and one sequence: tp·pp is at most 8·16
+    args = ("search", "llama3.2-1b", "--gpus", "256", "--system", "dgx-h100")
+    refused(capsys, *args, "--global-batch", "1",
+            match="no plan of llama3.2-1b can be built on 256 GPUs of dgx-h100, as every split of "
+            "them into tp·pp·dp breaks a rule: pp=32, 64, 128 or 256 exceeds its 16 layers; "
+            "dp=2, 4, 8, 16, 32, 64, 128 or 256 does not divide the --global-batch 1")  # fmt: skip
+    refused(capsys, *args, "--mode", "decode", "--batch", "1",
+            match="exceeds its 16 layers; dp=2, 4, 8, 16, 32, 64, 128 or 256 does not divide "
+            "the --batch 1")  # fmt: skip
+    # stages need not divide the layers: 3 GPUs run Llama-3-8B's 32 layers as 11, 11 and 10
+    code, out, err = run(capsys, "search", "llama3-8b", "--gpus", "3", "--system", "dgx-h100",
+                         "--global-batch", "8", "--format", "json")  # fmt: skip
+    assert code == 0, err
+    assert {(p["scenario"]["tp"], p["scenario"]["pp"]) for p in json.loads(out)["plans"]} == {
+        (1, 3)
+    }
     # plans that were built but do not fit keep their message
     refused(capsys, "search", "llama3-70b", "--gpus", "1", "--system", "dgx-h100",
             match="no plan of llama3-70b fits on 1 GPUs of dgx-h100 (")  # fmt: skip
