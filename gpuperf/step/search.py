@@ -339,8 +339,12 @@ def explain(ranked: list[Ranked]) -> list[str]:
             ((r.breakdown[k] - best.breakdown.get(k, 0.0), k) for k in r.breakdown),
             reverse=True,
         )
-        reasons = [f"{k} +{d:.3g} s" for d, k in diffs if d > 0.005 * best.step_time][:3]
+        small = 0.005 * best.step_time
+        reasons = [f"{k} +{d:.3g} s" for d, k in diffs if d > small][:3]
+        saves = [f"{k} −{-d:.3g} s" for d, k in reversed(diffs) if d < -small][:2]
         slower = 100 * (r.step_time / best.step_time - 1)
         because = ", ".join(reasons) if reasons else "about the same costs"
+        if saves:  # what the rival spends less on, so the net is its step time's
+            because += "; saves " + ", ".join(saves)
         lines.append(f"vs {r.label()}: {slower:.1f}% slower ({because})")
     return lines

@@ -169,3 +169,22 @@ def test_the_search_leaves_the_collector_as_it_found_it():
     with no_cycle_collection():
         kept = [[i] for i in range(1000)]
     assert gc.get_freeze_count() == 0 and len(kept) == 1000  # nothing left frozen by the search
+
+
+def test_the_explanation_shows_what_a_rival_saves_beside_what_it_spends():
+    """A rival's extra costs alone over-explain a small gap: its savings are said too, so the
+    listed terms net to its step time."""
+    from types import SimpleNamespace
+
+    from gpuperf.step.search import Ranked, explain
+    from gpuperf.workloads.scenario import Scenario
+
+    def plan(tp: int, **breakdown: float) -> Ranked:
+        cost = SimpleNamespace(total_s=sum(breakdown.values()), breakdown=breakdown)
+        return Ranked(Scenario(mode="train", tp=tp), cost, 1.0, 0.5, 1.0, True)  # type: ignore[arg-type]
+
+    best = plan(1, compute=10.0, dp_comm=1.0, ep_comm=7.0)
+    rival = plan(2, compute=11.0, dp_comm=6.0, ep_comm=1.0)
+    line = explain([best, rival])[1]
+    assert line.startswith("vs tp2") and "0.0% slower" in line
+    assert "(dp_comm +5 s, compute +1 s; saves ep_comm −6 s)" in line
