@@ -166,15 +166,19 @@ def _hybrid_saved_by_block(cfg: ModelConfig) -> dict[str, float]:
 
 
 def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: bool, act: DType,
-                     attn: str, recompute: str, fp8: bool = False) -> float:  # fmt: skip
+                     attn: str, recompute: str, fp8: bool = False,
+                     eager: bool = False) -> float:  # fmt: skip
     """Bytes one layer keeps for backward for one micro-batch of `b` sequences of `seq` tokens
-    on one GPU (fp8: the GEMMs' inputs kept in fp8)."""
+    on one GPU (fp8: the GEMMs' inputs kept in fp8; eager: Hugging Face's modules, which keep
+    more: eager_saved_extra)."""
     s = seq // cp
     h = cfg.hidden
     if recompute == "full":  # only the layer's input (sequence-parallel: its shard)
         return BYTES[act] * b * s * h / (tp if sp else 1)
     full = train_activation_bytes_per_layer(cfg, b, s, act, dropout=cfg.hidden_dropout > 0,
                                             fp8_inputs=fp8)  # fmt: skip
+    if eager:
+        full += b * s * eager_saved_extra(cfg, act, s)
     modules = plan_modules(recompute)
     norms, rest = _recomputed_per_token(cfg, modules, act, fp8) if modules else (0.0, 0.0)
     full -= (norms + rest) * b * s
@@ -188,6 +192,56 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
     # the recomputed norms' outputs were among the GEMM inputs kept whole on every rank
     replicated -= min(norms, (1 if fp8 else BYTES[act]) * 2 * h) * b * s
     return replicated + (full - replicated) / tp
+
+
+def eager_saved_extra(cfg: ModelConfig, act: DType, seq: int) -> float:
+    """Bytes per token a Hugging Face layer's eager modules keep for backward beyond the fused
+    count of train_activation_bytes_per_layer (the mean over layers), from what PyTorch's
+    autograd saves for each of their operations:
+    - an RMSNorm (x.float(), pow, mean, rsqrt, mul, the cast back, the weight's mul) keeps its
+      fp32 input (pow's and mul's) and the tensor the weight multiplies: the 16-bit cast
+      (Llama's order: it is also the next GEMM's input) or the fp32 normalized value (Gemma's
+      and OLMo-2's, which cast after the weight); a norm after a block (Gemma's sandwich,
+      OLMo-2's) feeds the residual add, which keeps nothing, so all it keeps is extra; per-head
+      q/k norms likewise; LayerNorm keeps its input as the fused count says;
+    - a gated MLP keeps four tensors of its width (gate and up outputs, the activation's, the
+      product the down projection reads), the fused count three; GPT-2's GELU written in
+      Python keeps three more (x, tanh's output, 0.5·x and 1 + tanh: mul saves both operands);
+    - SDPA's output is transposed and made contiguous for o_proj, which keeps that copy;
+    - PyTorch's math SDPA (Falcon-7B's multi-query attention, in fp32) keeps the fp32
+      probabilities of every (query, key) pair (_safe_softmax's output, which P·V reads too)
+      and the fp32 q, k and v of its products (k and v broadcast to every head);
+    - the grouped_mm experts keep, per routed copy, the gathered token and the masked down
+      output besides the fused count's expert intermediates, and a fourth of their width
+      (the gate/up output is kept whole through its masked copy)."""
+    e = BYTES[act]
+    h, q, kv, f = cfg.hidden, cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd, cfg.intermediate
+    extra = 0.0
+    if cfg.norm == "rmsnorm":
+        fp32_scaled = cfg.norm_weight_fp32 or cfg.norm_scale_fp32
+        kept = 4 + (4 if fp32_scaled else e)  # fp32 input, and what the weight multiplies
+        pre = 0 if not cfg.pre_norm else (1 if cfg.shared_input_norm else 2)
+        post = (2 if cfg.sandwich_norm else 0) + (0 if cfg.pre_norm else 2)
+        # a norm before a GEMM: the fused count has its input and the GEMM's (2e per value)
+        extra += pre * h * (kept + (e if fp32_scaled else 0) - 2 * e) + post * h * kept
+        if cfg.qk_norm or cfg.qk_norm_full:
+            extra += (q + kv) * kept
+    if cfg.is_moe:
+        k, fe = cfg.num_experts_per_tok, cfg.expert_intermediate
+        share = cfg.moe_layers / cfg.layers
+        extra += share * k * e * (h + fe)
+        dense = 1 - share
+    else:
+        dense = 1.0
+    if cfg.mlp == "gated":
+        extra += dense * e * f
+    elif cfg.hidden_act == "gelu_new":
+        extra += dense * 3 * e * f
+    if cfg.sdpa_math:
+        extra += 4 * cfg.heads * seq + 4 * q + 8 * q
+    else:
+        extra += e * q
+    return float(extra)
 
 
 def _recomputed_per_token(cfg: ModelConfig, modules: frozenset[str], act: DType,
@@ -297,7 +351,22 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Par
     out["activations"] = (
         saved * stage.layers * inflight + rebuilt + (head if stage.has_head else 0.0)
     )
+    if sc.impl == "eager" and sc.gpus == 1:
+        _at_the_peak(out, p.total * pb)
     return out
+
+
+def _at_the_peak(out: dict[str, float], temporary: float) -> None:
+    """One GPU stepping torch.optim.AdamW (foreach) with zero_grad(set_to_none=True): no
+    gradient exists while the activations and the loss's buffers peak, at the start of the
+    backward, and the activations are gone when the gradients, the states and the optimizer's
+    one parameter-sized temporary (foreach AdamW's sqrt of v) peak at its step. `out` becomes
+    the larger moment's memory."""
+    if out["activations"] >= out["gradients"] + temporary:
+        out["gradients"] = 0.0
+    else:
+        out["activations"] = 0.0
+        out["optimizer"] += temporary
 
 
 def _plan_terms(cfg: ModelConfig, sc: Scenario) -> tuple[int, int, int, float, float, float]:
@@ -321,18 +390,32 @@ def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: 
     pb = BYTES[act]
     gb = grad_bytes(act, eager, grad_dtype)
     rebuilt = (
-        _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none", fp8)
+        _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none", fp8, eager)
         if recompute == "full"
         else 0.0
     )
-    # the logits and their fp32 copy for the loss; a final softcap keeps its tanh's output too
-    per_logit = pb + (4 if act != "fp32" else 0) + (pb if cfg.final_softcap else 0)
+    if eager and cfg.sdpa_math:  # a layer's backward: the gradients of P and of the scores
+        s = seq // cp  # beside the saved P, fp32 each (sdpa_math_fp32)
+        rebuilt += 8 * cfg.heads / tp * s * s * b
+    per_logit = loss_bytes_per_logit(cfg, act, eager)
     head = (
         b * seq // cp * vocab_shard(cfg.vocab, tp, "eager" if eager else "fused", True) * per_logit
     )
     return (pb, gb, optimizer_bytes_per_param(pb, eager, gb),
-            _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute, fp8), rebuilt,
+            _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute, fp8, eager), rebuilt,
             float(head))  # fmt: skip
+
+
+def loss_bytes_per_logit(cfg: ModelConfig, act: DType, eager: bool) -> int:
+    """Bytes per logit alive at the loss's peak. Fused (Megatron's vocab-parallel cross-entropy):
+    the logits and the fp32 softmax it keeps and turns into the gradient in place. Eager
+    (Hugging Face's ForCausalLMLoss: logits.float(), then cross_entropy = log_softmax + nll):
+    at the start of the backward the 16-bit logits (the model's output holds them),
+    log_softmax's fp32 output (saved), nll's fp32 gradient and log_softmax's, all at once. A
+    final softcap keeps its tanh's output."""
+    pb = BYTES[act]
+    up = 4 if act != "fp32" else 0  # the fp32 copy (none when the model runs in fp32)
+    return pb + (3 * 4 if eager else up) + (pb if cfg.final_softcap else 0)
 
 
 def memory_breakdown(cfg: ModelConfig, sc: Scenario) -> dict[str, float]:
