@@ -30,6 +30,7 @@ from gpuperf.perfmodel.accuracy import (  # noqa: E402
     load_e2e,
     load_multigpu,
     load_samples,
+    memory_rows,
     multigpu_table,
     op_table,
     summarize,
@@ -213,7 +214,7 @@ def main() -> int:
         e = whole_model_table(e2e_files, gpu)
         tables[d.name] = (gpu, t, e)
         say(f"\n## {gpu.display_name} ({d.name}): {len(t)} op rows, {len(e)} whole-model runs\n")
-        both = pd.concat([t, e], ignore_index=True)
+        both = pd.concat([t, e, memory_rows(e)], ignore_index=True)
         summaries[gpu.display_name.replace("NVIDIA ", "")] = summary = summarize(both)
         say(fmt_summary(summary, args.markdown))
         if not e.empty:
@@ -240,7 +241,7 @@ def main() -> int:
         ops_files, e2e_files = result_files(d)
         t = op_table(load_samples(ops_files), cross)
         e = whole_model_table([f for f in e2e_files if f.name.startswith("e2e")], cross)
-        both = pd.concat([t, e], ignore_index=True).assign(split="held-out")
+        both = pd.concat([t, e, memory_rows(e)], ignore_index=True).assign(split="held-out")
         # The H100 results hold no NCCL runs, so its profile has no collective parameters to lend.
         both = both[~both["class"].str.startswith(("collective", "p2p"))]
         say(

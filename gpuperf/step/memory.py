@@ -34,6 +34,14 @@ selective recomputation by module (Megatron-Core's --recompute-modules) drops th
 modules it runs again (_recomputed_per_token).
 A 1F1B pipeline's stage s holds min(m, pp - s) micro-batches in flight (the interleaved schedule
 more on the first stage: 1 + (pp-1)/(pp·v) times).
+
+Eager PyTorch training (Hugging Face's modules, torch.optim.AdamW, zero_grad(set_to_none=True))
+keeps what autograd saves for those modules (eager_saved_extra: fp32 copies in RMSNorm, a
+fourth MLP tensor, SDPA's output copy, math SDPA's fp32 probabilities) and its loss's buffers
+(loss_bytes_per_logit: 14 bytes a logit, against 6 for Megatron's fused cross-entropy), and
+peaks at one of two moments (_at_the_peak): the backward's start, with every activation and no
+gradient, or AdamW's step, with the gradients, the states and foreach's temporary and no
+activation; DDP keeps its gradient buckets through both. The breakdown is the larger moment's.
 """
 
 from __future__ import annotations
@@ -222,8 +230,12 @@ def eager_saved_extra(cfg: ModelConfig, act: DType, seq: int) -> float:
         kept = 4 + (4 if fp32_scaled else e)  # fp32 input, and what the weight multiplies
         pre = 0 if not cfg.pre_norm else (1 if cfg.shared_input_norm else 2)
         post = (2 if cfg.sandwich_norm else 0) + (0 if cfg.pre_norm else 2)
-        # a norm before a GEMM: the fused count has its input and the GEMM's (2e per value)
+        # a norm before a GEMM: the fused count has its input and the GEMM's (2e per value);
+        # without norms before the blocks (OLMo-2) its two norm inputs are the post-norms',
+        # which the residual adds do not keep either
+        unkept = 0 if cfg.pre_norm else 2 * e
         extra += pre * h * (kept + (e if fp32_scaled else 0) - 2 * e) + post * h * kept
+        extra -= unkept * h
         if cfg.qk_norm or cfg.qk_norm_full:
             extra += (q + kv) * kept
     if cfg.is_moe:
@@ -351,21 +363,27 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Par
     out["activations"] = (
         saved * stage.layers * inflight + rebuilt + (head if stage.has_head else 0.0)
     )
-    if sc.impl == "eager" and sc.gpus == 1:
-        _at_the_peak(out, p.total * pb)
+    if sc.impl == "eager":
+        ddp = zero == 0 and sc.dp * sc.cp > 1
+        _at_the_peak(out, ddp)
     return out
 
 
-def _at_the_peak(out: dict[str, float], temporary: float) -> None:
-    """One GPU stepping torch.optim.AdamW (foreach) with zero_grad(set_to_none=True): no
-    gradient exists while the activations and the loss's buffers peak, at the start of the
-    backward, and the activations are gone when the gradients, the states and the optimizer's
-    one parameter-sized temporary (foreach AdamW's sqrt of v) peak at its step. `out` becomes
-    the larger moment's memory."""
-    if out["activations"] >= out["gradients"] + temporary:
-        out["gradients"] = 0.0
+def _at_the_peak(out: dict[str, float], ddp_buckets: bool) -> None:
+    """Eager PyTorch training steps torch.optim.AdamW (foreach) and zero_grad(set_to_none=True)
+    after it, so its peak is one of two moments, and `out` becomes the larger one's memory:
+    the start of the backward (every activation, the loss's buffers, FSDP's gathered layers; no
+    gradient yet) or AdamW's step (the gradients, m and v, and foreach's one temporary the size
+    of the parameters it steps, its sqrt of v; the activations are gone and FSDP has resharded).
+    DDP's reducer keeps its gradient buckets, a copy of the gradients, through both."""
+    grads = out["gradients"]
+    buckets = grads if ddp_buckets else 0.0
+    temporary = out["optimizer"] / 2  # m and v in the parameters' dtype: one more of them
+    if out["activations"] + out["gathered"] >= grads + temporary:
+        out["gradients"] = buckets
     else:
-        out["activations"] = 0.0
+        out["activations"] = out["gathered"] = 0.0
+        out["gradients"] = grads + buckets
         out["optimizer"] += temporary
 
 

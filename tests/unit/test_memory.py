@@ -157,3 +157,77 @@ def test_materialized_scores_grow_with_the_square_of_the_sequence():
     decode = inference_activation_bytes(cfg, Scenario(mode="decode", batch=8, ctx=4095,
                                                       attn="math"))  # fmt: skip
     assert decode == pytest.approx(2 * 8 * (8192 + 10240 + 2 * 32 * 4096) + 4 * 8 * 128256)
+
+
+def test_the_loss_keeps_fourteen_bytes_a_logit_in_eager_pytorch_and_six_fused():
+    """ForCausalLMLoss upcasts the logits and runs log_softmax + nll: at the backward's start
+    the 16-bit logits (the output holds them), log_softmax's fp32 output and the two fp32
+    gradients; Megatron's fused cross-entropy keeps the logits and one fp32 softmax."""
+    from gpuperf.step.memory import loss_bytes_per_logit
+
+    llama, gemma2 = load_model("llama3-8b"), load_model("gemma2-9b")  # gemma2: final softcap
+    assert loss_bytes_per_logit(llama, "bf16", eager=True) == 2 + 3 * 4
+    assert loss_bytes_per_logit(llama, "bf16", eager=False) == 2 + 4
+    assert loss_bytes_per_logit(gemma2, "bf16", eager=True) == 2 + 3 * 4 + 2  # tanh's output
+    assert loss_bytes_per_logit(llama, "fp32", eager=True) == 4 + 3 * 4
+
+
+def test_eager_modules_keep_more_than_the_fused_count_by_hand():
+    """Llama's eager layer beyond the fused count, per token: each of its two RMSNorms keeps an
+    fp32 copy of its input (4h) beside the 16-bit GEMM input the fused count has, in place of
+    the norm input (2h); the gated MLP a fourth tensor of its width; o_proj SDPA's output's
+    contiguous copy. Llama-3.2-1B: h 2048, q 2048, f 8192."""
+    from gpuperf.step.memory import eager_saved_extra
+
+    assert eager_saved_extra(load_model("llama3.2-1b"), "bf16", 2048) == (
+        2 * 2048 * (4 + 2 - 2 * 2) + 2 * 8192 + 2 * 2048
+    )
+    gemma = load_model("gemma2-9b")  # fp32-scaled norms, two of them after the blocks
+    h, q, f = gemma.hidden, gemma.heads * gemma.hd, gemma.intermediate
+    assert eager_saved_extra(gemma, "bf16", 2048) == 2 * h * (8 + 2 - 4) + 2 * h * 8 + 2 * f + 2 * q
+
+
+def test_one_gpu_eager_training_peaks_at_the_backward_or_at_adams_step():
+    """torch.optim with zero_grad(set_to_none=True): no gradient at the backward's start, no
+    activation at AdamW's step (which adds foreach's one parameter-sized temporary)."""
+    long = memory_breakdown(load_model("qwen2-7b"), Scenario(mode="train", impl="eager",
+                                                             batch=4, seq=8192))  # fmt: skip
+    assert long["gradients"] == 0 and long["activations"] > 0
+    cfg = load_model("llama2-7b")
+    P = cfg.param_count()
+    short = memory_breakdown(cfg, Scenario(mode="train", impl="eager", batch=1, seq=128))
+    assert short["activations"] == 0 and short["optimizer"] == 3 * 2 * P
+    fused = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=128))  # Megatron's buffers
+    assert fused["gradients"] == 4 * P and fused["activations"] > 0
+
+
+def test_ddp_keeps_its_gradient_buckets_at_either_moment():
+    cfg = load_model("llama3-8b")
+    P = cfg.param_count()
+    ddp = memory_breakdown(cfg, Scenario(mode="train", impl="eager", dp=2, batch=1, seq=128))
+    one = memory_breakdown(cfg, Scenario(mode="train", impl="eager", batch=1, seq=128))
+    assert ddp["gradients"] == one["gradients"] + 2 * P  # the reducer's bf16 buckets
+
+
+def test_held_out_training_peaks_are_predicted_within_a_few_percent():
+    """e2e_memheld.json: 26 training steps (13 models, with and without gradient
+    checkpointing) measured after this model was written; torch.cuda.max_memory_allocated."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    from gpuperf.api import predict
+    from gpuperf.workloads.config import from_hf_dict
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h100-sxm5-80gb"
+    data = json.loads((path / "e2e_memheld.json").read_text())
+    errors = []
+    for run in data["runs"]:
+        sc = run["scenario"]
+        kw = {k: sc[k] for k in ("batch", "seq", "recompute") if sc.get(k)}
+        p = predict(from_hf_dict(run["config"], name=run["model"]), gpu="h100", mode="train",
+                    impl="eager", **kw)  # fmt: skip
+        errors.append(sum(p.memory.values()) / (run["peak_mem_gib"] * 2**30) - 1)
+    assert len(errors) == 26
+    assert statistics.median(abs(e) for e in errors) < 0.05
+    assert max(abs(e) for e in errors) < 0.15
