@@ -316,7 +316,7 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
         attn += 2 * cfg.heads / tp * (sc.ctx + 1 if sc.mode == "decode" else sc.seq)
     rows = mb if sc.mode in ("prefill", "generate") else T
     return float(b * T * (2 * h + max(attn, mlp))
-                 + 4 * rows * vocab_shard(cfg.vocab, tp, sc.impl, False))  # fmt: skip
+                 + 4 * rows * vocab_shard(cfg.vocab, _logits_tp(sc), sc.impl, False))  # fmt: skip
 
 
 def optimizer_bytes_per_param(param_bytes: int, eager: bool, grad_bytes: int = 4) -> int:
@@ -394,13 +394,19 @@ def _plan_terms(cfg: ModelConfig, sc: Scenario) -> tuple[int, int, int, float, f
     return _shared_terms(cfg, _act_dtype(sc), sc.impl == "eager", sc.recompute_plan,
                          sc.micro_batch or sc.batch, sc.seq, sc.cp, sc.tp,
                          bool(sc.sequence_parallel), sc.attn, sc.grad_dtype,
-                         BYTES[sc.dtype] == 1)  # fmt: skip
+                         BYTES[sc.dtype] == 1, _logits_tp(sc))  # fmt: skip
+
+
+def _logits_tp(sc: Scenario) -> int:
+    """Ways the logits are split: DTensor's lm_head (colwise_rep) gathers them whole on every
+    rank; Megatron keeps its vocabulary shard."""
+    return 1 if sc.tp_impl == "dtensor" else sc.tp
 
 
 @functools.lru_cache(maxsize=4096)
 def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: int, seq: int,
                   cp: int, tp: int, sp: bool, attn: str, grad_dtype: str = "auto",
-                  fp8: bool = False) -> tuple:  # fmt: skip
+                  fp8: bool = False, logits_tp: int | None = None) -> tuple:  # fmt: skip
     """_plan_terms from the fields it reads (plans of a search share them); fp8: the GEMMs
     run in fp8 (Transformer Engine keeps their inputs in fp8)."""
     from gpuperf.workloads.dp_ops import grad_bytes
@@ -417,7 +423,11 @@ def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: 
         rebuilt += 8 * cfg.heads / tp * s * s * b
     per_logit = loss_bytes_per_logit(cfg, act, eager)
     head = (
-        b * seq // cp * vocab_shard(cfg.vocab, tp, "eager" if eager else "fused", True) * per_logit
+        b
+        * seq
+        // cp
+        * vocab_shard(cfg.vocab, logits_tp or tp, "eager" if eager else "fused", True)
+        * per_logit
     )
     return (pb, gb, optimizer_bytes_per_param(pb, eager, gb),
             _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute, fp8, eager), rebuilt,
@@ -449,7 +459,7 @@ def busiest(cfg: ModelConfig, sc: Scenario, g: Groups) -> dict[str, float]:
     fit before it builds its kernels."""
     plan = _plan_terms(cfg, sc) if sc.mode == "train" else None
     per_stage = [stage_memory(cfg, sc, g, st, p, plan)
-                 for st, p in stage_params(cfg, sc.pp, g.tp, g.ep, g.etp)]  # fmt: skip
+                 for st, p in stage_params(cfg, sc.pp, g.tp, g.ep, g.etp, g.tp_impl)]  # fmt: skip
     if len(per_stage) == 1:
         return per_stage[0]
     return max(per_stage, key=lambda m: sum(m.values()))

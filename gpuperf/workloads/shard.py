@@ -70,9 +70,10 @@ class Params:
 
 
 def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int,
-               etp: int | None = None) -> Params:  # fmt: skip
+               etp: int | None = None, whole_embedding: bool = False) -> Params:  # fmt: skip
     """Parameters on one GPU of `stage` of `pp` under tp and ep; each expert split etp ways
-    (None: tp; 1: whole experts, MoE parallel folding)."""
+    (None: tp; 1: whole experts, MoE parallel folding). whole_embedding: the input embedding
+    replicated on every tensor-parallel rank (Hugging Face's tp_plan leaves it out)."""
     etp = etp or tp  # None or 0: as tp
     b = cfg.param_breakdown()
     L = cfg.layers
@@ -95,7 +96,7 @@ def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int,
         layer_dense, layer_expert = (b["attn"] + b["mlp"]) / L / tp + norms, 0.0
     ends = 0.0
     if stage.has_embed:
-        ends += (b["embed"] + b["pos_embed"]) / tp
+        ends += (b["embed"] + b["pos_embed"]) / (1 if whole_embedding else tp)
     if stage.has_head:
         head = b["lm_head"] if b["lm_head"] else (b["embed"] if pp > 1 else 0)
         ends += head / tp + final_norm
@@ -119,8 +120,11 @@ def _block_params(cfg: ModelConfig, b: dict[str, int], tp: int, ep: int,
 
 
 @functools.lru_cache(maxsize=1024)
-def stage_params(cfg: ModelConfig, pp: int, tp: int, ep: int,
-                 etp: int | None = None) -> tuple[tuple[Stage, Params], ...]:  # fmt: skip
+def stage_params(cfg: ModelConfig, pp: int, tp: int, ep: int, etp: int | None = None,
+                 tp_impl: str = "megatron") -> tuple[tuple[Stage, Params], ...]:  # fmt: skip
     """Each distinct stage of a `pp`-stage pipeline with the parameters one of its GPUs holds
-    (what the step's work and its memory both read)."""
-    return tuple((st, gpu_params(cfg, st, tp, ep, pp, etp)) for st in stages(layer_kinds(cfg), pp))
+    (what the step's work and its memory both read); DTensor's tensor parallelism (Hugging
+    Face's tp_plan) keeps the input embedding whole on every rank."""
+    whole = tp_impl == "dtensor" and tp > 1
+    return tuple((st, gpu_params(cfg, st, tp, ep, pp, etp, whole))
+                 for st in stages(layer_kinds(cfg), pp))  # fmt: skip

@@ -191,7 +191,7 @@ def _stages(cfg: ModelConfig, d: Dims, eager: bool, mode: str, recompute: str, p
     """Every distinct pipeline stage's micro-batch; fsdp: (dp ranks, dp nodes, expert-dp ranks,
     expert-dp nodes, gradient bytes) under ZeRO-3; link: (tp, tp nodes, pp crosses nodes, sp)."""
     out = []
-    for st, params in stage_params(cfg, pp, d.g.tp, d.g.ep, d.g.etp):
+    for st, params in stage_params(cfg, pp, d.g.tp, d.g.ep, d.g.etp, d.g.tp_impl):
         shard = (params, *fsdp) if fsdp is not None else None
         fwd, bwd = _stage_parts(cfg, d, eager, mode, recompute, st, shard)
         boundary = None

@@ -231,3 +231,15 @@ def test_held_out_training_peaks_are_predicted_within_a_few_percent():
     assert len(errors) == 26
     assert statistics.median(abs(e) for e in errors) < 0.05
     assert max(abs(e) for e in errors) < 0.15
+
+
+def test_dtensor_keeps_the_embedding_and_the_logits_whole_on_every_rank():
+    """Hugging Face's tp_plan leaves the input embedding out (replicated) and gathers the
+    lm_head's logits (colwise_rep); Megatron splits both tp ways."""
+    cfg = load_model("llama3-8b")
+    kw = dict(mode="prefill", impl="eager", seq=2048, tp=4)
+    meg = memory_breakdown(cfg, Scenario(**kw))
+    dt = memory_breakdown(cfg, Scenario(**kw, tp_impl="dtensor"))
+    embed = cfg.vocab * cfg.hidden * 2  # bf16
+    assert dt["weights"] - meg["weights"] == pytest.approx(embed * (1 - 1 / 4))
+    assert dt["activations"] - meg["activations"] == pytest.approx(4 * cfg.vocab * (1 - 1 / 4))
