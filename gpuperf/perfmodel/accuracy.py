@@ -208,9 +208,11 @@ def _peak(value: Any, unit: float, path: Path) -> float | None:
     if value is None:
         return None
     if isinstance(value, list):  # one per rank: the busiest's
-        value = max(value, default=None)
-        if value is None:
+        if not value:
             return None
+        for v in value:
+            _peak(v, unit, path)  # each a number (InputError otherwise)
+        value = max(value)
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise InputError(f"{path}: a peak memory must be a positive number, got {shown(value)}")
     return float(value) * unit

@@ -205,39 +205,48 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
 def eager_saved_extra(cfg: ModelConfig, act: DType, seq: int) -> float:
     """Bytes per token a Hugging Face layer's eager modules keep for backward beyond the fused
     count of train_activation_bytes_per_layer (the mean over layers), from what PyTorch's
-    autograd saves for each of their operations:
-    - an RMSNorm (x.float(), pow, mean, rsqrt, mul, the cast back, the weight's mul) keeps its
-      fp32 input (pow's and mul's) and the tensor the weight multiplies: the 16-bit cast
-      (Llama's order: it is also the next GEMM's input) or the fp32 normalized value (Gemma's
-      and OLMo-2's, which cast after the weight); a norm after a block (Gemma's sandwich,
-      OLMo-2's) feeds the residual add, which keeps nothing, so all it keeps is extra; per-head
-      q/k norms likewise; LayerNorm keeps its input as the fused count says;
+    autograd saves for each of their operations (checked with saved_tensors_hooks on small
+    models: tests/unit/test_eager_saved.py):
+    - an RMSNorm before a block (x.float(), pow, mean, rsqrt, mul, the cast back, the weight's
+      mul) keeps its fp32 input (pow's and mul's) and the tensor the weight multiplies (Llama's
+      16-bit cast, or Gemma's and OLMo-2's fp32 normalized value, which cast after it) beside
+      the next GEMM's input the fused count has, in place of the norm's input, which nothing
+      keeps; a norm after a block (Gemma's sandwich, OLMo-2's only ones) feeds the residual
+      add, which keeps nothing, so all it keeps is extra, and without norms before the blocks
+      (OLMo-2) the fused count's two norm inputs are kept by nothing; per-head q/k norms keep
+      their fp32 input and what the weight multiplies; LayerNorm keeps its input as the fused
+      count says; one norm shared by parallel attention and MLP (Falcon-7B) is one norm input
+      and one GEMM input where the fused count has two of each;
     - a gated MLP keeps four tensors of its width (gate and up outputs, the activation's, the
       product the down projection reads), the fused count three; GPT-2's GELU written in
-      Python keeps three more (x, tanh's output, 0.5·x and 1 + tanh: mul saves both operands);
-    - SDPA's output is transposed and made contiguous for o_proj, which keeps that copy;
+      Python keeps tanh's output, 0.5·x and 1 + tanh beside its input and its product;
     - PyTorch's math SDPA (Falcon-7B's multi-query attention, in fp32) keeps the fp32
       probabilities of every (query, key) pair (_safe_softmax's output, which P·V reads too)
-      and the fp32 q, k and v of its products (k and v broadcast to every head);
+      and the fp32 q, k and v of its products (k and v stay stride-0 views of the shared
+      head), in place of the fused kernel's 16-bit q, k, v and log-sum-exp;
     - the grouped_mm experts keep, per routed copy, the gathered token and the masked down
       output besides the fused count's expert intermediates, and a fourth of their width
-      (the gate/up output is kept whole through its masked copy)."""
+      (the gate/up output is kept whole through its masked copy).
+    SDPA's fused kernels return their output in the query's layout, so o_proj reads (and
+    keeps) that tensor itself. Hybrids (Mamba-2) run fused only: 0."""
+    if cfg.layer_pattern:
+        return 0.0
     e = BYTES[act]
     h, q, kv, f = cfg.hidden, cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd, cfg.intermediate
+    rms = cfg.norm == "rmsnorm"
+    scaled = e if not (cfg.norm_weight_fp32 or cfg.norm_scale_fp32) else 4
     extra = 0.0
-    if cfg.norm == "rmsnorm":
-        fp32_scaled = cfg.norm_weight_fp32 or cfg.norm_scale_fp32
-        kept = 4 + (4 if fp32_scaled else e)  # fp32 input, and what the weight multiplies
-        pre = 0 if not cfg.pre_norm else (1 if cfg.shared_input_norm else 2)
-        post = (2 if cfg.sandwich_norm else 0) + (0 if cfg.pre_norm else 2)
-        # a norm before a GEMM: the fused count has its input and the GEMM's (2e per value);
-        # without norms before the blocks (OLMo-2) its two norm inputs are the post-norms',
-        # which the residual adds do not keep either
-        unkept = 0 if cfg.pre_norm else 2 * e
-        extra += pre * h * (kept + (e if fp32_scaled else 0) - 2 * e) + post * h * kept
-        extra -= unkept * h
-        if cfg.qk_norm or cfg.qk_norm_full:
-            extra += (q + kv) * kept
+    if cfg.pre_norm:
+        if rms:  # fp32 input and the scaled tensor, for the unkept norm input
+            extra += (1 if cfg.shared_input_norm else 2) * h * (4 + scaled - e)
+        if cfg.shared_input_norm:  # the second norm input and GEMM input are the first's
+            extra -= 2 * e * h
+    else:
+        extra -= 2 * e * h
+    post = 2 if cfg.sandwich_norm or not cfg.pre_norm else 0
+    extra += post * h * ((4 + scaled) if rms else e)
+    if rms and (cfg.qk_norm or cfg.qk_norm_full):
+        extra += (q + kv) * (4 + scaled)
     if cfg.is_moe:
         k, fe = cfg.num_experts_per_tok, cfg.expert_intermediate
         share = cfg.moe_layers / cfg.layers
@@ -250,9 +259,7 @@ def eager_saved_extra(cfg: ModelConfig, act: DType, seq: int) -> float:
     elif cfg.hidden_act == "gelu_new":
         extra += dense * 3 * e * f
     if cfg.sdpa_math:
-        extra += 4 * cfg.heads * seq + 4 * q + 8 * q
-    else:
-        extra += e * q
+        extra += 4 * cfg.heads * seq + 4 * q + 8 * kv - e * (q + 2 * kv) - 4 * cfg.heads
     return float(extra)
 
 
@@ -357,30 +364,47 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Par
     out["optimizer"] = (split if zero >= 1 else p.total) * ob
     if zero == 3:  # the layer running and the one prefetched, with the running one's grads
         out["gathered"] = (p.layer_dense + p.layer_expert) * (2 * pb + gb)
+        # FSDP2 keeps the root module (embedding, final norm, lm_head) gathered from the
+        # forward through the backward (fully_shard's root does not reshard after forward)
+        out["gathered"] += _root_params(cfg, stage) / g.tp * pb
     inflight = min(sc.microbatches, sc.pp - stage.index)
     if sc.virtual_stages > 1 and stage.index == 0:
         inflight *= 1 + (sc.pp - 1) / (sc.pp * sc.virtual_stages)
-    out["activations"] = (
-        saved * stage.layers * inflight + rebuilt + (head if stage.has_head else 0.0)
+    # the loss's buffers are freed before any layer's backward rebuilds a layer
+    out["activations"] = saved * stage.layers * inflight + max(
+        rebuilt, head if stage.has_head else 0.0
     )
     if sc.impl == "eager":
         ddp = zero == 0 and sc.dp * sc.cp > 1
-        _at_the_peak(out, ddp)
+        _at_the_peak(out, ddp, sc.microbatches > 1)
     return out
 
 
-def _at_the_peak(out: dict[str, float], ddp_buckets: bool) -> None:
+def _root_params(cfg: ModelConfig, stage: Stage) -> float:
+    """The parameters of a stage outside its layers: the embedding, the final norm, the
+    lm_head (a tied one is the embedding)."""
+    b = cfg.param_breakdown()
+    params = (b["embed"] + b["pos_embed"]) if stage.has_embed else 0.0
+    if stage.has_head:  # a tied lm_head is the embedding, or a copy of it on another stage
+        tied_copy = 0 if stage.has_embed else b["embed"]
+        params += cfg.hidden + (b["lm_head"] or tied_copy)
+    return float(params)
+
+
+def _at_the_peak(out: dict[str, float], ddp_buckets: bool, accumulates: bool) -> None:
     """Eager PyTorch training steps torch.optim.AdamW (foreach) and zero_grad(set_to_none=True)
     after it, so its peak is one of two moments, and `out` becomes the larger one's memory:
-    the start of the backward (every activation, the loss's buffers, FSDP's gathered layers; no
-    gradient yet) or AdamW's step (the gradients, m and v, and foreach's one temporary the size
-    of the parameters it steps, its sqrt of v; the activations are gone and FSDP has resharded).
-    DDP's reducer keeps its gradient buckets, a copy of the gradients, through both."""
+    the start of the backward (every activation, the loss's buffers, FSDP's gathered layers;
+    no gradient yet, unless earlier micro-batches of the step accumulated them) or AdamW's step
+    (the gradients, m and v, and foreach's one temporary the size of the parameters it steps,
+    its sqrt of v; the activations are gone and FSDP has resharded). DDP's reducer keeps its
+    gradient buckets, a copy of the gradients, through both."""
     grads = out["gradients"]
     buckets = grads if ddp_buckets else 0.0
     temporary = out["optimizer"] / 2  # m and v in the parameters' dtype: one more of them
-    if out["activations"] + out["gathered"] >= grads + temporary:
-        out["gradients"] = buckets
+    kept = grads if accumulates else 0.0  # at the backward's start
+    if out["activations"] + out["gathered"] + kept >= grads + temporary:
+        out["gradients"] = kept + buckets
     else:
         out["activations"] = out["gathered"] = 0.0
         out["gradients"] = grads + buckets
@@ -389,8 +413,9 @@ def _at_the_peak(out: dict[str, float], ddp_buckets: bool) -> None:
 
 def _plan_terms(cfg: ModelConfig, sc: Scenario) -> tuple[int, int, int, float, float, float]:
     """What every stage of a training plan shares: bytes per parameter of weights, gradients
-    and optimizer state, a layer's saved activations, the layer full recompute rebuilds during
-    its backward (0 otherwise), the head's logits (its stage only)."""
+    and optimizer state, a layer's saved activations, the working set one layer's backward
+    rebuilds (full recompute's layer, math SDPA's fp32 score gradients; 0 otherwise), the
+    loss's buffers (its stage only)."""
     return _shared_terms(cfg, _act_dtype(sc), sc.impl == "eager", sc.recompute_plan,
                          sc.micro_batch or sc.batch, sc.seq, sc.cp, sc.tp,
                          bool(sc.sequence_parallel), sc.attn, sc.grad_dtype,
@@ -405,8 +430,8 @@ def _logits_tp(sc: Scenario) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: int, seq: int,
-                  cp: int, tp: int, sp: bool, attn: str, grad_dtype: str = "auto",
-                  fp8: bool = False, logits_tp: int | None = None) -> tuple:  # fmt: skip
+                  cp: int, tp: int, sp: bool, attn: str, grad_dtype: str,
+                  fp8: bool, logits_tp: int) -> tuple:  # fmt: skip
     """_plan_terms from the fields it reads (plans of a search share them); fp8: the GEMMs
     run in fp8 (Transformer Engine keeps their inputs in fp8)."""
     from gpuperf.workloads.dp_ops import grad_bytes
@@ -426,7 +451,7 @@ def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: 
         b
         * seq
         // cp
-        * vocab_shard(cfg.vocab, logits_tp or tp, "eager" if eager else "fused", True)
+        * vocab_shard(cfg.vocab, logits_tp, "eager" if eager else "fused", True)
         * per_logit
     )
     return (pb, gb, optimizer_bytes_per_param(pb, eager, gb),

@@ -174,17 +174,16 @@ def test_the_loss_keeps_fourteen_bytes_a_logit_in_eager_pytorch_and_six_fused():
 
 def test_eager_modules_keep_more_than_the_fused_count_by_hand():
     """Llama's eager layer beyond the fused count, per token: each of its two RMSNorms keeps an
-    fp32 copy of its input (4h) beside the 16-bit GEMM input the fused count has, in place of
-    the norm input (2h); the gated MLP a fourth tensor of its width; o_proj SDPA's output's
-    contiguous copy. Llama-3.2-1B: h 2048, q 2048, f 8192."""
+    fp32 copy of its input and the 16-bit cast the weight multiplies (4 + 2 bytes a value)
+    where the fused count has the norm's input (2), which nothing keeps; the gated MLP a fourth
+    tensor of its width. Gemma-2: fp32-scaled norms (4 + 4 where Llama has 4 + 2), two more
+    after the blocks that keep all of theirs. Llama-3.2-1B: h 2048, f 8192."""
     from gpuperf.step.memory import eager_saved_extra
 
-    assert eager_saved_extra(load_model("llama3.2-1b"), "bf16", 2048) == (
-        2 * 2048 * (4 + 2 - 2 * 2) + 2 * 8192 + 2 * 2048
-    )
-    gemma = load_model("gemma2-9b")  # fp32-scaled norms, two of them after the blocks
-    h, q, f = gemma.hidden, gemma.heads * gemma.hd, gemma.intermediate
-    assert eager_saved_extra(gemma, "bf16", 2048) == 2 * h * (8 + 2 - 4) + 2 * h * 8 + 2 * f + 2 * q
+    assert eager_saved_extra(load_model("llama3.2-1b"), "bf16", 2048) == 2 * 2048 * 4 + 2 * 8192
+    gemma = load_model("gemma2-9b")
+    h, f = gemma.hidden, gemma.intermediate
+    assert eager_saved_extra(gemma, "bf16", 2048) == 2 * h * (4 + 4 - 2) + 2 * h * 8 + 2 * f
 
 
 def test_one_gpu_eager_training_peaks_at_the_backward_or_at_adams_step():
@@ -199,6 +198,27 @@ def test_one_gpu_eager_training_peaks_at_the_backward_or_at_adams_step():
     assert short["activations"] == 0 and short["optimizer"] == 3 * 2 * P
     fused = memory_breakdown(cfg, Scenario(mode="train", batch=1, seq=128))  # Megatron's buffers
     assert fused["gradients"] == 4 * P and fused["activations"] > 0
+
+
+def test_gradients_of_earlier_micro_batches_are_there_at_the_last_backward():
+    """Accumulating over micro-batches, the step's gradients exist while the last micro-batch's
+    activations and the loss's buffers peak."""
+    cfg = load_model("qwen2-7b")
+    one = memory_breakdown(cfg, Scenario(mode="train", impl="eager", batch=1, seq=8192))
+    four = memory_breakdown(cfg, Scenario(mode="train", impl="eager", batch=4, micro_batch=1,
+                                          seq=8192))  # fmt: skip
+    assert one["gradients"] == 0 and four["gradients"] == 2 * cfg.param_count()
+    assert four["activations"] == one["activations"]
+
+
+def test_fsdp_keeps_its_root_gathered_through_the_backward():
+    """fully_shard's root (embedding, final norm, lm_head) is not resharded after the forward."""
+    cfg = load_model("llama3-8b")
+    kw = dict(mode="train", impl="eager", batch=1, seq=8192, dp=8)
+    three = memory_breakdown(cfg, Scenario(**kw, zero=3))
+    layer = (cfg.param_count() - 2 * cfg.vocab * cfg.hidden - cfg.hidden) / cfg.layers
+    root = 2 * cfg.vocab * cfg.hidden + cfg.hidden  # untied: embedding and lm_head
+    assert three["gathered"] == pytest.approx(layer * (2 * 2 + 2) + root * 2, rel=1e-6)
 
 
 def test_ddp_keeps_its_gradient_buckets_at_either_moment():
@@ -243,3 +263,10 @@ def test_dtensor_keeps_the_embedding_and_the_logits_whole_on_every_rank():
     embed = cfg.vocab * cfg.hidden * 2  # bf16
     assert dt["weights"] - meg["weights"] == pytest.approx(embed * (1 - 1 / 4))
     assert dt["activations"] - meg["activations"] == pytest.approx(4 * cfg.vocab * (1 - 1 / 4))
+    train = dict(mode="train", impl="eager", batch=1, seq=32768, tp=4)  # the loss, every column
+    t_meg = memory_breakdown(cfg, Scenario(**train))
+    t_dt = memory_breakdown(cfg, Scenario(**train, tp_impl="dtensor"))
+    assert t_dt["gradients"] == t_meg["gradients"] == 0  # both at the backward's start
+    assert t_dt["activations"] - t_meg["activations"] == pytest.approx(
+        32768 * 14 * cfg.vocab * 3 / 4
+    )
