@@ -380,6 +380,7 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Par
     return out
 
 
+@functools.lru_cache(maxsize=1024)
 def _root_params(cfg: ModelConfig, stage: Stage) -> float:
     """The parameters of a stage outside its layers: the embedding, the final norm, the
     lm_head (a tied one is the embedding)."""
