@@ -2,7 +2,8 @@
 the CPU with autograd's saved-tensor hooks (each storage once, parameters left out), beside
 the memory model's count (train_activation_bytes_per_layer + eager_saved_extra): Llama-style
 and Gemma-style RMSNorms, post-block norms (Gemma-2, OLMo-2), q/k norms (Qwen3, OLMo-2) and
-Falcon-7B's math SDPA with one norm shared by parallel attention and MLP."""
+Falcon-7B's math SDPA with one norm shared by parallel attention and MLP, and the grouped_mm
+experts of an MoE layer (Qwen3-MoE)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ CASES = {
     "qwen3": SMALL,
     "olmo2": SMALL,
     "gemma2": dict(SMALL, attn_logit_softcapping=None, final_logit_softcapping=None),
+    "qwen3_moe": dict(
+        SMALL, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True
+    ),  # fmt: skip
     "falcon": dict(
         hidden_size=256,
         num_attention_heads=4,
