@@ -20,6 +20,7 @@ SMALL = dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=512, head_dim=64)  # fmt: skip
 CASES = {
     "llama": SMALL,
+    "mistral": dict(SMALL, sliding_window=64),  # past its window: the mask SDPA keeps
     "qwen3": SMALL,
     "olmo2": SMALL,
     "gemma2": dict(SMALL, attn_logit_softcapping=None, final_logit_softcapping=None),
