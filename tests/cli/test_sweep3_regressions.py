@@ -60,3 +60,16 @@ def test_calibrate_from_files_takes_their_gpu(capsys, tmp_path):
     bare.write_text(json.dumps(data))
     refused(capsys, "calibrate", "--from", str(bare), "-o", str(tmp_path / "y.toml"),
             match="name no GPU they were measured on: give --gpu")  # fmt: skip
+
+
+def test_eager_training_memory_says_which_moment_is_the_peak(capsys):
+    """An eager step's breakdown is one moment's (no gradients yet, or no activations left):
+    the memory line names it so a zero is not read as a missing term."""
+    args = ("predict", "llama3-8b", "--mode", "train", "--impl", "eager", "--gpu", "h200")
+    code, out, err = run(capsys, *args, "--seq", "8192", "--batch", "2")
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("memory"))
+    assert "at the backward's start: " in line and "gradients" not in line
+    code, out, err = run(capsys, *args, "--seq", "1024")
+    line = next(ln for ln in out.splitlines() if ln.startswith("memory"))
+    assert "at AdamW's step: " in line and "activations" not in line
