@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from gpuperf.dtypes import parse_dtype
-from gpuperf.errors import InputError, shown
+from gpuperf.errors import InputError, shown, unknown_argument
 from gpuperf.units import MAX_VALUE
 from gpuperf.workloads.scenario import PARALLEL_FIELDS
 
@@ -130,10 +130,7 @@ def predict(
 
     unknown = sorted(set(parallel) - set(PARALLEL))
     if unknown:
-        names = list(inspect.signature(predict).parameters) + list(PARALLEL)
-        close = difflib.get_close_matches(unknown[0], names, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        raise InputError(f"unknown argument {unknown[0]!r}{hint}")
+        raise unknown_argument(unknown[0], [*inspect.signature(predict).parameters, *PARALLEL])
     if nodes is not None and (not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1):
         raise InputError(f"nodes must be a positive integer, got {nodes!r}")
     gpu_spec, sys_spec = hardware(gpu, system)
@@ -288,9 +285,7 @@ def search(
         if name in PARALLEL:
             raise InputError(f"search chooses {name} itself (with the other degrees, micro-batch, "
                              "ZeRO stage and recomputation): drop it")  # fmt: skip
-        close = difflib.get_close_matches(name, list(inspect.signature(search).parameters), n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        raise InputError(f"unknown argument {name!r}{hint}")
+        raise unknown_argument(name, inspect.signature(search).parameters)
     if not isinstance(mode, str) or mode not in SEARCH_MODES:
         raise InputError(f"unknown mode {shown(mode)}; expected one of: {', '.join(SEARCH_MODES)}")
     if not isinstance(impl, str) or impl not in ("fused", "eager"):

@@ -1,5 +1,12 @@
 """Errors that carry the CLI's exit code (see ARCHITECTURE: 2 bad input, 3 environment)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 
 class GpuperfError(Exception):
     """Base class; the CLI prints the message on one line and exits with `exit_code`."""
@@ -47,3 +54,12 @@ def shown(value: object, limit: int = 60) -> str:
         return text
     keep = max(limit // 2 - 8, 4)
     return f"{text[:keep]}…{text[-keep:]} ({len(text)} characters)"
+
+
+def unknown_argument(name: str, known: Iterable[str]) -> InputError:
+    """The error for a keyword argument a function does not take, with the closest it does."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return InputError(f"unknown argument {name!r}{hint}")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuperf.errors import InputError, shown
+from gpuperf.errors import InputError, shown, unknown_argument
 
 if TYPE_CHECKING:
     from gpuperf.hardware.spec import GpuSpec, SystemSpec
@@ -134,9 +133,7 @@ def engine_profile(engine: Any, options: dict[str, Any]) -> EngineProfile:
 
     unknown = sorted(set(options) - set(ENGINE_OPTIONS))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], ENGINE_OPTIONS, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        raise InputError(f"unknown argument {unknown[0]!r}{hint}")
+        raise unknown_argument(unknown[0], ENGINE_OPTIONS)
     if not isinstance(engine, str | os.PathLike | EngineProfile):
         raise InputError(f"engine must be a name (hf, vllm, sglang, trtllm) or a .toml path, got "
                          f"{shown(engine)}")  # fmt: skip
