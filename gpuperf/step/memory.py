@@ -37,11 +37,12 @@ more on the first stage: 1 + (pp-1)/(pp·v) times).
 
 Eager PyTorch training (Hugging Face's modules, torch.optim.AdamW, zero_grad(set_to_none=True))
 keeps what autograd saves for those modules (eager_saved_extra: fp32 copies in RMSNorm, a
-fourth MLP tensor, SDPA's output copy, math SDPA's fp32 probabilities) and its loss's buffers
-(loss_bytes_per_logit: 14 bytes a logit, against 6 for Megatron's fused cross-entropy), and
-peaks at one of two moments (_at_the_peak): the backward's start, with every activation and no
-gradient, or AdamW's step, with the gradients, the states and foreach's temporary and no
-activation; DDP keeps its gradient buckets through both. The breakdown is the larger moment's.
+fourth MLP tensor, math SDPA's fp32 probabilities, a sliding window's mask) and its loss's
+buffers (loss_bytes_per_logit: 14 bytes a logit, against 6 for Megatron's fused cross-entropy),
+and peaks at one of two moments (_at_the_peak): the backward's start, with every activation and
+no gradient but earlier micro-batches', or AdamW's step, with the gradients, the states and
+foreach's temporary and no activation; DDP keeps its gradient buckets through both, FSDP2 its
+root module through the backward. The breakdown is the larger moment's.
 """
 
 from __future__ import annotations
@@ -374,7 +375,7 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Par
         out["gathered"] = (p.layer_dense + p.layer_expert) * (2 * pb + gb)
         # FSDP2 keeps the root module (embedding, final norm, lm_head) gathered from the
         # forward through the backward (fully_shard's root does not reshard after forward)
-        out["gathered"] += _root_params(cfg, stage) / g.tp * pb
+        out["gathered"] += p.ends * pb
     inflight = min(sc.microbatches, sc.pp - stage.index)
     if sc.virtual_stages > 1 and stage.index == 0:
         inflight *= 1 + (sc.pp - 1) / (sc.pp * sc.virtual_stages)
@@ -382,22 +383,9 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Par
     out["activations"] = saved * stage.layers * inflight + max(
         rebuilt, head if stage.has_head else 0.0
     )
-    if sc.impl == "eager":
-        ddp = zero == 0 and sc.dp * sc.cp > 1
-        _at_the_peak(out, ddp, sc.microbatches > 1)
+    if sc.impl == "eager":  # DDP: data-parallel ranks (g.dp counts dp·cp) without ZeRO
+        _at_the_peak(out, zero == 0 and g.dp > 1, sc.microbatches > 1)
     return out
-
-
-@functools.lru_cache(maxsize=1024)
-def _root_params(cfg: ModelConfig, stage: Stage) -> float:
-    """The parameters of a stage outside its layers: the embedding, the final norm, the
-    lm_head (a tied one is the embedding)."""
-    b = cfg.param_breakdown()
-    params = (b["embed"] + b["pos_embed"]) if stage.has_embed else 0.0
-    if stage.has_head:  # a tied lm_head is the embedding, or a copy of it on another stage
-        tied_copy = 0 if stage.has_embed else b["embed"]
-        params += cfg.hidden + (b["lm_head"] or tied_copy)
-    return float(params)
 
 
 def _at_the_peak(out: dict[str, float], ddp_buckets: bool, accumulates: bool) -> None:

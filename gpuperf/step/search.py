@@ -149,12 +149,12 @@ def plan_specs(
     """enumerate_plans' plans as Scenario keyword arguments (not yet checked: Scenario refuses
     some; the search builds them in the process that costs them)."""
     gpn = system.gpus_per_node
-    tps = [t for t in _divisors(min(gpus, gpn)) if cfg.heads % t == 0]
+    tps = [t for t in _divisors(min(gpus, gpn)) if cfg.heads % t == 0 and gpus % t == 0]
     experts = _divisors(cfg.num_experts) if cfg.is_moe else [1]
     for tp in tps:
         # Stages need not split the layers evenly (the slowest sets the pace, as Megatron's
         # uneven first and last stages): any pp of at least one layer a stage.
-        for pp in _divisors(gpus // tp) if gpus % tp == 0 else ():
+        for pp in _divisors(gpus // tp):
             if pp > cfg.layers:
                 continue
             dp = gpus // (tp * pp)

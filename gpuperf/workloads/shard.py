@@ -57,12 +57,14 @@ def stages(kinds_of_layers: tuple[LayerKind, ...], pp: int) -> tuple[Stage, ...]
 class Params:
     """Parameters one GPU holds before ZeRO sharding: dense (replicated over dp) and expert
     (replicated over the expert-data-parallel group), and one layer's dense and expert share
-    (the mean over the stage's layers)."""
+    (the mean over the stage's layers), and of the dense ones those outside the layers (the
+    embedding, the final norm, the lm_head)."""
 
     dense: float
     expert: float
     layer_dense: float
     layer_expert: float
+    ends: float = 0.0
 
     @property
     def total(self) -> float:
@@ -100,7 +102,7 @@ def gpu_params(cfg: ModelConfig, stage: Stage, tp: int, ep: int, pp: int,
     if stage.has_head:
         head = b["lm_head"] if b["lm_head"] else (b["embed"] if pp > 1 else 0)
         ends += head / tp + final_norm
-    return Params(n * layer_dense + ends, n * layer_expert, layer_dense, layer_expert)
+    return Params(n * layer_dense + ends, n * layer_expert, layer_dense, layer_expert, ends)
 
 
 def _block_params(cfg: ModelConfig, b: dict[str, int], tp: int, ep: int,
