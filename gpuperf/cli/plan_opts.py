@@ -16,7 +16,7 @@ PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "nodes", "global_batch", "micr
              "dp_overlap", "recompute", "recompute_modules", "sequence_parallel", "tp_impl",
              "tp_overlap",
              "tp_allreduce", "schedule", "virtual_stages", "nvls", "moe_imbalance",
-             "grad_dtype")  # fmt: skip
+             "moe_dispatcher", "ep_overlap", "grad_dtype")  # fmt: skip
 
 
 class ModuleList(click.ParamType):
@@ -82,6 +82,17 @@ plan_cli_options: list[Callable[..., Any]] = [
     click.option("--moe-imbalance", type=Finite(1, 64), default=1.0, show_default=True,
                  help="With --ep: the busiest rank gets this many times the mean token copies "
                  "(e.g. --moe-imbalance 1.3)."),
+    click.option("--moe-dispatcher", type=click.Choice(["alltoall", "deepep", "hybridep"]),
+                 default="alltoall", show_default=True,
+                 help="With --ep: NCCL's all-to-all of every routed token copy (Megatron-Core's "
+                 "alltoall dispatcher), or DeepEP's / HybridEP's dispatch, which sends each "
+                 "token once per destination GPU and once per destination node over the NIC "
+                 "(Megatron-Core's flex dispatcher, NeMo AutoModel; train and prefill) "
+                 "(e.g. --moe-dispatcher deepep)."),
+    click.option("--ep-overlap/--no-ep-overlap", default=False, show_default=True,
+                 help="Train with --ep: Megatron-Core's EP overlap (overlap_moe_expert_parallel_"
+                 "comm): one micro-batch's forward beside another's backward, part of each "
+                 "dispatch and combine under the other's compute (e.g. --ep-overlap)."),
     click.option("--grad-dtype", type=click.Choice(["auto", "fp32", "param"]), default="auto",
                  show_default=True,
                  help="Train: gradients kept and reduced in fp32 (Megatron's "

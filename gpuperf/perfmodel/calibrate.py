@@ -148,6 +148,7 @@ _ADDED_FIELDS = {
     "foreach": False,
     "dropout": False,
     "wgrad": False,
+    "net_bytes": None,
 }
 
 

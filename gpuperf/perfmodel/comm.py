@@ -231,6 +231,8 @@ def collective_time(
     if op.ranks == 1:
         return _optime(op.coll, op.nbytes, 1, 0.0, 0.0, 0.0, "none", "none", topo, 0)
     if op.coll == "alltoall":
+        if op.net_bytes is not None:
+            return _token_dispatch(op, gpu, system, topo, params)
         return _alltoall(op, topo, params)
     graph = nccl.search_graph(topo, params.tables)
     func: nccl.Func = op.coll  # type: ignore[assignment]
@@ -335,6 +337,39 @@ def _alltoall(op: Collective, topo: nccl.Topo, params: CommParams) -> OpTime:
     return _optime(
         "alltoall", op.nbytes, n, lat, bw_us, bus, "p2p", proto, topo, 0, params.floor_us
     )
+
+
+# DeepEP's normal (high-throughput) kernels as its README tables them (H800: NVLink 200 GB/s a
+# direction, one 400 Gb/s CX7 NIC, ~50 GB/s, per GPU; 4,096 tokens of 7,168, top-8 of 256
+# experts): in one node 153 GB/s dispatch and 158 GB/s combine counted over the tokens each GPU
+# receives (its own included), 0.77 of the link; across nodes 43 (EP16) to 58 GB/s (EP32) over
+# each token once per node it goes to (its own included: tests/test_internode.py,
+# num_rdma_token_sent), ~0.9 of the NIC (a user's H200 pair, DeepEP issue #493: 41-44 GB/s).
+# HybridEP (Megatron-Core's flex dispatcher's other backend) is taken to move the same bytes at
+# the same rates.
+DEEPEP_NVLINK_FRAC = 153 / 200
+DEEPEP_NIC_FRAC = 0.9
+
+
+def _token_dispatch(
+    op: Collective, gpu: GpuSpec, system: SystemSpec | None, topo: nccl.Topo, params: CommParams
+) -> OpTime:
+    """An MoE dispatch or combine as DeepEP and HybridEP run it (Collective.net_bytes): each token
+    crosses NVLink once per GPU it goes to and, across nodes, the NIC once per node it goes to
+    (then NVLink forwards it to that node's GPUs). The two stages pipeline: the slower sets the
+    time. Latency: one NCCL-like hop over the slower medium."""
+    nvlink = (system.nvlink_bw if system else gpu.nvlink_bw) or gpu.pcie_bw
+    bw_us = op.nbytes / (nvlink * DEEPEP_NVLINK_FRAC) * 1e6
+    hw, bus = topo.intra_hw, nvlink * DEEPEP_NVLINK_FRAC / 1e9
+    if topo.nodes > 1 and op.net_bytes:
+        nic = topo.nic_bw * 1e9 * DEEPEP_NIC_FRAC
+        net_us = op.net_bytes / nic * 1e6
+        if net_us > bw_us:
+            bw_us, hw, bus = net_us, "net", nic / 1e9
+    t = params.tables
+    lat = (t.base_lat["ring"][2] + t.hw_lat[hw]["ring"][2]) * params.lat_scale
+    return _optime("alltoall", op.nbytes, topo.ranks, lat, bw_us, bus, "deepep", "Simple", topo,
+                   0, params.floor_us)  # fmt: skip
 
 
 # --- α-β reference formulas (seconds; n bytes, a latency s, b s/byte, c s/byte of reduction) ------

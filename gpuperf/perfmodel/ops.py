@@ -408,7 +408,12 @@ class Copy:
 @dataclass(frozen=True, slots=True)
 class Collective:
     """A collective over `ranks` GPUs. `nbytes` follows nccl-tests' size column: the per-rank buffer
-    for allreduce/broadcast/alltoall, the total (count × ranks) for allgather/reducescatter."""
+    for allreduce/broadcast/alltoall, the total (count × ranks) for allgather/reducescatter.
+
+    `net_bytes` (alltoall only) marks an MoE token dispatch or combine as DeepEP and HybridEP run
+    it instead of NCCL: `nbytes` then holds each of this rank's tokens once per GPU it goes to
+    (not once per routed copy), and `net_bytes` once per other node it goes to, the bytes this
+    rank's NIC sends (0 in one node). None: NCCL's all-to-all."""
 
     name: str
     coll: CollectiveKind
@@ -416,6 +421,7 @@ class Collective:
     ranks: int
     dtype: DType = "bf16"
     nodes: int = 0  # nodes the group spans; 0: as many as the ranks fill (ranks / GPUs per node)
+    net_bytes: int | None = None
     kind: ClassVar[OpKind] = "collective"
 
     def cost(self) -> Cost:
@@ -423,6 +429,8 @@ class Collective:
 
     @property
     def shape(self) -> str:
+        if self.net_bytes is not None:
+            return f"dispatch {self.nbytes} B ({self.net_bytes} B by NIC) ×{self.ranks}"
         return f"{self.coll} {self.nbytes} B ×{self.ranks}"
 
 

@@ -114,13 +114,14 @@ class Engine:
         from gpuperf.step.cost import HostRules
 
         self.cfg, self.gpu, self.system = cfg, gpu, system
-        self._costers: dict[tuple[HostRules, bool, str], Coster] = {}
+        self._costers: dict[tuple[HostRules, bool, str, float], Coster] = {}
 
     def coster(self, sc: Scenario) -> Coster:
-        from gpuperf.step.cost import HostRules
+        from gpuperf.step.cost import HostRules, ep_share
 
         moe = moe_host(self.cfg)
-        key = (HostRules.of(sc, self.gpu, self.system, moe), sc.nvls, sc.tp_allreduce)
+        key = (HostRules.of(sc, self.gpu, self.system, moe), sc.nvls, sc.tp_allreduce,
+               ep_share(sc))  # fmt: skip
         c = self._costers.get(key)
         if c is None:
             c = self._costers[key] = Coster(self.gpu, self.system, sc, moe)
@@ -423,7 +424,8 @@ def coster_for(sc: Scenario, where: Placement, moe: float = 0.0) -> Coster:
 
     # The time model is part of the key: what a Coster cached, it cached with it.
     rules = cost.HostRules.of(sc, where.gpu, where.system, moe)
-    key = (where.gpu, id(where.system), rules, sc.nvls, sc.tp_allreduce, cost._op_time)
+    key = (where.gpu, id(where.system), rules, sc.nvls, sc.tp_allreduce, cost.ep_share(sc),
+           cost._op_time)  # fmt: skip
     hit = _COSTERS.get(key)
     if hit is None or hit[0] is not where.system:
         if len(_COSTERS) > 32:

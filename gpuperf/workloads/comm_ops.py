@@ -15,6 +15,8 @@ whole gathered tensor for all-gather and reduce-scatter: T·hidden·bytes either
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuperf.dtypes import BYTES
 from gpuperf.perfmodel.ops import P2P, Collective, Op
 
@@ -81,6 +83,14 @@ def expert_alltoall(d, name: str, slots: int) -> list[Op]:  # noqa: ANN001
         return []
     nbytes = slots * d.hidden * BYTES[d.act]
     return [_coll(f"{name}.alltoall", "alltoall", nbytes, g.ep, g.ep_nodes, d.act)]
+
+
+def token_dispatch(d, name: str, tokens_gpus: int, tokens_nodes: int) -> list[Op]:  # noqa: ANN001
+    """MoE dispatch or combine as DeepEP and HybridEP run it: this rank's tokens once per GPU
+    they go to (`tokens_gpus` rows) and, across nodes, once per node (`tokens_nodes`)."""
+    g, row = d.g, d.hidden * BYTES[d.act]
+    op = _coll(f"{name}.alltoall", "alltoall", tokens_gpus * row, g.ep, g.ep_nodes, d.act)
+    return [replace(op, net_bytes=int(tokens_nodes * row))]
 
 
 def ring_kv(d, step: int, backward: bool = False) -> P2P:  # noqa: ANN001

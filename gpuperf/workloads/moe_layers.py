@@ -21,6 +21,7 @@ every token and, under expert parallelism, send each token copy to its expert's 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from gpuperf.dtypes import BYTES, DType
@@ -114,6 +115,59 @@ def _sort(name: str, n: int) -> list[Op]:
     return ops
 
 
+def _missed(cfg: ModelConfig, unit: int) -> float:
+    """The chance that a token routes none of its k experts to a block of `unit` consecutive
+    experts (one GPU's or one node's), with top-k uniform over the experts its router allows: all
+    of them, or under group-limited routing (DeepSeek-V3: router_topk_groups of router_groups
+    groups, then k experts among theirs) those of the groups it picked."""
+    E, k = cfg.num_experts, cfg.num_experts_per_tok
+    g, tg = cfg.router_groups, cfg.router_topk_groups
+
+    def none_of(pool: float, taken: float) -> float:  # k draws from pool, none of `taken`
+        p = 1.0
+        for i in range(k):
+            p *= max(0.0, pool - taken - i) / (pool - i)
+        return p
+
+    G = E // g
+    if g <= 1 or tg >= g or not (G % unit == 0 or unit % G == 0):
+        return none_of(E, unit)
+    m = max(1, unit // G)  # groups the block covers, `per` of its experts in each
+    per = unit / m
+    return sum(math.comb(m, j) * math.comb(g - m, tg - j) / math.comb(g, tg)
+               * none_of(tg * G, j * per) for j in range(0, min(m, tg) + 1))  # fmt: skip
+
+
+def dispatch_fanout(cfg: ModelConfig, ep: int, ep_nodes: int) -> tuple[float, float]:
+    """(GPUs, nodes) a token goes to under expert parallelism, its own included, expected under
+    uniform routing: what DeepEP and HybridEP send it to once each."""
+    local = cfg.num_experts // ep
+    gpus = ep * (1 - _missed(cfg, local))
+    nodes = ep_nodes * (1 - _missed(cfg, local * ep // ep_nodes)) if ep_nodes > 1 else 1.0
+    return gpus, nodes
+
+
+def _expert_kernels(ops: list[Op], cfg: ModelConfig, d: Dims, tokens: int, rows_here: int) -> None:
+    """The fused path's expert kernels over the `rows_here` routed copies on this GPU: up (gate
+    and up) grouped GEMM, activation, down grouped GEMM (fp8: each input quantized first)."""
+    T, E, k, h, a = d.T, cfg.num_experts, cfg.num_experts_per_tok, d.hidden, d.act
+    f, local = cfg.expert_intermediate // d.g.tp, cfg.num_experts // d.g.ep
+    act, gated = cfg.hidden_act, cfg.mlp == "gated"
+    up = "mlp/experts_gate_up" if gated else "mlp/experts_up"
+    # Megatron quantizes the permuted rows it received; a serving engine quantizes each
+    # token's hidden state once, before its fused MoE gathers the copies.
+    _grouped_quant(ops, d, up, rows_here * h if d.train else T * h)
+    ops.append(_grouped(d, up, tokens, k, E, local, 2 * f if gated else f, h))
+    if gated:
+        ops.append(_ew("mlp/act", f"{_fused_act(act)}_and_mul", rows_here * f, a, n_in=2,
+                       flops=_ACT_FLOPS[act] + 1.0))  # fmt: skip
+    else:  # Nemotron-H's squared-ReLU experts: up, act, down
+        ops.append(_ew("mlp/act", f"{_fused_act(act)}_fused", rows_here * f, a,
+                       flops=_ACT_FLOPS[act]))  # fmt: skip
+    _grouped_quant(ops, d, "mlp/experts_down", rows_here * f)
+    ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
+
+
 def routed_experts(cfg: ModelConfig, d: Dims, eager: bool, wdt: DType) -> list[Op]:
     """The routed experts of one MoE layer (this GPU's E / ep of them under expert parallelism)."""
     T, E, k, h = d.T, cfg.num_experts, cfg.num_experts_per_tok, d.hidden
@@ -128,6 +182,19 @@ def routed_experts(cfg: ModelConfig, d: Dims, eager: bool, wdt: DType) -> list[O
     tokens = max(1, round(T * ep * skew))
     rows_here = max(1, round(S * skew))
     ops: list[Op] = []
+    if not eager and d.ep_dedup:
+        # DeepEP / HybridEP (Megatron-Core's flex dispatcher): each token goes once to every GPU
+        # that holds one of its experts, is permuted there into expert order, and the combine
+        # sends back one weighted sum per (token, GPU), which the kernel adds up on arrival.
+        gpus, nodes = dispatch_fanout(cfg, ep, d.g.ep_nodes)
+        fan = (round(T * gpus * skew), round(T * nodes * skew) if d.g.ep_nodes > 1 else 0)
+        ops.append(Reduce("mlp/moe_align", "sum", 1, S, local, INT32))
+        ops += comm_ops.token_dispatch(d, "mlp/dispatch", *fan)
+        ops.append(Copy("mlp/permute", rows_here * h * BYTES[a], a))
+        _expert_kernels(ops, cfg, d, tokens, rows_here)
+        ops.append(Copy("mlp/unpermute", rows_here * h * BYTES[a], a))
+        ops += comm_ops.token_dispatch(d, "mlp/combine", *fan)
+        return ops
     if not eager:
         # Training (Megatron-Core's token dispatcher, Transformer Engine's fused permute): the
         # routed copies are permuted into expert order before the all-to-all and, with several
@@ -140,20 +207,7 @@ def routed_experts(cfg: ModelConfig, d: Dims, eager: bool, wdt: DType) -> list[O
         ops += comm_ops.expert_alltoall(d, "mlp/dispatch", rows_here)
         if chunks:
             ops.append(Copy("mlp/sort_chunks", rows_here * h * BYTES[a], a))
-        act, gated = cfg.hidden_act, cfg.mlp == "gated"
-        up = "mlp/experts_gate_up" if gated else "mlp/experts_up"
-        # Megatron quantizes the permuted rows it received; a serving engine quantizes each
-        # token's hidden state once, before its fused MoE gathers the copies.
-        _grouped_quant(ops, d, up, rows_here * h if d.train else T * h)
-        ops.append(_grouped(d, up, tokens, k, E, local, 2 * f if gated else f, h))
-        if gated:
-            ops.append(_ew("mlp/act", f"{_fused_act(act)}_and_mul", rows_here * f, a, n_in=2,
-                           flops=_ACT_FLOPS[act] + 1.0))  # fmt: skip
-        else:  # Nemotron-H's squared-ReLU experts: up, act, down
-            ops.append(_ew("mlp/act", f"{_fused_act(act)}_fused", rows_here * f, a,
-                           flops=_ACT_FLOPS[act]))  # fmt: skip
-        _grouped_quant(ops, d, "mlp/experts_down", rows_here * f)
-        ops.append(_grouped(d, "mlp/experts_down", tokens, k, E, local, h, f))
+        _expert_kernels(ops, cfg, d, tokens, rows_here)
         if chunks:
             ops.append(Copy("mlp/unsort_chunks", rows_here * h * BYTES[a], a))
         ops += comm_ops.expert_alltoall(d, "mlp/combine", rows_here)

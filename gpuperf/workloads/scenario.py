@@ -28,9 +28,15 @@ Fp8Scales = Literal["tensor", "row"]
 MlaForm = Literal["auto", "naive", "absorbed"]
 KvLengths = Literal["new", "seen"]
 GradDtype = Literal["auto", "fp32", "param"]
+MoeDispatcher = Literal["alltoall", "deepep", "hybridep"]
 MODES: tuple[Mode, ...] = ("prefill", "decode", "generate", "train")
 TP_IMPLS: tuple[TpImpl, ...] = ("megatron", "dtensor")
 TP_ALLREDUCES: tuple[TpAllreduce, ...] = ("nccl", "custom")
+# How expert-parallel ranks exchange tokens: NCCL's all-to-all of every routed copy (Megatron-Core's
+# alltoall dispatcher), or a token-deduplicating dispatch: DeepEP's and HybridEP's normal kernels
+# (Megatron-Core's flex dispatcher, NeMo AutoModel) send each token once per destination GPU and,
+# across nodes, once per destination node over the NIC (one model for both; gpuperf.perfmodel.comm).
+MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("alltoall", "deepep", "hybridep")
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
 # Megatron-Core's --recompute-modules (selective recompute): whose forwards the backward runs again
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts",
@@ -56,9 +62,9 @@ DEGREES = ("tp", "pp", "dp", "cp", "ep")
 PARALLEL_FIELDS = (*DEGREES, "etp", "micro_batch", "global_batch", "zero", "dp_overlap",
                    "recompute", "recompute_modules", "sequence_parallel", "tp_impl",
                    "tp_overlap", "tp_allreduce", "schedule", "virtual_stages", "nvls",
-                   "moe_imbalance", "grad_dtype")  # fmt: skip
+                   "moe_imbalance", "moe_dispatcher", "ep_overlap", "grad_dtype")  # fmt: skip
 _POSITIVE = ("batch", "seq", "ctx", "new_tokens", *DEGREES, "virtual_stages")
-_BOOLS = ("cuda_graphs", "tp_overlap", "nvls")
+_BOOLS = ("cuda_graphs", "tp_overlap", "nvls", "ep_overlap")
 _CHOICES = {
     "mode": MODES,
     "impl": ("fused", "eager"),
@@ -71,6 +77,7 @@ _CHOICES = {
     "mla": ("auto", "naive", "absorbed"),
     "kv_lengths": ("new", "seen"),
     "grad_dtype": ("auto", "fp32", "param"),
+    "moe_dispatcher": MOE_DISPATCHERS,
 }
 
 
@@ -154,6 +161,11 @@ class Scenario:
     # Expert parallelism: the busiest rank receives this many times the mean token copies (1:
     # uniform routing; real routers are uneven, and the busiest rank sets the layer's pace).
     moe_imbalance: float = 1.0
+    moe_dispatcher: MoeDispatcher = "alltoall"  # MOE_DISPATCHERS
+    # Megatron-Core's overlap_moe_expert_parallel_comm (Megatron-Bridge's moe_a2a_overlap): one
+    # micro-batch's forward beside the previous one's backward, each side's EP dispatch and
+    # combine under the other's compute (gpuperf.step.cost.EP_OVERLAP_HIDDEN).
+    ep_overlap: bool = False
     # Training: gradient buffers and their reduction in fp32 (Megatron's grad_reduce_in_fp32,
     # its default in bf16) or in the parameters' dtype (PyTorch's; NVIDIA's performance recipes
     # set grad_reduce_in_fp32=False); auto: fp32 with fused kernels, the parameters' with eager.
@@ -284,6 +296,10 @@ class Scenario:
         if self.moe_imbalance > self.ep > 1:  # the busiest rank at most receives every copy
             raise InputError(f"moe_imbalance {self.moe_imbalance:g} exceeds ep={self.ep}: the "
                              "busiest of ep ranks receives at most ep times the mean")  # fmt: skip
+        if self.moe_dispatcher != "alltoall":
+            self._check_dispatcher()
+        if self.ep_overlap:
+            self._check_ep_overlap()
         if self.kv_lengths == "seen" and self.mode not in ("decode", "generate"):
             raise InputError("kv_lengths=seen describes decode steps (--mode decode or generate)")
         if self.sequence_parallel and self.tp == 1:
@@ -345,6 +361,32 @@ class Scenario:
                 f"seq={self.seq} must be a multiple of 2·cp = {2 * self.cp} (ring attention "
                 "splits each sequence into 2·cp chunks to balance the causal mask)"
             )
+
+    def _check_dispatcher(self) -> None:
+        name = self.moe_dispatcher
+        if self.ep == 1:
+            raise InputError(f"moe_dispatcher={name} exchanges tokens between expert-parallel "
+                             "ranks: it needs ep > 1 (--ep)")  # fmt: skip
+        if self.impl != "fused":
+            raise InputError(f"moe_dispatcher={name} runs in Megatron-Core and NeMo AutoModel: "
+                             "fused kernels only (--impl fused; Hugging Face's experts send "
+                             "every routed copy)")  # fmt: skip
+        if self.mode in ("decode", "generate"):
+            raise InputError(f"moe_dispatcher={name} models the normal (high-throughput) "
+                             "kernels of training and prefill; decode's low-latency kernels "
+                             "are not modelled (--mode train or prefill)")  # fmt: skip
+
+    def _check_ep_overlap(self) -> None:
+        if self.ep == 1:
+            raise InputError("ep_overlap hides expert-parallel dispatch and combine: it needs "
+                             "ep > 1 (--ep)")  # fmt: skip
+        if self.mode != "train" or self.impl != "fused":
+            raise InputError("ep_overlap pairs one micro-batch's forward with another's "
+                             "backward in Megatron-Core: fused training only (--mode train "
+                             "--impl fused)")  # fmt: skip
+        if self.recompute == "full":
+            raise InputError("Megatron-Core's EP overlap does not run with full recompute: "
+                             "drop ep_overlap or use --recompute selective")  # fmt: skip
 
     def _check_etp(self) -> None:
         etp = self.expert_tp
@@ -413,6 +455,10 @@ class Scenario:
         parts += [f"{k}{getattr(self, k)}" for k in ("cp", "ep") if getattr(self, k) > 1]
         if self.expert_tp != self.tp:
             parts.append(f"etp{self.expert_tp}")
+        if self.moe_dispatcher != "alltoall":
+            parts.append(self.moe_dispatcher)
+        if self.ep_overlap:
+            parts.append("ep-overlap")
         if self.mode == "train":
             rc = self.recompute
             if self.recompute_modules:

@@ -47,7 +47,7 @@ def build_ops(cfg: ModelConfig, sc: Scenario) -> list[Op]:
         sc = replace(sc, tp=1, pp=1, dp=1, cp=1, ep=1, zero=0, micro_batch=sc.batch,
                      global_batch=None, sequence_parallel=False, tp_overlap=False,
                      tp_allreduce="nccl", tp_impl="megatron", dp_overlap=None,
-                     moe_imbalance=1.0)  # fmt: skip
+                     moe_imbalance=1.0, moe_dispatcher="alltoall")  # fmt: skip
     return single_gpu_ops(build(cfg, sc))
 
 

@@ -59,6 +59,7 @@ class Dims:
     scales: str = ""  # fp8: "tensor" or "row" scales; int4: group size ("g128")
     mla: str = "auto"  # MLA form: naive, absorbed, or what the implementation runs (auto)
     moe_imbalance: float = 1.0  # the busiest expert-parallel rank's share over the mean
+    ep_dedup: bool = False  # DeepEP/HybridEP: each token sent once per destination GPU and node
     vocab: int = 0  # the lm_head's columns on this GPU (vocab_shard)
 
     def __hash__(self) -> int:  # the engine's caches hash it per plan: once per object
@@ -94,13 +95,13 @@ def make_dims(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> Dims:
     caches keyed on it compare by identity)."""
     return _dims(cfg, g, sc.mode, sc.micro_batch or sc.batch, sc.seq, sc.ctx, sc.dtype, sc.kv,
                  sc.cuda_graphs, sc.impl, sc.attn, sc.weight_dtype, sc.fp8_scales, sc.mla,
-                 sc.moe_imbalance)  # fmt: skip
+                 sc.moe_imbalance, sc.moe_dispatcher != "alltoall")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
 def _dims(cfg: ModelConfig, g: Groups, mode: str, mb: int, seq: int, ctx: int, dtype: DType,
           kv: DType, cuda_graphs: bool, impl: str, attn: str, weight_dtype: DType | None,
-          fp8_scales: str, mla: str, moe_imbalance: float) -> Dims:  # fmt: skip
+          fp8_scales: str, mla: str, moe_imbalance: float, ep_dedup: bool) -> Dims:  # fmt: skip
     act: DType = "bf16" if BYTES[dtype] == 1 else dtype
     if mode == "decode":
         T, q_len, kv_len = mb, 1, ctx + 1
@@ -135,6 +136,7 @@ def _dims(cfg: ModelConfig, g: Groups, mode: str, mb: int, seq: int, ctx: int, d
         scales=gemm_scales(dtype, weight_dtype, fp8_scales),
         mla=mla,
         moe_imbalance=moe_imbalance,
+        ep_dedup=ep_dedup,
         vocab=vocab_shard(cfg.vocab, tp, impl, mode == "train"),
     )
 

@@ -136,6 +136,7 @@ def test_reducescatter_through_torchrun_json(capsys, tmp_path):
         "ranks": 2,
         "dtype": "bf16",
         "nodes": 0,
+        "net_bytes": None,
     }
     assert json.loads(save.read_text())["rows"][0]["measured_ms"] == row["measured_ms"]
 
