@@ -36,6 +36,7 @@ FILES = (
     "gemm_quant_decode.json",
     "grouped_gemm.json",
     "grouped_gemm_bwd.json",
+    "grouped_gemm_fp8.json",
     "attention_masked_prefill.json",
     "train_kernels.json",
     "eager_ew.json",

@@ -269,6 +269,21 @@ def grouped_gemm_bwd_held_ops() -> list[Op]:
     return _grouped_bwd(MOE_HELD_SHAPES, MOE_HELD_TOKENS)
 
 
+def grouped_gemm_fp8_ops() -> list[Op]:
+    """Both forward grouped GEMMs of MOE_TRAIN_SHAPES' experts and the held-out experts at
+    training's token counts, in fp8 (torch._scaled_grouped_mm, rowwise scales) and in bf16
+    beside them (the same shapes, the same routing draw)."""
+    ops: list[Op] = []
+    for model, (e, topk, h, f) in {**MOE_TRAIN_SHAPES, **MOE_HELD_SHAPES}.items():
+        for t in MOE_TRAIN_TOKENS:
+            if model == "deepseek-v3" and t > 8192:
+                continue
+            for part, n, k in (("gate_up", 2 * f, h), ("down", h, f)):
+                for dt in ("fp8", "bf16"):
+                    ops.append(GroupedGemm(f"{model}/t{t}/{part}/{dt}", t, topk, e, n, k, dt))
+    return ops
+
+
 GROUPS = {
     "gemm": gemm_ops,
     "gemm_models": model_gemm_ops,
@@ -286,6 +301,7 @@ GROUPS = {
     "grouped_gemm": grouped_gemm_ops,
     "grouped_gemm_bwd": grouped_gemm_bwd_ops,
     "grouped_gemm_bwd_held": grouped_gemm_bwd_held_ops,
+    "grouped_gemm_fp8": grouped_gemm_fp8_ops,
 }
 
 

@@ -28,10 +28,13 @@ def routing(tokens: int, topk: int, experts: int, local: int, device: str,
 
 
 def build(op: Any, device: str, torch: Any) -> Kernel:
-    if op.dtype != "bf16":
-        raise InputError(f"{op.name}: grouped GEMMs are measured in bf16 (torch._grouped_mm)")
+    if op.dtype not in ("bf16", "fp8"):
+        raise InputError(f"{op.name}: grouped GEMMs are measured in bf16 (torch._grouped_mm) "
+                         "or fp8 (torch._scaled_grouped_mm)")  # fmt: skip
     if op.topk > op.experts:
         raise InputError(f"{op.name}: topk {op.topk} is more than {op.experts} experts")
+    if op.dtype == "fp8":
+        return _fp8(op, device, torch)
     if not hasattr(torch, "_grouped_mm"):
         raise EnvironmentUnavailable("torch._grouped_mm is not in this torch (needs 2.8+)")
     dt = torch_dtype(op.dtype)
@@ -55,6 +58,48 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
         return out[lo : lo + c], a[lo : lo + c].double() @ w[e].double().T
 
     return _kernel(run, pair, counts, device, "grouped GEMM", "torch._grouped_mm")
+
+
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+FP8_ALIGN = 16  # rows per expert padded to this, as fp8 MoE training pads them
+
+
+def _fp8(op: Any, device: str, torch: Any) -> Kernel:
+    """The forward grouped GEMM in fp8 with rowwise scales (a scale per row of the routed rows,
+    one per output column of each expert's weights), as torch._scaled_grouped_mm runs it on
+    Hopper (CUTLASS) and torchao's fp8 MoE training calls it: each expert's rows padded to a
+    multiple of FP8_ALIGN, the weights [E, n, k] passed transposed (column-major)."""
+    if op.wgrad or op.name.endswith(".dgrad"):
+        raise InputError(f"{op.name}: fp8 grouped GEMMs are measured forward only")
+    if op.k % 16 or op.n % 16:
+        raise InputError(f"{op.name}: fp8 grouped GEMM needs K and N multiples of 16")
+    if not hasattr(torch, "_scaled_grouped_mm"):
+        raise EnvironmentUnavailable("torch._scaled_grouped_mm is not in this torch")
+    counts, _ = routing(op.tokens, op.topk, op.experts, op.local, device, torch)
+    counts = [-(-c // FP8_ALIGN) * FP8_ALIGN for c in counts]
+    offs = torch.cumsum(torch.tensor(counts, device=device), dim=0).to(torch.int32)
+    rows = sum(counts)
+    a_hi = torch.randn((rows, op.k), dtype=torch.float32, device=device)
+    w_hi = torch.randn((op.local, op.n, op.k), dtype=torch.float32, device=device)
+    sa = a_hi.abs().amax(dim=1) / FP8_MAX  # [rows]
+    sw = w_hi.abs().amax(dim=2) / FP8_MAX  # [E, n]
+    a = (a_hi / sa[:, None]).to(torch.float8_e4m3fn)
+    w = (w_hi / sw[:, :, None]).to(torch.float8_e4m3fn)
+    del a_hi, w_hi
+    wt = w.transpose(-2, -1)  # [E, k, n], column-major per expert
+
+    def run() -> Any:
+        return torch._scaled_grouped_mm(a, wt, sa, sw, offs=offs, out_dtype=torch.bfloat16)
+
+    def pair(out: Any, e: int, lo: int, c: int) -> tuple[Any, Any]:
+        ref = (a[lo : lo + c].double() * sa[lo : lo + c, None].double()) @ (
+            w[e].double() * sw[e][:, None].double()
+        ).T
+        return out[lo : lo + c], ref  # the kernel against its own dequantized inputs
+
+    k = _kernel(run, pair, counts, device, "fp8 grouped GEMM", "torch._scaled_grouped_mm")
+    return Kernel(k.run, k.check, TOLERANCE["fp8"], {**k.detail, "scales": "rowwise",
+                                                       "rows_padded": rows})  # fmt: skip
 
 
 def _wgrad(op: Any, counts: list[int], offs: Any, rows: int, dt: Any, device: str,

@@ -43,6 +43,7 @@ TARGETS: dict[str, float] = {
     "gemm fp8 LLM shapes (16-8192 tokens)": 0.08,
     "gemm weight-only int4/int8": 0.10,
     "grouped gemm (MoE experts)": 0.10,
+    "grouped gemm fp8 (MoE experts)": 0.10,
     "memory-bound >=16MB": 0.10,
     "mamba-2 scan kernels": 0.15,
     "attention prefill": 0.10,

@@ -90,6 +90,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "grouped_gemm_eff": (0.3, 1.0),
     "grouped_gemm_floor_s": (0.0, 50e-6),
     "grouped_gemm_mem_eff": (0.3, 1.0),
+    "grouped_gemm_fp8_eff": (0.3, 1.0),
     "grouped_wgrad_overlap": (0.0, 1.0),
     "attn_mask_eff": (0.1, 1.0),
     "attn_softmax_ops": (0.5, 8.0),
@@ -182,7 +183,9 @@ def op_class(op: Op) -> str:
     """The accuracy class of an op (the rows of the README's accuracy table)."""
     cost = op.cost()
     if isinstance(op, GroupedGemm):
-        return "grouped gemm (MoE experts)"
+        return (
+            "grouped gemm fp8 (MoE experts)" if op.dtype == "fp8" else "grouped gemm (MoE experts)"
+        )
     if isinstance(op, Gemm) and op.wdtype is not None:
         return "gemm weight-only int4/int8"
     if isinstance(op, Gemm) and op.dtype == "fp8" and 16 <= op.m <= 8192 and op.batch == 1:
@@ -355,8 +358,10 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
     (("w8_gemm_eff", "w8_mem_eff", "w8_overlap"), _weight_only("int8")),
     (
         ("grouped_gemm_mem_eff", "grouped_gemm_eff", "grouped_gemm_floor_s"),
-        lambda op: isinstance(op, GroupedGemm) and not op.wgrad,
+        lambda op: isinstance(op, GroupedGemm) and not op.wgrad and op.dtype != "fp8",
     ),
+    # fp8's grouped kernel (torch._scaled_grouped_mm), on the bf16 kernel's floor and bandwidth
+    (("grouped_gemm_fp8_eff",), lambda op: isinstance(op, GroupedGemm) and op.dtype == "fp8"),
     # then the experts' weight gradients, on the rate and bandwidth the forward set
     (("grouped_wgrad_overlap",), lambda op: isinstance(op, GroupedGemm) and op.wgrad),
     # The softmax's share of a pair where it, not the matmuls, binds (head_dim 64 and below);

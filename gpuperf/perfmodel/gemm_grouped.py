@@ -13,10 +13,12 @@ whole tiles (at 128 rows per expert on average, half the experts need a second 1
 Each touched expert's weights are streamed once per wave of its M-tiles; rows are read once per
 N-tile wave and written once. Time = max(math, memory) + the two launch floors + the grouped
 setup (`grouped_gemm_floor_s` in [model.extra]); the math runs at `grouped_gemm_eff` of the dense
-GEMM rate (the CUTLASS grouped kernel against cuBLAS's best dense kernel) and the weights stream
-at `grouped_gemm_mem_eff` of the HBM bandwidth (on an H200 the kernel streams them at ~68% of its
-4.8 TB/s, on an H100 at ~84% of 3.35 TB/s: grouped_gemm.json on each).
-"""
+GEMM rate (the CUTLASS grouped kernel against cuBLAS's best dense kernel; fp8's grouped kernel,
+torch._scaled_grouped_mm with rowwise scales, at `grouped_gemm_fp8_eff` of the dense fp8 rate)
+and the weights stream at `grouped_gemm_mem_eff` of the HBM bandwidth (on an H200 the kernel
+streams them at ~68% of its 4.8 TB/s, on an H100 at ~84% of 3.35 TB/s: grouped_gemm.json on
+each). The fp8 kernel picks slow tiles for some shapes (K of 2,048 and below at 16-64K rows: 2-3x
+its time elsewhere, grouped_gemm_fp8.json), which the model does not know."""
 
 from __future__ import annotations
 
@@ -74,6 +76,8 @@ def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
     hw = hw_for(gpu, op.dtype)
     extra = gpu.params.extra
     eff = float(extra.get("grouped_gemm_eff", GROUPED_EFF))
+    if op.dtype == "fp8":  # torch._scaled_grouped_mm: its own share of the fp8 rate
+        eff = float(extra.get("grouped_gemm_fp8_eff", eff))
     setup = float(extra.get("grouped_gemm_floor_s", GROUPED_FLOOR_S))
     bw = float(extra.get("grouped_gemm_mem_eff", GROUPED_MEM_EFF)) * gpu.hbm_bw
     p = k_top / e
