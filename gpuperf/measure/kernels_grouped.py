@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuperf.errors import EnvironmentUnavailable, InputError
 from gpuperf.measure.kernels import TOLERANCE, Kernel, rel_err, torch_dtype, unavailable
+from gpuperf.measure.kernels_gemm import FP8_MAX
 
 CHECKED_EXPERTS = 4  # experts whose rows are compared with the fp64 reference
 
@@ -60,7 +61,6 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
     return _kernel(run, pair, counts, device, "grouped GEMM", "torch._grouped_mm")
 
 
-FP8_MAX = 448.0  # largest finite float8_e4m3fn
 FP8_ALIGN = 16  # rows per expert padded to this, as fp8 MoE training pads them
 
 
@@ -97,9 +97,8 @@ def _fp8(op: Any, device: str, torch: Any) -> Kernel:
         ).T
         return out[lo : lo + c], ref  # the kernel against its own dequantized inputs
 
-    k = _kernel(run, pair, counts, device, "fp8 grouped GEMM", "torch._scaled_grouped_mm")
-    return Kernel(k.run, k.check, TOLERANCE["fp8"], {**k.detail, "scales": "rowwise",
-                                                       "rows_padded": rows})  # fmt: skip
+    return _kernel(run, pair, counts, device, "fp8 grouped GEMM", "torch._scaled_grouped_mm",
+                   TOLERANCE["fp8"], scales="rowwise", rows_padded=rows)  # fmt: skip
 
 
 def _wgrad(op: Any, counts: list[int], offs: Any, rows: int, dt: Any, device: str,
@@ -128,10 +127,12 @@ def _wgrad(op: Any, counts: list[int], offs: Any, rows: int, dt: Any, device: st
 
 
 def _kernel(run: Callable[[], Any], pair: Callable[[Any, int, int, int], tuple[Any, Any]],
-            counts: list[int], device: str, what: str, kernel: str) -> Kernel:  # fmt: skip
+            counts: list[int], device: str, what: str, kernel: str,
+            tol: float = TOLERANCE["bf16"], **detail: Any) -> Kernel:  # fmt: skip
     """A grouped kernel (`what`, run as `kernel`) checked on its first CHECKED_EXPERTS experts
     with rows: `pair` gives an expert's (output, fp64 reference) from the output and the
-    expert's index, first row and row count."""
+    expert's index, first row and row count; `tol` bounds its error, `detail` adds to its
+    record."""
     try:
         run()
     except (RuntimeError, NotImplementedError) as exc:
@@ -149,6 +150,6 @@ def _kernel(run: Callable[[], Any], pair: Callable[[Any, int, int, int], tuple[A
         return max(errs, default=0.0)
 
     rows, touched = sum(counts), sum(1 for c in counts if c)
-    detail = {"kernel": kernel, "touched": touched, "rows_max": max(counts),
-              "rows_mean_touched": rows / max(1, touched)}  # fmt: skip
-    return Kernel(run, check, TOLERANCE["bf16"], detail)
+    info = {"kernel": kernel, "touched": touched, "rows_max": max(counts),
+              "rows_mean_touched": rows / max(1, touched), **detail}  # fmt: skip
+    return Kernel(run, check, tol, info)
