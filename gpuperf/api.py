@@ -264,6 +264,14 @@ def search(
     ctx: int | None = None,
     top: int = 10,
     impl: str = "fused",
+    dtype: str = "bf16",
+    attn: str = "flash",
+    grad_dtype: str = "auto",
+    dp_overlap: bool | None = None,
+    tp_overlap: bool = False,
+    moe_dispatcher: str = "alltoall",
+    ep_overlap: bool = False,
+    moe_imbalance: float = 1.0,
     **unknown: Any,
 ) -> Any:
     """Rank the parallel plans (tp, pp, dp, ep, micro-batch, ZeRO stage, recomputation,
@@ -274,9 +282,16 @@ def search(
     gpuperf.step.search.SearchResult: .ranked (the `top` fastest), .why, .best (the fastest plan
     as `predict` predicts it: the same step time).
 
+    dtype, attn, grad_dtype, dp_overlap, tp_overlap, moe_dispatcher, ep_overlap and
+    moe_imbalance are held over every plan, as `predict` takes them, where the plan has what
+    each needs: dp_overlap dp > 1, tp_overlap tp > 1, the MoE options ep > 1 (ep_overlap also
+    recomputation other than full); the other plans run without.
+
     Example:
         >>> r = search("llama2-70b", system="dgx-h100", gpus=64, global_batch=1024, seq=4096)
         >>> r.ranked[0].label(), r.best.total_ms                    # doctest: +SKIP
+        >>> search("qwen3-30b-a3b", system="dgx-h100", gpus=16, dtype="fp8",
+        ...        moe_dispatcher="hybridep", ep_overlap=True)      # doctest: +SKIP
     """
     from gpuperf.step.search import search as run_search
 
@@ -305,8 +320,44 @@ def search(
     sys_spec = resolve_system(system)
     if sys_spec is None:
         raise InputError("search needs a system (e.g. system='dgx-h100'): its nodes and links")
-    return run_search(resolve_model(model), sys_spec, gpus, mode=mode, top=top, impl=impl,
-                      **sizes)  # fmt: skip
+    cfg = resolve_model(model)
+    held = dict(dtype=_dtype(dtype, "dtype"), attn=attn, grad_dtype=grad_dtype,
+                dp_overlap=dp_overlap, tp_overlap=tp_overlap, moe_dispatcher=moe_dispatcher,
+                ep_overlap=ep_overlap, moe_imbalance=moe_imbalance)  # fmt: skip
+    return run_search(cfg, sys_spec, gpus, mode=mode, top=top, impl=impl,
+                      fixed=_search_held(cfg, mode, impl, held), **sizes)  # fmt: skip
+
+
+def _search_held(cfg: ModelConfig, mode: str, impl: str, held: dict[str, Any]) -> dict[str, Any]:
+    """The options search holds over its plans (those not at their defaults), refused as predict
+    refuses them: on a probe plan with the degrees each needs."""
+    from gpuperf.workloads.scenario import Scenario
+
+    defaults = inspect.signature(search).parameters
+    held = {k: v for k, v in held.items() if not _same(v, defaults[k].default)}
+    moe = [k for k in ("moe_dispatcher", "ep_overlap", "moe_imbalance") if k in held]
+    if moe and not cfg.is_moe:
+        raise InputError(f"{cfg.name} has no experts: {moe[0]} applies to mixture-of-experts "
+                         "models")  # fmt: skip
+    if "tp_overlap" in held and mode != "train":
+        raise InputError("tp_overlap overlaps sequence parallelism's collectives, which search's "
+                         "plans run in training only (mode='train')")  # fmt: skip
+    probe = dict(mode=mode, impl=impl, **held)
+    if "tp_overlap" in held:
+        probe.update(tp=2)
+    if moe or "dp_overlap" in held:
+        probe.update(dp=64, ep=64 if moe else 1)
+    Scenario(**probe)
+    return held
+
+
+def _same(value: Any, default: Any) -> bool:
+    """`value` is the default (1 is 1.0, but True is not 1 and None is not False)."""
+    if isinstance(value, bool) or isinstance(default, bool) or value is None or default is None:
+        return value is default
+    if isinstance(value, int | float) and isinstance(default, int | float):
+        return value == default
+    return type(value) is type(default) and value == default
 
 
 def _whole(name: str, value: Any, limit: int) -> None:

@@ -7,6 +7,11 @@ from typing import Any
 import click
 
 from gpuperf.cli.common import SIZE, output_options
+from gpuperf.cli.ops_grammar import dtype_option
+from gpuperf.cli.plan_opts import PLAN_OPTIONS
+
+# predict's options that a search holds over every plan to which each applies (api.search).
+HELD = ("grad_dtype", "dp_overlap", "tp_overlap", "moe_dispatcher", "ep_overlap", "moe_imbalance")
 
 COLUMNS = {
     "label": "plan",
@@ -24,6 +29,12 @@ def _cell(key: str, value: Any) -> str:
     if key == "label":
         return value
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def _held_options(func: Any) -> Any:
+    for key in reversed(HELD):
+        func = PLAN_OPTIONS[key](func)
+    return func
 
 
 @click.command(
@@ -56,20 +67,30 @@ def _cell(key: str, value: Any) -> str:
 )
 @click.option("--ctx", type=SIZE, default=None, help="Decode: KV context.  [default: 4096]")
 @click.option("--top", type=SIZE, default="10", show_default=True, help="Plans to show.")
+@dtype_option()
+@click.option("--attn", type=click.Choice(["flash", "math"]), default="flash", show_default=True,
+              help="flash: one fused attention kernel; math: scores materialized, softmax, "
+              "then P·V.")  # fmt: skip
+@_held_options
 @output_options
 def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batch: int | None,
-           seq: int | None, batch: int | None, ctx: int | None, top: int,
-           fmt: str) -> None:  # fmt: skip
+           seq: int | None, batch: int | None, ctx: int | None, top: int, fmt: str,
+           **held: Any) -> None:  # fmt: skip
     """Enumerate tp, pp, dp, ep, micro-batch, ZeRO stage and recomputation for MODEL on --gpus
     GPUs of --system; drop plans that do not fit; rank by step time; say why the best wins.
     Each plan is costed by the same engine as `gpuperf predict` (its time there is its time here).
+    --dtype, --attn, --grad-dtype, --dp-overlap, --tp-overlap and the MoE options hold over
+    every plan that has what each needs (--tp-overlap tp > 1, the MoE options ep > 1).
 
     Example: gpuperf search llama2-70b --system dgx-h100 --gpus 64 --global-batch 1024 --seq 4096
+
+    Example: gpuperf search qwen3-30b-a3b --system dgx-h100 --gpus 16 --dtype fp8
+    --moe-dispatcher hybridep --ep-overlap
     """
     from gpuperf import api
 
     res = api.search(model, system=system, gpus=gpus, mode=mode, global_batch=global_batch,
-                     seq=seq, batch=batch, ctx=ctx, top=top, impl=impl)  # fmt: skip
+                     seq=seq, batch=batch, ctx=ctx, top=top, impl=impl, **held)  # fmt: skip
     if fmt == "json":
         from gpuperf.reports.tables import render
 

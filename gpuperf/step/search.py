@@ -129,25 +129,44 @@ def _divisors(n: int) -> list[int]:
 def enumerate_plans(
     cfg: ModelConfig, system: SystemSpec, gpus: int, *, mode: str = "train",
     global_batch: int = 1, seq: int = 2048, batch: int = 1, ctx: int = 2048,
-    impl: str = "fused",
+    impl: str = "fused", fixed: dict | None = None,
 ) -> Iterator[Scenario]:  # fmt: skip
     """Every plan shape worth trying; ones the model cannot take are filtered later. Training
     splits `global_batch`, inference `batch`, over the data-parallel replicas (a dp that does not
     divide it is skipped)."""
     for spec in plan_specs(cfg, system, gpus, mode=mode, global_batch=global_batch, seq=seq,
-                           batch=batch, ctx=ctx, impl=impl):  # fmt: skip
+                           batch=batch, ctx=ctx, impl=impl, fixed=fixed):  # fmt: skip
         plan = _scenario(spec)
         if plan is not None:
             yield plan
 
 
+# Options a search holds fixed over its plans (api.search's `fixed`), and what a plan needs for
+# each to apply: the others run without it (a plan of ep = 1 sends no tokens, so it has no
+# dispatcher; full recompute runs without EP overlap, as Megatron-Core does).
+FIXED = ("dtype", "attn", "grad_dtype", "dp_overlap", "tp_overlap", "moe_dispatcher",
+         "ep_overlap", "moe_imbalance")  # fmt: skip
+_APPLIES = {"dp_overlap": lambda tp, dp, ep, rc: dp > 1,
+            "tp_overlap": lambda tp, dp, ep, rc: tp > 1,
+            "moe_dispatcher": lambda tp, dp, ep, rc: ep > 1,
+            "moe_imbalance": lambda tp, dp, ep, rc: ep > 1,
+            "ep_overlap": lambda tp, dp, ep, rc: ep > 1 and rc != "full"}  # fmt: skip
+
+
+def _fixed_for(fixed: dict, tp: int, dp: int, ep: int, rc: str) -> dict:
+    """The fixed options that apply to a plan of these degrees and recomputation (_APPLIES)."""
+    return {k: v for k, v in fixed.items() if k not in _APPLIES or _APPLIES[k](tp, dp, ep, rc)}
+
+
 def plan_specs(
     cfg: ModelConfig, system: SystemSpec, gpus: int, *, mode: str = "train",
     global_batch: int = 1, seq: int = 2048, batch: int = 1, ctx: int = 2048,
-    impl: str = "fused",
+    impl: str = "fused", fixed: dict | None = None,
 ) -> Iterator[dict]:  # fmt: skip
     """enumerate_plans' plans as Scenario keyword arguments (not yet checked: Scenario refuses
-    some; the search builds them in the process that costs them)."""
+    some; the search builds them in the process that costs them). `fixed`: Scenario fields held
+    over every plan to which each applies (FIXED, _APPLIES)."""
+    fixed = fixed or {}
     gpn = system.gpus_per_node
     tps = [t for t in _divisors(min(gpus, gpn)) if cfg.heads % t == 0 and gpus % t == 0]
     experts = _divisors(cfg.num_experts) if cfg.is_moe else [1]
@@ -162,7 +181,8 @@ def plan_specs(
                 base = dict(mode=mode, tp=tp, pp=pp, dp=dp, ep=ep, seq=seq, impl=impl)
                 if mode != "train":  # `batch` sequences over all replicas
                     if batch % dp == 0:
-                        yield dict(base, batch=batch // dp, ctx=ctx)
+                        yield dict(base, batch=batch // dp, ctx=ctx,
+                                   **_fixed_for(fixed, tp, dp, ep, "none"))  # fmt: skip
                     continue
                 if global_batch % dp:
                     continue
@@ -172,10 +192,11 @@ def plan_specs(
                         continue
                     for zero in ZERO_STAGES if dp > 1 else (0,):
                         for rc in RECOMPUTE:
+                            held = _fixed_for(fixed, tp, dp, ep, rc)
                             for sched, v in schedules:
                                 yield dict(base, global_batch=global_batch, micro_batch=mb,
                                            zero=zero, recompute=rc, schedule=sched,
-                                           virtual_stages=v)  # fmt: skip
+                                           virtual_stages=v, **held)  # fmt: skip
 
 
 def no_split(cfg: ModelConfig, system: SystemSpec, gpus: int, mode: str, global_batch: int,
@@ -277,7 +298,7 @@ def _evaluate(engine: Engine, spec: dict, nodes: int | None) -> Ranked:
 def search(
     cfg: ModelConfig, system: SystemSpec, gpus: int, *, mode: str = "train",
     global_batch: int = 1, seq: int = 2048, batch: int = 1, ctx: int = 2048, top: int = 10,
-    impl: str = "fused",
+    impl: str = "fused", fixed: dict | None = None,
 ) -> SearchResult:  # fmt: skip
     """Rank the plans that fit by step time (see module docstring)."""
     nodes = nodes_for(system, gpus)
@@ -285,7 +306,7 @@ def search(
     _load_engine()
     start = time.perf_counter()
     specs = list(plan_specs(cfg, system, gpus, mode=mode, global_batch=global_batch, seq=seq,
-                            batch=batch, ctx=ctx, impl=impl))  # fmt: skip
+                            batch=batch, ctx=ctx, impl=impl, fixed=fixed))  # fmt: skip
     # `explain` compares the best with the runner-up: keep two even when one is shown.
     with no_cycle_collection():
         evaluated, fitting, found = evaluate_all(engine, specs, nodes, max(top, 2), _evaluate)

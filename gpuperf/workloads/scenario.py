@@ -466,6 +466,10 @@ class Scenario:
             parts += [f"mb{self.micro_batch}", f"zero{self.zero}", rc]
         if self.sequence_parallel:
             parts.append("sp")
+        if self.tp_overlap:
+            parts.append("tp-overlap")
+        if self.dp_overlap is not None and self.dp_overlap != (self.impl == "eager"):
+            parts.append("dp-overlap" if self.dp_overlap else "no-dp-overlap")  # not the default
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
         if self.tp > 1 and self.tp_impl != "megatron":

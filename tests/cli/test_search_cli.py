@@ -51,3 +51,15 @@ def test_search_plan_is_the_predict_plan():
     assert pred["total_ms"] == best["step_time_ms"]
     assert pred["mfu"] == best["mfu"]
     assert pred["extra"]["plan"] == best["label"]
+
+
+def test_search_holds_dtype_and_moe_options_over_its_plans(capsys):
+    from clirun import refused, run
+
+    code, out, err = run(capsys, "search", "qwen3-30b-a3b", "--system", "dgx-h100", "--gpus",
+                         "16", "--global-batch", "256", "--dtype", "fp8", "--moe-dispatcher",
+                         "hybridep", "--ep-overlap", "--top", "2", "--format", "csv")  # fmt: skip
+    assert code == 0, err
+    assert "hybridep ep-overlap" in out.splitlines()[1]
+    refused(capsys, "search", "llama2-7b", "--system", "dgx-h100", "--gpus", "8",
+            "--moe-dispatcher", "deepep", match="llama2-7b has no experts")  # fmt: skip
