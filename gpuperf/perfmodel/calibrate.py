@@ -91,6 +91,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "grouped_gemm_floor_s": (0.0, 50e-6),
     "grouped_gemm_mem_eff": (0.3, 1.0),
     "grouped_gemm_fp8_eff": (0.3, 1.0),
+    "grouped_gemm_fp8_wide_eff": (0.1, 1.0),
     "grouped_wgrad_overlap": (0.0, 1.0),
     "attn_mask_eff": (0.1, 1.0),
     "attn_softmax_ops": (0.5, 8.0),
@@ -361,7 +362,10 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
         lambda op: isinstance(op, GroupedGemm) and not op.wgrad and op.dtype != "fp8",
     ),
     # fp8's grouped kernel (torch._scaled_grouped_mm), on the bf16 kernel's floor and bandwidth
-    (("grouped_gemm_fp8_eff",), lambda op: isinstance(op, GroupedGemm) and op.dtype == "fp8"),
+    (
+        ("grouped_gemm_fp8_eff", "grouped_gemm_fp8_wide_eff"),
+        lambda op: isinstance(op, GroupedGemm) and op.dtype == "fp8",
+    ),
     # then the experts' weight gradients, on the rate and bandwidth the forward set
     (("grouped_wgrad_overlap",), lambda op: isinstance(op, GroupedGemm) and op.wgrad),
     # The softmax's share of a pair where it, not the matmuls, binds (head_dim 64 and below);

@@ -17,8 +17,16 @@ GEMM rate (the CUTLASS grouped kernel against cuBLAS's best dense kernel; fp8's 
 torch._scaled_grouped_mm with rowwise scales, at `grouped_gemm_fp8_eff` of the dense fp8 rate)
 and the weights stream at `grouped_gemm_mem_eff` of the HBM bandwidth (on an H200 the kernel
 streams them at ~68% of its 4.8 TB/s, on an H100 at ~84% of 3.35 TB/s: grouped_gemm.json on
-each). The fp8 kernel picks slow tiles for some shapes (K of 2,048 and below at 16-64K rows: 2-3x
-its time elsewhere, grouped_gemm_fp8.json), which the model does not know."""
+each).
+
+fp8's kernel picks its tile by PyTorch's own rule (aten/src/ATen/native/cuda/ScaledGroupMM.cu,
+dispatch_fp8_grouped_gemm_on_tile_size, without fast accumulation as torch._scaled_grouped_mm
+runs by default), from the mean rows per group M, N and K: 64×128 ping-pong when M or N is at
+most 128; 128×128 cooperative when two of M, N, K reach 2,048 (PyTorch's comment: a smaller tile
+for slow accumulation, to avoid spilling); else 128×256 cooperative. That wide tile with slow
+accumulation runs at `grouped_gemm_fp8_wide_eff` of the others' rate: on the H100 all ten such
+shapes measured (K of 768-2,048 at 2-8K tokens) ran 2.6-3.1x the time of the model without it,
+and no shape of the other tiles did (grouped_gemm_fp8.json)."""
 
 from __future__ import annotations
 
@@ -39,6 +47,19 @@ GROUPED_MEM_EFF = 0.8
 # default between the H100's and H200's fits, for GPUs without one.
 GROUPED_WGRAD_OVERLAP = 0.6
 SMALL_TILE, LARGE_TILE = (64, 128), (128, 256)
+FP8_SLOW_ACCUM_TILE = (128, 128)  # torch._scaled_grouped_mm's "large" tile without fast accum
+FP8_LARGE = 2048  # two of M, N, K from here make a shape "large" (ScaledGroupMM.cu)
+FP8_ROW_ALIGN = 16  # torch._scaled_grouped_mm's offsets: multiples of 16 rows
+FP8_WIDE_EFF = 1.0  # default share of the rate on the wide tile (no slowdown): no fit, no guess
+
+
+def fp8_tile(mean_rows: float, n: int, k: int) -> tuple[tuple[int, int], bool]:
+    """torch._scaled_grouped_mm's tile on Hopper (module docstring), and whether it is the wide
+    tile that runs slow with slow accumulation."""
+    if mean_rows <= 128 or n <= 128:
+        return SMALL_TILE, False
+    big = (mean_rows >= FP8_LARGE) + (n >= FP8_LARGE) + (k >= FP8_LARGE)
+    return (FP8_SLOW_ACCUM_TILE, False) if big >= 2 else (LARGE_TILE, True)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -86,7 +107,13 @@ def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
     if op.wgrad:
         return _wgrad_time(op, gpu, hw, eff, bw, floor, p)
     mean_rows = op.rows / local  # PyTorch picks the tile from the mean over all groups
-    tm, tn = SMALL_TILE if (mean_rows <= 128 or op.n <= 128) else LARGE_TILE
+    if op.dtype == "fp8":  # each group's rows padded to FP8_ROW_ALIGN, which PyTorch requires
+        padded = mean_rows + (FP8_ROW_ALIGN - 1) / 2 * op.touched() / local
+        (tm, tn), wide = fp8_tile(padded, op.n, op.k)
+        if wide:
+            eff *= float(extra.get("grouped_gemm_fp8_wide_eff", FP8_WIDE_EFF))
+    else:
+        tm, tn = SMALL_TILE if (mean_rows <= 128 or op.n <= 128) else LARGE_TILE
     touched = op.touched()
     tiles_m = local * expected_ceil(t, p, tm)  # busy M-tiles over this GPU's experts
     tiles_n = -(-op.n // tn)
