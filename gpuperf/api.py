@@ -250,6 +250,9 @@ SEARCH_DEFAULTS = {"global_batch": 1024, "seq": 4096, "batch": 1, "ctx": 4096}
 _SEARCH_SIZES = {"global_batch": ("train",), "seq": ("train", "prefill"),
                  "batch": ("prefill", "decode"), "ctx": ("decode",)}  # fmt: skip
 SEARCH_MODES = ("train", "prefill", "decode")
+# What a search enumerates (step.search.plan_specs), so a caller cannot set it.
+SEARCH_CHOOSES = ("tp", "pp", "dp", "ep", "micro_batch", "zero", "recompute", "schedule",
+                  "virtual_stages")  # fmt: skip
 MAX_SEARCH_GPUS = 65536
 
 
@@ -285,7 +288,8 @@ def search(
     dtype, attn, grad_dtype, dp_overlap, tp_overlap, moe_dispatcher, ep_overlap and
     moe_imbalance are held over every plan, as `predict` takes them, where the plan has what
     each needs: dp_overlap dp > 1, tp_overlap tp > 1, the MoE options ep > 1 (ep_overlap also
-    recomputation other than full); the other plans run without.
+    recomputation other than full); the other plans run without. A plan of expert parallelism
+    below moe_imbalance cannot be that uneven and is not searched.
 
     Example:
         >>> r = search("llama2-70b", system="dgx-h100", gpus=64, global_batch=1024, seq=4096)
@@ -297,7 +301,7 @@ def search(
 
     if unknown:  # the CLI's "No such option": the plan's degrees are what search chooses
         name = sorted(unknown)[0]
-        if name in PARALLEL:
+        if name in SEARCH_CHOOSES:
             raise InputError(f"search chooses {name} itself (with the other degrees, micro-batch, "
                              "ZeRO stage and recomputation): drop it")  # fmt: skip
         raise unknown_argument(name, inspect.signature(search).parameters)
@@ -321,14 +325,15 @@ def search(
     if sys_spec is None:
         raise InputError("search needs a system (e.g. system='dgx-h100'): its nodes and links")
     cfg = resolve_model(model)
-    held = dict(dtype=_dtype(dtype, "dtype"), attn=attn, grad_dtype=grad_dtype,
+    held = dict(dtype=_dtype_required(dtype), attn=attn, grad_dtype=grad_dtype,
                 dp_overlap=dp_overlap, tp_overlap=tp_overlap, moe_dispatcher=moe_dispatcher,
                 ep_overlap=ep_overlap, moe_imbalance=moe_imbalance)  # fmt: skip
     return run_search(cfg, sys_spec, gpus, mode=mode, top=top, impl=impl,
-                      fixed=_search_held(cfg, mode, impl, held), **sizes)  # fmt: skip
+                      fixed=_search_held(cfg, mode, impl, held, gpus), **sizes)  # fmt: skip
 
 
-def _search_held(cfg: ModelConfig, mode: str, impl: str, held: dict[str, Any]) -> dict[str, Any]:
+def _search_held(cfg: ModelConfig, mode: str, impl: str, held: dict[str, Any],
+                 gpus: int) -> dict[str, Any]:  # fmt: skip
     """The options search holds over its plans (those not at their defaults), refused as predict
     refuses them: on a probe plan with the degrees each needs."""
     from gpuperf.workloads.scenario import Scenario
@@ -339,15 +344,23 @@ def _search_held(cfg: ModelConfig, mode: str, impl: str, held: dict[str, Any]) -
     if moe and not cfg.is_moe:
         raise InputError(f"{cfg.name} has no experts: {moe[0]} applies to mixture-of-experts "
                          "models")  # fmt: skip
-    if "tp_overlap" in held and mode != "train":
-        raise InputError("tp_overlap overlaps sequence parallelism's collectives, which search's "
-                         "plans run in training only (mode='train')")  # fmt: skip
+    if "tp_overlap" in held and (mode != "train" or impl != "fused"):
+        raise InputError("tp_overlap overlaps sequence parallelism's collectives, which "
+                         "search's plans run in fused training only (mode='train', "
+                         "impl='fused')")  # fmt: skip
     probe = dict(mode=mode, impl=impl, **held)
     if "tp_overlap" in held:
         probe.update(tp=2)
     if moe or "dp_overlap" in held:
         probe.update(dp=64, ep=64 if moe else 1)
     Scenario(**probe)
+    imb = held.get("moe_imbalance")
+    if cfg.is_moe and isinstance(imb, int | float) and not isinstance(imb, bool):
+        top = max(e for e in range(1, min(cfg.num_experts, gpus) + 1) if cfg.num_experts % e == 0)
+        if imb > top:  # the busiest of ep ranks receives at most ep times the mean
+            raise InputError(f"moe_imbalance {imb:g} exceeds every plan's ep (at most {top} of "
+                             f"{cfg.name}'s {cfg.num_experts} experts on {gpus} GPUs): the "
+                             "busiest of ep ranks receives at most ep times the mean")  # fmt: skip
     return held
 
 

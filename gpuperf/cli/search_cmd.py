@@ -80,7 +80,8 @@ def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batc
     GPUs of --system; drop plans that do not fit; rank by step time; say why the best wins.
     Each plan is costed by the same engine as `gpuperf predict` (its time there is its time here).
     --dtype, --attn, --grad-dtype, --dp-overlap, --tp-overlap and the MoE options hold over
-    every plan that has what each needs (--tp-overlap tp > 1, the MoE options ep > 1).
+    every plan that has what each needs (--tp-overlap tp > 1, the MoE options ep > 1); plans of
+    an ep below --moe-imbalance are not searched.
 
     Example: gpuperf search llama2-70b --system dgx-h100 --gpus 64 --global-batch 1024 --seq 4096
 

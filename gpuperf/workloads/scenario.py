@@ -459,6 +459,8 @@ class Scenario:
             parts.append(self.moe_dispatcher)
         if self.ep_overlap:
             parts.append("ep-overlap")
+        if self.moe_imbalance != 1:
+            parts.append(f"imb{self.moe_imbalance:g}")
         if self.mode == "train":
             rc = self.recompute
             if self.recompute_modules:

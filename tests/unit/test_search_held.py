@@ -64,6 +64,12 @@ def test_held_options_reach_the_best_plan_and_predict_agrees():
         ("llama2-7b", dict(dp_overlap=True, mode="decode"), "training only"),
         ("llama2-7b", dict(grad_dtype="fp16"), "unknown grad_dtype"),
         ("llama2-7b", dict(attn="xx"), "unknown attn"),
+        ("llama2-7b", dict(dtype=None, mode="prefill"), "dtype must be a name"),
+        ("llama2-7b", dict(tp_overlap=True, impl="eager"), "fused training only"),
+        ("mixtral-8x7b", dict(moe_imbalance=64), "at most 8 of mixtral-8x7b's 8 experts"),
+        ("qwen3-30b-a3b", dict(moe_imbalance=16), "at most 8 of qwen3-30b-a3b's 128 experts"),
+        ("llama2-7b", dict(nvls=True), "unknown argument 'nvls'"),
+        ("llama2-7b", dict(zero=1), "search chooses zero itself"),
     ],
 )
 def test_bad_held_options_are_refused(model, kw, message):
@@ -76,3 +82,13 @@ def test_defaults_given_explicitly_are_no_options():
     a = api.search("llama2-7b", system="dgx-h100", gpus=8, moe_imbalance=1, top=2)
     b = api.search("llama2-7b", system="dgx-h100", gpus=8, top=2)
     assert a.ranked[0].step_time == b.ranked[0].step_time
+
+
+def test_an_imbalance_leaves_out_the_plans_too_even_for_it_and_shows_on_the_rest():
+    """The busiest of ep ranks takes at most ep times the mean: plans of a smaller ep are not
+    searched, and the others carry the imbalance in their labels."""
+    plans = list(enumerate_plans(QWEN, DGX, 16, global_batch=256, seq=4096,
+                                 fixed={"moe_imbalance": 3.0}))  # fmt: skip
+    eps = {p.ep for p in plans}
+    assert 1 in eps and 2 not in eps and {4, 8, 16} <= eps
+    assert all(("imb3" in p.label()) == (p.ep > 1) for p in plans)
