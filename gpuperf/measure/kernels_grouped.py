@@ -14,6 +14,7 @@ from typing import Any
 from gpuperf.errors import EnvironmentUnavailable, InputError
 from gpuperf.measure.kernels import TOLERANCE, Kernel, rel_err, torch_dtype, unavailable
 from gpuperf.measure.kernels_gemm import FP8_MAX
+from gpuperf.perfmodel.gemm_grouped import FP8_ROW_ALIGN
 
 CHECKED_EXPERTS = 4  # experts whose rows are compared with the fp64 reference
 
@@ -61,14 +62,11 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
     return _kernel(run, pair, counts, device, "grouped GEMM", "torch._grouped_mm")
 
 
-FP8_ALIGN = 16  # rows per expert padded to this, as fp8 MoE training pads them
-
-
 def _fp8(op: Any, device: str, torch: Any) -> Kernel:
     """The forward grouped GEMM in fp8 with rowwise scales (a scale per row of the routed rows,
     one per output column of each expert's weights), as torch._scaled_grouped_mm runs it on
     Hopper (CUTLASS) and torchao's fp8 MoE training calls it: each expert's rows padded to a
-    multiple of FP8_ALIGN, the weights [E, n, k] passed transposed (column-major)."""
+    multiple of FP8_ROW_ALIGN, the weights [E, n, k] passed transposed (column-major)."""
     if op.wgrad or op.name.endswith(".dgrad"):
         raise InputError(f"{op.name}: fp8 grouped GEMMs are measured forward only")
     if op.k % 16 or op.n % 16:
@@ -76,7 +74,7 @@ def _fp8(op: Any, device: str, torch: Any) -> Kernel:
     if not hasattr(torch, "_scaled_grouped_mm"):
         raise EnvironmentUnavailable("torch._scaled_grouped_mm is not in this torch")
     counts, _ = routing(op.tokens, op.topk, op.experts, op.local, device, torch)
-    counts = [-(-c // FP8_ALIGN) * FP8_ALIGN for c in counts]
+    counts = [-(-c // FP8_ROW_ALIGN) * FP8_ROW_ALIGN for c in counts]
     offs = torch.cumsum(torch.tensor(counts, device=device), dim=0).to(torch.int32)
     rows = sum(counts)
     a_hi = torch.randn((rows, op.k), dtype=torch.float32, device=device)

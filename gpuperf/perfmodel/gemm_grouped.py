@@ -53,11 +53,14 @@ FP8_ROW_ALIGN = 16  # torch._scaled_grouped_mm's offsets: multiples of 16 rows
 FP8_WIDE_EFF = 1.0  # default share of the rate on the wide tile (no slowdown): no fit, no guess
 
 
-def fp8_tile(mean_rows: float, n: int, k: int) -> tuple[tuple[int, int], bool]:
-    """torch._scaled_grouped_mm's tile on Hopper (module docstring), and whether it is the wide
-    tile that runs slow with slow accumulation."""
+def forward_tile(dtype: str, mean_rows: float, n: int, k: int) -> tuple[tuple[int, int], bool]:
+    """PyTorch's tile on Hopper for the forward grouped GEMM (module docstring): torch._grouped_mm's
+    two, or torch._scaled_grouped_mm's three for fp8; and whether it is fp8's wide tile, which
+    runs slow with slow accumulation."""
     if mean_rows <= 128 or n <= 128:
         return SMALL_TILE, False
+    if dtype != "fp8":
+        return LARGE_TILE, False
     big = (mean_rows >= FP8_LARGE) + (n >= FP8_LARGE) + (k >= FP8_LARGE)
     return (FP8_SLOW_ACCUM_TILE, False) if big >= 2 else (LARGE_TILE, True)
 
@@ -106,15 +109,13 @@ def grouped_gemm_time(op: GroupedGemm, gpu: GpuSpec) -> OpTime:
     floor = hw.floor + hw.reduce_floor + setup  # the grouped kernel, the prepare kernel, setup
     if op.wgrad:
         return _wgrad_time(op, gpu, hw, eff, bw, floor, p)
+    touched = op.touched()
     mean_rows = op.rows / local  # PyTorch picks the tile from the mean over all groups
     if op.dtype == "fp8":  # each group's rows padded to FP8_ROW_ALIGN, which PyTorch requires
-        padded = mean_rows + (FP8_ROW_ALIGN - 1) / 2 * op.touched() / local
-        (tm, tn), wide = fp8_tile(padded, op.n, op.k)
-        if wide:
-            eff *= float(extra.get("grouped_gemm_fp8_wide_eff", FP8_WIDE_EFF))
-    else:
-        tm, tn = SMALL_TILE if (mean_rows <= 128 or op.n <= 128) else LARGE_TILE
-    touched = op.touched()
+        mean_rows += (FP8_ROW_ALIGN - 1) / 2 * touched / local
+    (tm, tn), wide = forward_tile(op.dtype, mean_rows, op.n, op.k)
+    if wide:
+        eff *= float(extra.get("grouped_gemm_fp8_wide_eff", FP8_WIDE_EFF))
     tiles_m = local * expected_ceil(t, p, tm)  # busy M-tiles over this GPU's experts
     tiles_n = -(-op.n // tn)
     ctas = tiles_m * tiles_n

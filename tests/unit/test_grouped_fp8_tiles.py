@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from gpuperf.hardware.loader import load_gpu
-from gpuperf.perfmodel.gemm_grouped import FP8_SLOW_ACCUM_TILE, LARGE_TILE, SMALL_TILE, fp8_tile
+from gpuperf.perfmodel.gemm_grouped import (
+    FP8_SLOW_ACCUM_TILE,
+    LARGE_TILE,
+    SMALL_TILE,
+    forward_tile,
+)
 from gpuperf.perfmodel.ops import GroupedGemm
 from gpuperf.perfmodel.ops_io import op_from_dict
 from gpuperf.perfmodel.roofline import op_time
@@ -32,7 +37,7 @@ H100 = load_gpu("h100")
     ],
 )
 def test_the_tile_follows_pytorchs_rule(m, n, k, tile, wide):
-    assert fp8_tile(m, n, k) == (tile, wide)
+    assert forward_tile("fp8", m, n, k) == (tile, wide)
 
 
 def test_the_wide_tile_runs_at_its_own_share_of_the_rate():
