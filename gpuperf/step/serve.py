@@ -160,11 +160,15 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             f"{blocks_total * bs} tokens (per replica); add GPUs (--tp) or shorten the requests"
         )
     budget = engine.token_budget
-    if not engine.chunked_prefill and longest > budget:
-        # a preempted request prefills its prompt and answer so far again, whole (vLLM V0 asks
-        # max_num_batched_tokens >= max_model_len for the same reason)
+    # Without chunked prefill a prompt runs whole in one step; a preempted request prefills its
+    # prompt and answer so far again, whole (vLLM V0 asks max_num_batched_tokens >=
+    # max_model_len for the same reason). An engine that reserves every admitted request's
+    # whole length never preempts (TensorRT-LLM's GUARANTEED_NO_EVICT): its prompts alone.
+    whole_len = max(r.prompt for r in reqs) if engine.reserve_full else longest
+    if not engine.chunked_prefill and whole_len > budget:
+        what = "prompt" if engine.reserve_full else "request"
         raise InputError(
-            f"without chunked prefill the token budget must hold a whole request: {longest} "
+            f"without chunked prefill the token budget must hold a whole {what}: {whole_len} "
             f"tokens and a budget of {budget} (raise --token-budget or allow --chunked-prefill)"
         )
     max_seqs = min(engine.max_seqs, budget)

@@ -95,12 +95,16 @@ class EngineProfile:
     sources: dict[str, str] = field(default_factory=dict)
 
     def graph_batch(self, n: int) -> int | None:
-        """The captured size a decode step of n sequences replays, or None (runs eager)."""
+        """The captured size a decode step of n sequences replays, or None (runs eager). No
+        graph is captured past the largest decode step the engine can run (max_seqs, and one
+        token each within token_budget); a listed size past it pads to that cap instead
+        (TensorRT-LLM's _filter_cuda_graph_batch_sizes)."""
         if not self.cuda_graphs:
             return None
+        cap = min(self.max_seqs, self.token_budget)
         for size in self.graph_sizes:
             if size >= n:
-                return size
+                return min(size, cap) if n <= cap else None
         return None
 
 

@@ -11,7 +11,9 @@ only these are costed again:
 - the lm_head, over one row per sequence that samples a token.
 
 Decode-only steps that fit a captured CUDA graph (EngineProfile.graph_sizes) run the graph of the
-padded batch: no launches on the host, the graph's gaps on the GPU. The host's own work per step
+padded batch: no launches on the host, the graph's gaps on the GPU; every kernel runs the padded
+rows but attention, whose padding slots hold no cached tokens (the engines pad with empty or
+one-token dummy sequences), over the real decodes' contexts. The host's own work per step
 (EngineProfile: step_overhead, per_seq, per_kv_token, eager_step, in kernel dispatches of this
 machine) comes before the kernels. Forwards of T tokens are costed at grid points (_grid) and
 a step between two points is interpolated; attention contexts are rounded to 1/64 of an octave
@@ -200,9 +202,9 @@ class StepTimer:
                     if window and host:  # the window's cache path: 3 more calls (_WINDOW_CALLS)
                         host *= 1 + _WINDOW_CALLS
                 else:
-                    if n_dec:
+                    if n_dec:  # a graph's padding slots hold no cache: the real decodes
                         t += self._kernel_s(coster, replace(
-                            op, batch=graph or n_dec, q_len=1, kv_len=ctx_mean))  # fmt: skip
+                            op, batch=n_dec, q_len=1, kv_len=ctx_mean))  # fmt: skip
                     for c, past in chunks:
                         t += self._kernel_s(coster, replace(op, batch=1, q_len=c,
                                                             kv_len=past + c))  # fmt: skip

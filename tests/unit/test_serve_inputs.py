@@ -598,8 +598,19 @@ def test_graph_batch_is_the_next_captured_size():
 
 def test_graph_batch_of_trtllm_and_a_custom_list():
     assert load_engine("trtllm").graph_batch(1500) == 2048
-    p = EngineProfile("x", graph_sizes=(4, 16))
+    p = EngineProfile("x", graph_sizes=(4, 16), max_seqs=64, token_budget=64)
     assert (p.graph_batch(1), p.graph_batch(5), p.graph_batch(17)) == (4, 16, None)
+
+
+def test_graph_batch_pads_no_further_than_the_largest_decode_step():
+    """TensorRT-LLM drops captured sizes past min(max_batch_size, max_num_tokens) and pads to
+    that cap instead (_filter_cuda_graph_batch_sizes): 1,186 decodes under max_batch_size 1,536
+    replay the 1,536 graph, not the 2,048 one."""
+    t = load_engine("trtllm", max_seqs=1536)
+    assert (t.graph_batch(1186), t.graph_batch(1024), t.graph_batch(1536)) == (1536, 1024, 1536)
+    assert t.graph_batch(1537) is None
+    small = load_engine("trtllm", token_budget=300)  # one token a decode: 300 at most
+    assert small.graph_batch(260) == 300 and small.graph_batch(301) is None
 
 
 def test_graph_batch_is_none_without_cuda_graphs():

@@ -237,6 +237,33 @@ def test_without_chunked_prefill_the_budget_must_hold_a_whole_request():
         run([(0.0, 2, 15), (0.0, 3, 11)], eng, kv_tokens=20)
 
 
+def test_an_engine_that_reserves_needs_only_whole_prompts_in_the_budget():
+    """An engine that reserves every admitted request's whole length never preempts
+    (TensorRT-LLM's GUARANTEED_NO_EVICT), so without chunked prefill its budget must hold a
+    prompt, not a prompt and its answer (trtllm-bench sets max_num_tokens from the prompts)."""
+    eng = replace(load_engine("trtllm"), chunked_prefill=False, block_size=4, token_budget=8)
+    res, _ = run([(0.0, 8, 30), (0.0, 8, 30)], eng, kv_tokens=80)
+    assert res.preemptions == 0 and not any(math.isnan(f) for f in res.finish)
+    with pytest.raises(InputError, match="whole prompt: 9 tokens"):
+        run([(0.0, 9, 30)], eng, kv_tokens=80)
+
+
+def test_a_padded_graph_charges_attention_only_for_the_real_decodes():
+    """A decode step replayed on a larger captured graph runs every kernel over the padded rows
+    but attention, whose padding slots hold no cache: 261 decodes of 2,000 cached tokens on
+    the 384 graph cost more than 256 on the 256 graph and less than 384 real ones."""
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.step.serve_run import Server
+
+    srv = Server(api.resolve_model("llama3-8b"), load_gpu("h100"), None, "trtllm", dtype="fp8")
+    step = srv.timer.step_s
+    t256, t261, t384 = (step((), n, n * 2000, n) for n in (256, 261, 384))
+    assert t256 < t261 < t384
+    # the padded rows' other kernels cost less than the 123 missing decodes' attention would
+    # (charging attention over the graph's 384 slots made t261 equal t384)
+    assert t261 - t256 < t384 - t261
+
+
 def test_a_step_that_preempts_admits_nothing_new():
     """vLLM V1 admits no waiting request in a step that preempted; before (review) the victim
     came straight back and was preempted again: 200 requests in a 1500-block cache preempted
