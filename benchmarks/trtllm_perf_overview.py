@@ -1,14 +1,16 @@
-"""gpuperf serve against TensorRT-LLM's published throughput table (perf-overview.md of release
-1.0, benchmarks/data/trtllm_perf_overview.csv): Llama-3.1-8B, Llama-3.3-70B and Llama-3.1-405B
-in FP8 (NVIDIA's ModelOpt checkpoints) on H100 SXM and H200 SXM, ten ISL/OSL pairs each.
-Nothing is fitted to these rows: every one is held out.
+"""gpuperf serve against TensorRT-LLM's published throughput tables (perf-overview.md,
+benchmarks/data/trtllm_perf_overview.csv): release 1.0's Llama-3.1-8B, Llama-3.3-70B and
+Llama-3.1-405B in FP8 (NVIDIA's ModelOpt checkpoints) on H100 SXM and H200 SXM, ten ISL/OSL
+pairs each, and a later document's Llama-3.3-70B at TP 2 (its other dense rows are FP4 or
+GPUs gpuperf does not profile). Nothing is fitted to these rows: every one is held out.
 
 How the table was measured (the document's "Reproducing Benchmarked Results"): `trtllm-bench
 --tp N throughput --backend pytorch` over a synthetic dataset of `num_requests` requests of
 exactly ISL input and OSL output tokens, every request queued at once (an offline,
 maximum-throughput run); CUDA graphs with padding for batch sizes up to 8192; KV cache in
 "many cases" at 0.95 of the free memory (0.90 by default). Its metric, Total Output Throughput,
-is the output tokens of all requests over the run's wall time.
+is the output tokens of all requests over the run's wall time (the later document divides it by
+the GPUs).
 
 Each row is simulated as that run: `requests` requests at once on the `trtllm` engine profile,
 with trtllm-bench's own choice of max_batch_size and max_num_tokens (`bench_settings`,
@@ -37,6 +39,12 @@ GIB = 1024**3
 def rows() -> list[dict[str, str]]:
     with open(DATA) as f:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
+
+
+def published(row: dict[str, str]) -> float:
+    """The row's output tokens/s over its whole replica."""
+    per_gpu = row["unit"] == "per_gpu"
+    return float(row["published"]) * (int(row["tp"]) if per_gpu else 1)
 
 
 # finetune_setting's rounding: (below this, round up to a multiple of this), and a floor
@@ -90,32 +98,54 @@ def predict(
     return rep.summary["output_tokens_per_s"], {**settings, "batch": rep.summary["mean_batch"]}
 
 
+HEAD = ("doc", "model", "gpu", "tp", "ISL/OSL", "bs", "tokens", "batch", "published", "predicted",
+        "error")  # fmt: skip
+WIDTH = (5, 14, 5, 2, 11, 5, 6, 6, 10, 10, 7)
+
+
+def _line(cells: tuple) -> str:
+    return " ".join(f"{c:<{w}}" if j < 3 else f"{c:>{w}}"
+                    for j, (c, w) in enumerate(zip(cells, WIDTH, strict=True)))  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=0, help="every k-th row only (speed)")
     ap.add_argument("--kv-dtype", default="fp8")
     ap.add_argument("--fraction", type=float, default=KV_FRACTION)
     ap.add_argument("--chunked", action="store_true")
+    ap.add_argument("--markdown", action="store_true", help="the summary as a markdown table")
     args = ap.parse_args()
     sel = rows()[:: args.limit] if args.limit else rows()
     errors: dict[str, list[float]] = {}
-    print(f"{'model':14s} {'gpu':5s} {'tp':>2s} {'ISL/OSL':>11s} {'bs':>5s} {'tokens':>6s} "
-          f"{'batch':>6s} {'published':>10s} {'predicted':>10s} {'error':>7s}")  # fmt: skip
+    show = (lambda *_: None) if args.markdown else print
+    show(_line(HEAD))
     for r in sel:
         pred, s = predict(r, args.kv_dtype, args.fraction, args.chunked)
-        real = float(r["output_tokens_per_s"])
+        real = published(r)
         e = 100 * (pred / real - 1)
-        for key in (f"{r['model']} {r['gpu']}", "all"):
-            errors.setdefault(key, []).append(e)
-        print(f"{r['model']:14s} {r['gpu']:5s} {r['tp']:>2s} {r['isl'] + '/' + r['osl']:>11s} "
-              f"{s['max_seqs']:5d} {s['token_budget']:6d} {s['batch']:6.0f} {real:10,.0f} "
-              f"{pred:10,.0f} {e:+6.1f}%")  # fmt: skip
+        errors.setdefault(f"{r['doc']:5s} {r['model']} {r['gpu']} tp{r['tp']}", []).append(e)
+        show(_line((r["doc"], r["model"], r["gpu"], r["tp"], f"{r['isl']}/{r['osl']}",
+                     s["max_seqs"], s["token_budget"], f"{s['batch']:.0f}", f"{real:,.0f}",
+                     f"{pred:,.0f}", f"{e:+.1f}%")))  # fmt: skip
+    errors["all"] = [e for errs in errors.values() for e in errs]
+    if args.markdown:
+        print("| TensorRT-LLM perf overview | rows | median error | signed median | range |")
+        print("|---|---|---|---|---|")
+        for key, errs in errors.items():
+            med, signed = statistics.median(abs(x) for x in errs), statistics.median(errs)
+            spread = f"{min(errs):+.0f}% to {max(errs):+.0f}%"
+            print(f"| {' '.join(key.split())} | {len(errs)} | {med:.1f}% | {signed:+.1f}% | "
+                  f"{spread} |")  # fmt: skip
+        return
     print()
     for key, errs in errors.items():
         med = statistics.median(abs(x) for x in errs)
-        print(f"{key:22s} n={len(errs):3d} median |error| {med:5.1f}% (signed "
-              f"{statistics.median(errs):+5.1f}%)" + (f"  target {TARGET:.0f}%: "
-              f"{'yes' if med <= TARGET else 'NO'}" if key == "all" else ""))  # fmt: skip
+        verdict = (
+            f"  target {TARGET:.0f}%: {'yes' if med <= TARGET else 'NO'}" if key == "all" else ""
+        )
+        print(f"{key:32s} n={len(errs):3d} median |error| {med:5.1f}% (signed "
+              f"{statistics.median(errs):+5.1f}%){verdict}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -20,19 +20,23 @@ from gpuperf.workloads.config import load_model  # noqa: E402
 # the document's num_requests by (ISL, OSL)
 REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (500, 2000): 3000,
             (1000, 1000): 3000, (1000, 2000): 1500, (2048, 128): 3000, (2048, 2048): 1500,
-            (5000, 500): 1500, (20000, 2000): 1000}  # fmt: skip
+            (5000, 500): 1500, (20000, 2000): 1000, (1024, 1024): 3000, (1024, 8192): 1500,
+            (8192, 1024): 1500, (32768, 1024): 1000}  # fmt: skip
 
 
 def test_every_row_is_a_known_model_on_a_known_gpu_with_the_documents_request_count():
     rows = tpo.rows()
-    assert len(rows) == 60
+    assert len(rows) == 67
     for r in rows:
         load_model(r["model"])
         load_gpu(r["gpu"])
         assert int(r["requests"]) == REQUESTS[int(r["isl"]), int(r["osl"])]
-        assert float(r["output_tokens_per_s"]) > 0
-    # six (model, GPU, TP) columns of ten length pairs each
-    assert len({(r["model"], r["gpu"], r["tp"]) for r in rows}) == 6
+        assert tpo.published(r) > 0
+    # release 1.0: six (model, GPU, TP) columns of ten length pairs each; the later document's
+    # rows are per GPU
+    assert len({(r["model"], r["gpu"], r["tp"]) for r in rows if r["doc"] == "1.0"}) == 6
+    later = [r for r in rows if r["doc"] == "later"]
+    assert later and all(tpo.published(r) == 2 * float(r["published"]) for r in later)
 
 
 def test_bench_settings_follow_trtllm_bench_rounding():
@@ -64,7 +68,7 @@ def test_predict_runs_whole_prompts_in_a_budget_that_holds_one(monkeypatch):
 
     monkeypatch.setattr(api, "serve", fake_serve)
     row = {"model": "llama3.1-8b", "gpu": "h100", "tp": "1", "isl": "20000", "osl": "2000",
-           "requests": "1000", "output_tokens_per_s": "1351"}  # fmt: skip
+           "requests": "1000", "published": "1351", "unit": "total"}  # fmt: skip
     got, settings = tpo.predict(row)
     assert got == 1000.0
     assert asked["token_budget"] == 20000 + asked["max_seqs"]
@@ -78,4 +82,4 @@ def test_a_row_simulates_within_a_third_of_its_published_throughput(row):
     H100s at 1000/1000): the simulation runs and lands near the published number."""
     r = tpo.rows()[row]
     got, _ = tpo.predict(r)
-    assert abs(got / float(r["output_tokens_per_s"]) - 1) < 1 / 3
+    assert abs(got / tpo.published(r) - 1) < 1 / 3
