@@ -57,6 +57,10 @@ class EngineProfile:
     impl: str = "fused"  # fused kernels (vLLM, TRT-LLM) or eager PyTorch (Hugging Face)
     cuda_graphs: bool = True  # decode-only steps replayed as CUDA graphs
     graph_sizes: tuple[int, ...] = ()  # captured batch sizes (a step pads to the next one)
+    # Captured sizes stop at the largest decode step the engine can run, min(max_seqs,
+    # token_budget), and a listed size past it pads to that cap (TensorRT-LLM's
+    # _filter_cuda_graph_batch_sizes); false: every listed size is captured as listed
+    graph_pad_cap: bool = False
     step_overhead: float = 0.0  # host work per step, in kernel dispatches
     per_seq: float = 0.0  # per sequence in the step, in dispatches
     per_kv_token: float = 0.0  # per cached token of the step's sequences, in dispatches
@@ -95,15 +99,16 @@ class EngineProfile:
     sources: dict[str, str] = field(default_factory=dict)
 
     def graph_batch(self, n: int) -> int | None:
-        """The captured size a decode step of n sequences replays, or None (runs eager). No
-        graph is captured past the largest decode step the engine can run (max_seqs, and one
-        token each within token_budget); a listed size past it pads to that cap instead
-        (TensorRT-LLM's _filter_cuda_graph_batch_sizes)."""
+        """The captured size a decode step of n sequences replays, or None (runs eager); with
+        graph_pad_cap, none past min(max_seqs, token_budget), which a listed size past it pads
+        to instead."""
         if not self.cuda_graphs:
             return None
-        cap = min(self.max_seqs, self.token_budget)
         for size in self.graph_sizes:
             if size >= n:
+                if not self.graph_pad_cap:
+                    return size
+                cap = min(self.max_seqs, self.token_budget)
                 return min(size, cap) if n <= cap else None
         return None
 
@@ -112,7 +117,8 @@ _INTS = ("token_budget", "max_seqs", "block_size")
 _COUNTS = ("batch_wait_iters",)  # whole numbers, 0 allowed
 _FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "eager_step", "admit_margin",
            "batch_wait_tokens")  # fmt: skip
-_BOOLS = ("chunked_prefill", "mixed_prefill", "cuda_graphs", "reserve_full", "plan_new_shapes")
+_BOOLS = ("chunked_prefill", "mixed_prefill", "cuda_graphs", "reserve_full", "plan_new_shapes",
+          "graph_pad_cap")  # fmt: skip
 _KEYS = ("name", "base", "description", "impl", "attention", "tp_allreduce", "graph_sizes",
          "fused_kernels", "allreduce_norm", "sources", *_INTS, *_COUNTS,
          *_FLOATS, *_BOOLS)  # fmt: skip

@@ -116,6 +116,17 @@ class Server:
                 "full; their requests were prefilled again (more --tp, a lower rate or shorter "
                 "requests)"
             )
+        e = self.engine
+        prompt = max(result.prompt)
+        room = min(e.max_seqs, len(result.prompt) - 1)  # decodes that may share its step
+        if not e.chunked_prefill and e.mixed_prefill and prompt + room > e.token_budget:
+            report.warnings.append(
+                f"without chunked prefill a step holds a whole prompt: the longest ({prompt:,} "
+                f"tokens) leaves room for {max(0, e.token_budget - prompt):,} of up to "
+                f"{room:,} decodes in the token budget of {e.token_budget:,}, so it waits for "
+                f"decodes to end; --token-budget {prompt + room:,} holds both (trtllm-bench "
+                "sets max_num_tokens so)"
+            )
         quant = quantization_warning(cfg, self.base.dtype, self.base.weight_dtype, train=False)
         if quant:
             report.warnings.append(quant)

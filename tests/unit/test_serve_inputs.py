@@ -611,6 +611,8 @@ def test_graph_batch_pads_no_further_than_the_largest_decode_step():
     assert t.graph_batch(1537) is None
     small = load_engine("trtllm", token_budget=300)  # one token a decode: 300 at most
     assert small.graph_batch(260) == 300 and small.graph_batch(301) is None
+    # vLLM captures its sizes as listed (up to twice max_num_seqs): 97 decodes pad to 104
+    assert load_engine("vllm", max_seqs=100).graph_batch(97) == 104
 
 
 def test_graph_batch_is_none_without_cuda_graphs():

@@ -49,6 +49,20 @@ def test_bench_settings_follow_trtllm_bench_rounding():
     # 2048/128: 519 requests of 2,176 tokens, 519 x (1 + 2048/128) = 8,820 tokens, rounded up
     # to a multiple of 1,024 past 8,192
     assert tpo.bench_settings(cfg, gpu, 1, 2048, 128) == (640, 9216)
+    # each rounding tier, worked by hand (FP8: a byte a parameter and a byte a cached value;
+    # the cache gets 0.95 of the GPUs' GiB less the parameters' GiB):
+    # 70B on one H200, 128/128: 71.53 GiB / (160 KiB x 256) = 1,831 requests -> a multiple of
+    # 256 past 1,024 (2,048); 3,662 tokens -> a multiple of 256 below 4,096 (3,840)
+    h200, l70, l405 = load_gpu("h200"), load_model("llama3.1-70b"), load_model("llama3.1-405b")
+    assert tpo.bench_settings(l70, h200, 1, 128, 128) == (2048, 3840)
+    # 70B on one H200, 500/2000: 187.5 requests -> a multiple of 32 below 256 (192)
+    assert tpo.bench_settings(l70, h200, 1, 500, 2000)[0] == 192
+    # 405B on eight H200s, 128/2048: 712.5 GiB / (252 KiB x 2,176) = 1,362 -> 1,536
+    assert tpo.bench_settings(l405, h200, 8, 128, 2048) == (1536, 2048)
+    # 405B on eight H200s, 5000/500: 539 requests -> 640; 5,929 tokens -> a multiple of 512
+    assert tpo.bench_settings(l405, h200, 8, 5000, 500) == (640, 6144)
+    # 8B on one H100, 128/128: 4,409 requests, capped at 4,096; 8,192 tokens
+    assert tpo.bench_settings(cfg, gpu, 1, 128, 128) == (4096, 8192)
     # a bf16 cache holds half the requests
     assert tpo.bench_settings(cfg, gpu, 1, 1000, 1000, kv_bytes=2.0)[0] == 384
     assert tpo._round_up(10, tpo.BATCH_STEPS, tpo.BATCH_FLOOR) == 64
