@@ -79,14 +79,14 @@ def predict(
     from dataclasses import replace
 
     from gpuperf import api
+    from gpuperf.dtypes import BYTES
     from gpuperf.hardware.loader import load_gpu
     from gpuperf.step.serve_engines import load_engine
     from gpuperf.workloads.config import load_model
 
     cfg, gpu = load_model(row["model"]), load_gpu(row["gpu"])
     tp, isl, osl = int(row["tp"]), int(row["isl"]), int(row["osl"])
-    bs, tokens = bench_settings(cfg, gpu, tp, isl, osl, fraction,
-                                kv_bytes=1.0 if kv_dtype == "fp8" else 2.0)  # fmt: skip
+    bs, tokens = bench_settings(cfg, gpu, tp, isl, osl, fraction, kv_bytes=BYTES[kv_dtype])
     if not chunked:  # a whole prompt must fit one step beside a full batch (get_settings)
         tokens = max(tokens, isl + bs)
     settings = {"max_seqs": bs, "token_budget": tokens, "mem_fraction": fraction,

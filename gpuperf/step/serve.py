@@ -171,7 +171,7 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             f"without chunked prefill the token budget must hold a whole {what}: {whole_len} "
             f"tokens and a budget of {budget} (raise --token-budget or allow --chunked-prefill)"
         )
-    max_seqs = min(engine.max_seqs, budget)
+    max_seqs = engine.step_seqs
     # cuDNN's plans of the gathered SDPA's shapes (eager steps only: a graph replays its own)
     planned: set[tuple[int, int]] | None = (
         set() if engine.plan_new_shapes and not engine.cuda_graphs else None

@@ -57,8 +57,8 @@ class EngineProfile:
     impl: str = "fused"  # fused kernels (vLLM, TRT-LLM) or eager PyTorch (Hugging Face)
     cuda_graphs: bool = True  # decode-only steps replayed as CUDA graphs
     graph_sizes: tuple[int, ...] = ()  # captured batch sizes (a step pads to the next one)
-    # Captured sizes stop at the largest decode step the engine can run, min(max_seqs,
-    # token_budget), and a listed size past it pads to that cap (TensorRT-LLM's
+    # Captured sizes stop at the largest decode step the engine can run (step_seqs), and a
+    # listed size past it pads to that cap (TensorRT-LLM's
     # _filter_cuda_graph_batch_sizes); false: every listed size is captured as listed
     graph_pad_cap: bool = False
     step_overhead: float = 0.0  # host work per step, in kernel dispatches
@@ -98,17 +98,21 @@ class EngineProfile:
     batch_wait_tokens: float = 0.0
     sources: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def step_seqs(self) -> int:
+        """The most sequences one step runs: max_seqs, and one token each within the budget."""
+        return min(self.max_seqs, self.token_budget)
+
     def graph_batch(self, n: int) -> int | None:
         """The captured size a decode step of n sequences replays, or None (runs eager); with
-        graph_pad_cap, none past min(max_seqs, token_budget), which a listed size past it pads
-        to instead."""
+        graph_pad_cap, none past step_seqs, which a listed size past it pads to instead."""
         if not self.cuda_graphs:
             return None
         for size in self.graph_sizes:
             if size >= n:
                 if not self.graph_pad_cap:
                     return size
-                cap = min(self.max_seqs, self.token_budget)
+                cap = self.step_seqs
                 return min(size, cap) if n <= cap else None
         return None
 

@@ -118,7 +118,7 @@ class Server:
             )
         e = self.engine
         prompt = max(result.prompt)
-        room = min(e.max_seqs, len(result.prompt) - 1)  # decodes that may share its step
+        room = min(e.step_seqs, len(result.prompt) - 1)  # decodes that may share its step
         if not e.chunked_prefill and e.mixed_prefill and prompt + room > e.token_budget:
             report.warnings.append(
                 f"without chunked prefill a step holds a whole prompt: the longest ({prompt:,} "
