@@ -1,17 +1,21 @@
 """Prediction accuracy against every committed measurement (benchmarks/results/<gpu>/*.json).
 
     python benchmarks/accuracy.py [--results DIR] [--markdown] [--detail CLASS]
+    python benchmarks/accuracy.py --write-track-record   # gpuperf/step/track_record.json
 
 Per GPU and accuracy class: count, median and 90th percentile of |predicted/measured - 1| on the
 shapes used for calibration and on held-out ones, with the target; whole-model runs (HF transformers
 prefill, decode and training) one by one; and a cross-GPU check: the H100's calibrated parameters on
-the H200's datasheet numbers, predicting every H200 measurement.
+the H200's datasheet numbers, predicting every H200 measurement. --write-track-record writes
+what every prediction reports as its track record (gpuperf.step.track_record): the held-out
+errors per GPU and class, the H200-on-H100-parameters ones, and the published training runs'.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -21,6 +25,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpuperf.fileio import write_text  # noqa: E402
 from gpuperf.hardware.loader import load_gpu  # noqa: E402
 from gpuperf.perfmodel import host_pool  # noqa: E402
 from gpuperf.perfmodel.accuracy import (  # noqa: E402
@@ -35,6 +40,7 @@ from gpuperf.perfmodel.accuracy import (  # noqa: E402
     op_table,
     summarize,
 )
+from gpuperf.step import track_record  # noqa: E402
 
 
 def result_files(d: Path) -> tuple[list[Path], list[Path]]:
@@ -181,6 +187,48 @@ def readme_table(summaries: dict[str, pd.DataFrame]) -> str:
     return "\n".join(out)
 
 
+def _pct(x: float) -> float:
+    return round(100 * float(x), 1)
+
+
+def record_of(rows: pd.DataFrame) -> dict[str, dict]:
+    """Held-out errors per class, whole-model decode split by launch (track_record.decode_variant:
+    an eager step waits on its host, a CUDA graph's does not)."""
+    held = rows[rows["split"] == "held-out"]
+    if held.empty:
+        return {}
+    graph = [isinstance(x, str) and x.endswith(" graph") for x in held["shape"]]
+    cls = [track_record.decode_variant(c, g) for c, g in zip(held["class"], graph, strict=True)]
+    s = summarize(held.assign(**{"class": cls}))
+    return {r._1: {"n": int(r.n), "median_pct": _pct(r.median_err), "p90_pct": _pct(r.p90_err),
+                   "bias_pct": _pct(r.bias)} for r in s.itertuples()}  # fmt: skip
+
+
+def multigpu_record(root: Path) -> dict:
+    """Where the parallel plans ran: the GPU whose results hold them and the GPU counts."""
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        runs = load_multigpu(sorted(d.glob("validate_multigpu_*.json")))
+        if runs:
+            return {"gpu": d.name, "gpus": sorted({r.gpus for r in runs if r.gpus > 1})}
+    return {}
+
+
+def published_record() -> dict[str, dict]:
+    """The published training runs' errors, dense and MoE (benchmarks/published_training.py)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import published_training as pt
+
+    results = [r for r in map(pt.evaluate, pt.rows()) if r.measured_s and not r.why_not]
+    out = {}
+    for arch, keep in (("dense", lambda a: a == "dense"),
+                       ("mixture of experts (and hybrid)", lambda a: a != "dense")):  # fmt: skip
+        errs = np.array([r.error for r in results if keep(r.row["arch"])])
+        out[arch] = {"n": len(errs), "median_pct": _pct(np.median(np.abs(errs))),
+                     "p90_pct": _pct(np.quantile(np.abs(errs), 0.9)),
+                     "bias_pct": _pct(np.median(errs))}  # fmt: skip
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
@@ -190,6 +238,14 @@ def main() -> int:
     ap.add_argument("--detail", default="", help="also list every row of this class")
     ap.add_argument(
         "--readme", action="store_true", help="print only the README's summary table (Markdown)"
+    )
+    ap.add_argument(
+        "--write-track-record",
+        nargs="?",
+        const=str(track_record.RECORD),
+        default=None,
+        metavar="PATH",
+        help=f"write the track record predictions report [{track_record.RECORD.relative_to(ROOT)}]",
     )
     ap.add_argument(
         "--multigpu",
@@ -205,8 +261,9 @@ def main() -> int:
     if not gpu_dirs:
         print(f"no result folders under {root}")
         return 1
-    say = (lambda *a: None) if args.readme else print
-    tables, summaries = {}, {}
+    write = args.write_track_record
+    say = (lambda *a: None) if args.readme or write else print
+    tables, summaries, records = {}, {}, {"gpus": {}}
     for d in gpu_dirs:
         gpu = load_gpu(d.name)
         ops_files, e2e_files = result_files(d)
@@ -216,6 +273,7 @@ def main() -> int:
         say(f"\n## {gpu.display_name} ({d.name}): {len(t)} op rows, {len(e)} whole-model runs\n")
         both = pd.concat([t, e, memory_rows(e)], ignore_index=True)
         summaries[gpu.display_name.replace("NVIDIA ", "")] = summary = summarize(both)
+        records["gpus"][d.name] = record_of(both)
         say(fmt_summary(summary, args.markdown))
         if not e.empty:
             say()
@@ -250,7 +308,13 @@ def main() -> int:
             " measured)\n"
         )
         summaries["H200 with H100 parameters"] = summary = summarize(both)
+        records["transfer"] = record_of(both)
         say(fmt_summary(summary, args.markdown))
+    if write:
+        records["published"] = published_record()
+        records["multigpu"] = multigpu_record(root)
+        out = write_text(write, json.dumps(records, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {out}")
     if args.readme:
         print(readme_table(summaries))
     return 0

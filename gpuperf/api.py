@@ -124,6 +124,7 @@ def predict(
         >>> predict("llama3-70b", mode="train", system="dgx-h100", nodes=4, tp=8, pp=4,
         ...         global_batch=64, micro_batch=1).extra["breakdown_ms"]  # doctest: +SKIP
     """
+    from gpuperf.step import track_record
     from gpuperf.step.plan import place
     from gpuperf.step.run import predict as run_predict
     from gpuperf.workloads.scenario import Scenario
@@ -152,7 +153,11 @@ def predict(
         kv_lengths=kv_lengths,  # type: ignore[arg-type]
         **parallel,
     )
-    return run_predict(cfg, scenario, place(cfg, scenario, gpu_spec, sys_spec, nodes))
+    pred = run_predict(cfg, scenario, place(cfg, scenario, gpu_spec, sys_spec, nodes))
+    pred.extra["track_record"] = track_record.for_model(
+        pred.scenario, cfg.is_moe, gpu_spec, scenario.gpus, pred.extra.get("nodes", 1)
+    )
+    return pred
 
 
 def _dtype_required(value: Any) -> Any:
@@ -208,6 +213,8 @@ def predict_op(
         >>> p.table.loc[0, ["time_ms", "bound"]]            # doctest: +SKIP
         >>> predict_op("allreduce", system="dgx-h100", nbytes=1 << 30, ranks=8)  # doctest: +SKIP
     """
+    from gpuperf.perfmodel.op_classes import op_class
+    from gpuperf.step import track_record
     from gpuperf.step.run import predict_ops
     from gpuperf.workloads import single_op
 
@@ -242,7 +249,9 @@ def predict_op(
     gpu_spec, sys_spec = hardware(gpu, system)
     if op.kind == "collective":
         single_op.group(sys_spec, None, op.ranks)  # the ranks fit the GPU or system (as the CLI)
-    return predict_ops([op], gpu_spec, None, sys_spec)
+    pred = predict_ops([op], gpu_spec, None, sys_spec)
+    pred.extra["track_record"] = track_record.for_ops([op_class(op)], gpu_spec)
+    return pred
 
 
 # search's sizes where the caller gives none, and the modes each one applies to.

@@ -65,12 +65,14 @@ def _resolve(
 
 def _predict_rows(coll: str, sizes: list[int], dtype: str, **kw: Any) -> dict[str, Any]:
     from gpuperf.perfmodel.comm import collective_time, p2p_time
+    from gpuperf.perfmodel.op_classes import op_class
     from gpuperf.perfmodel.ops import P2P, Collective
+    from gpuperf.step import track_record
 
     gpu, system, ranks, nodes = _resolve(kw["system"], kw["gpu"], kw["nodes"], kw["nproc"])
     if ranks < 2:
         raise InputError(f"{coll} needs at least 2 ranks, got --nproc {ranks}")
-    rows = []
+    rows, classes = [], []
     for nbytes in sizes:
         if coll == "sendrecv":
             op: Any = P2P(name=f"sendrecv/{nbytes}", nbytes=nbytes, dtype=dtype)  # type: ignore[arg-type]
@@ -81,6 +83,7 @@ def _predict_rows(coll: str, sizes: list[int], dtype: str, **kw: Any) -> dict[st
                 op, gpu, system, nvls=kw["nvls"], algo=kw["algo"], proto=kw["proto"], nodes=nodes
             )
         d = t.detail
+        classes.append(op_class(op))
         rows.append(
             {
                 "name": op.name,
@@ -111,6 +114,7 @@ def _predict_rows(coll: str, sizes: list[int], dtype: str, **kw: Any) -> dict[st
         "dtype": dtype,
         "total_ms": sum(r["time_ms"] for r in rows),
         "ops": rows,
+        "track_record": track_record.for_ops(classes, None),
     }
 
 
@@ -153,6 +157,10 @@ def _render(result: dict[str, Any], fmt: str) -> None:
         table.add_row(*[_fmt(r[k]) for k in COLUMNS])
     console = table_console()
     console.print(table)
+    if result.get("track_record"):
+        from gpuperf.step.track_record import line
+
+        console.print(f"accuracy: {line(result['track_record'])}", style="dim")
     # Measured slow-downs start at a few MiB (3 H200s); below that the call floor hides them.
     odd = [_fmt(r["bytes"]) for r in rows if r["misaligned"] and r["bytes"] >= 4 * 2**20]
     if odd:

@@ -33,6 +33,7 @@ from gpuperf.perfmodel.host_pool import (
 )
 from gpuperf.perfmodel.ops_io import op_from_dict
 from gpuperf.perfmodel.roofline import op_time
+from gpuperf.step.track_record import e2e_class, plan_class
 
 # Median |predicted/measured - 1| targets on held-out shapes (the project's accuracy issue).
 TARGETS: dict[str, float] = {
@@ -379,18 +380,7 @@ def predict_multigpu(r: MultiGpuRun, gpu: GpuSpec) -> Any:
 
 
 def multigpu_class(r: MultiGpuRun) -> str:
-    sc = r.scenario
-    if r.gpus == 1:
-        return "one GPU of the multi-GPU host"
-    if sc.get("pp", 1) > 1:
-        return "pipeline-parallel prefill and training"
-    if sc.get("cp", 1) > 1:
-        return "context-parallel prefill and training"
-    if sc["dp"] > 1:
-        return "data-parallel training (DDP, FSDP2)"
-    if sc["mode"] == "decode":
-        return "tensor-parallel decode, " + ("CUDA graph" if sc.get("cuda_graphs") else "eager")
-    return "tensor-parallel prefill" if sc["mode"] == "prefill" else "tensor-parallel training"
+    return "one GPU of the multi-GPU host" if r.gpus == 1 else plan_class(r.scenario)
 
 
 def multigpu_table(runs: Sequence[MultiGpuRun], gpu: GpuSpec) -> pd.DataFrame:
@@ -455,17 +445,6 @@ def op_table(samples: Sequence[Sample], gpu: GpuSpec, system: Any = None) -> pd.
             }
         )
     return pd.DataFrame(rows)
-
-
-def e2e_class(scenario: dict[str, Any], moe: bool = False) -> str:
-    mode = scenario.get("mode")
-    if mode == "train":
-        if scenario.get("recompute") == "full":
-            return "checkpointed training step"
-        return "MoE training step (HF)" if moe else "training step"
-    if moe:
-        return f"MoE whole model (HF), {mode}"
-    return "whole-model decode" if mode == "decode" else "whole-model prefill"
 
 
 def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec, with_host: bool = True) -> pd.DataFrame:

@@ -14,16 +14,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from gpuperf.dtypes import BYTES
 from gpuperf.hardware.spec import GpuSpec, ModelParams
-from gpuperf.perfmodel.comm import chunk_misaligned
 from gpuperf.perfmodel.gemm_quant import is_rowwise_fp8
+from gpuperf.perfmodel.op_classes import MB16, misaligned, op_class  # noqa: F401 (cal.op_class)
 from gpuperf.perfmodel.ops import (
     Attention,
     Collective,
@@ -37,13 +35,10 @@ from gpuperf.perfmodel.ops import (
 from gpuperf.perfmodel.ops_io import op_to_dict
 from gpuperf.perfmodel.roofline import op_time
 
-# GEMMs taken from a model's layers are named "<model>/t<tokens>/<op>" (benchmarks/device sweeps).
-_LLM_NAME = re.compile(r"/t\d+/")
 # Kernels whose instruction cost per element is fitted (issue_<fn>, gpuperf.perfmodel.membound).
 ISSUE_FNS = ("gelu", "silu", "layernorm", "softmax", "generic")
 # Fraction of shapes used for calibration; the rest are held out.
 CALIBRATION_SHARE = 0.3
-MB16 = 16e6
 # Classes the model knowingly does not predict: they are reported, never fitted (fitting NCCL's
 # slow path for misaligned chunks would bend the ring copy tail that aligned calls show).
 UNMODELED = frozenset({"collective misaligned"})
@@ -172,48 +167,6 @@ def calibrates(sample: Sample) -> bool:
     """Whether a fit may use `sample`: its shape in the calibration split, and its file not one
     measured to check the model (a result file whose top level says "split": "held-out")."""
     return not sample.held_out and is_calibration(sample.op)
-
-
-def misaligned(op: Gemm) -> bool:
-    """A GEMM whose K or N (the leading dimensions cuBLAS loads) breaks 16-byte alignment."""
-    b = BYTES[op.dtype]
-    return any((d * b) % 16 for d in (op.k, op.n))
-
-
-def op_class(op: Op) -> str:
-    """The accuracy class of an op (the rows of the README's accuracy table)."""
-    cost = op.cost()
-    if isinstance(op, GroupedGemm):
-        return (
-            "grouped gemm fp8 (MoE experts)" if op.dtype == "fp8" else "grouped gemm (MoE experts)"
-        )
-    if isinstance(op, Gemm) and op.wdtype is not None:
-        return "gemm weight-only int4/int8"
-    if isinstance(op, Gemm) and op.dtype == "fp8" and 16 <= op.m <= 8192 and op.batch == 1:
-        return "gemm fp8 LLM shapes (16-8192 tokens)"
-    if isinstance(op, Gemm):
-        if misaligned(op):
-            return "gemm misaligned"
-        if op.m <= 32:
-            return "gemm few tokens (M<=32)"
-        if op.dtype in ("bf16", "fp16") and _LLM_NAME.search(op.name) and 128 <= op.m <= 8192:
-            return "gemm LLM layer shapes"
-        if op.dtype in ("bf16", "fp16") and min(op.m, op.n, op.k) >= 1024:
-            return "gemm bf16/fp16 >=1024"
-        return f"gemm other ({op.dtype})"
-    if isinstance(op, Attention):
-        return "attention decode" if op.q_len <= 16 else "attention prefill"
-    if isinstance(op, Collective):
-        if chunk_misaligned(op.coll, op.nbytes, op.ranks):
-            return "collective misaligned"
-        return "collective >=1MiB" if op.nbytes >= 2**20 else "collective <1MiB"
-    if isinstance(op, Scan):
-        return (
-            "mamba-2 decode state update" if op.kernel == "state_update" else "mamba-2 scan kernels"
-        )
-    if op.kind in ("elementwise", "norm", "softmax", "copy", "reduce", "embedding"):
-        return "memory-bound >=16MB" if cost.bytes >= MB16 else "memory-bound <16MB"
-    return op.kind
 
 
 def log_errors(samples: Sequence[Sample], gpu: GpuSpec) -> list[float]:

@@ -19,6 +19,7 @@ from gpuperf.reports.console import table_console
 from gpuperf.step.columns import Columns, as_columns, div, isna
 from gpuperf.step.columns import to_csv as columns_csv
 from gpuperf.step.columns import total as column_total
+from gpuperf.step.track_record import line as track_line
 from gpuperf.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -232,6 +233,9 @@ def summary_lines(result: Any) -> list[Text]:
                 (f"  ({kinds})", "dim"),
             )
         )
+    record = extra.get("track_record")
+    if record:
+        lines.append(Text.assemble(("accuracy   ", "bold"), (track_line(record), "dim")))
     for warning in getattr(result, "warnings", None) or []:
         lines.append(Text.assemble(("warning    ", "bold yellow"), warning))
     return lines

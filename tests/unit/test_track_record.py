@@ -1,0 +1,162 @@
+"""Every prediction's track record (gpuperf.step.track_record): the class it falls in, the held-out
+error the committed measurements give that class, and a record file that cannot drift from the
+results and the model (it is regenerated here and compared)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuperf import api
+from gpuperf.step import track_record
+from tests.cli.clirun import run
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = json.loads(track_record.RECORD.read_text())
+
+
+def test_the_committed_record_is_what_the_results_give_now(tmp_path):
+    """benchmarks/accuracy.py --write-track-record, run afresh, writes the committed file byte for
+    byte: a change to the model or to the results without regenerating it fails here."""
+    out = tmp_path / "record.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "accuracy.py"),
+                    "--write-track-record", str(out)], check=True, capture_output=True)  # fmt: skip
+    assert out.read_text() == track_record.RECORD.read_text()
+
+
+def _classes(p) -> list[str]:
+    return [c["class"] for c in p.extra["track_record"]["classes"]]
+
+
+def _entry(p, i: int = 0) -> dict:
+    return p.extra["track_record"]["classes"][i]
+
+
+def test_an_eager_prefill_on_a_measured_gpu_reports_its_class_there():
+    p = api.predict("llama2-7b", gpu="h100", impl="eager")
+    assert _classes(p) == ["whole-model prefill", "peak memory, inference (one GPU, Hugging Face)"]
+    held = RECORD["gpus"]["h100-sxm5-80gb"]["whole-model prefill"]
+    assert _entry(p) == {"class": "whole-model prefill", "gpu": "h100-sxm5-80gb", **held}
+    assert held["n"] >= 20 and 0 < held["median_pct"] < held["p90_pct"]
+
+
+def test_decode_is_split_by_launch():
+    """An eager decode step waits on its host; a CUDA graph's does not: two records."""
+    eager = api.predict("llama3-8b", gpu="h200", impl="eager", mode="decode")
+    graph = api.predict("llama3-8b", gpu="h200", impl="eager", mode="decode", cuda_graphs=True)
+    assert _classes(eager)[0] == "whole-model decode, eager"
+    assert _classes(graph)[0] == "whole-model decode, CUDA graph"
+    assert _entry(graph)["median_pct"] < _entry(eager)["median_pct"]
+
+
+def test_fused_kernels_on_one_gpu_report_their_kernels():
+    """No whole step of fused kernels ran here: the record says so and gives its kernels'."""
+    p = api.predict("llama2-7b", gpu="h100")
+    assert "no whole step of fused kernels" in p.extra["track_record"]["basis"]
+    assert _classes(p) == ["gemm LLM layer shapes", "attention prefill"]
+    fp8 = api.predict("llama2-7b", gpu="h100", mode="decode", dtype="fp8")
+    assert _classes(fp8) == ["gemm fp8 LLM shapes (16-8192 tokens)", "attention decode"]
+
+
+def test_parallel_plans_report_the_multi_gpu_runs():
+    tp = api.predict("llama3-8b", gpu="h200", impl="eager", tp=2, mode="decode")
+    assert _classes(tp) == [
+        "tensor-parallel decode, eager",
+        "peak memory, inference (parallel plans)",
+    ]
+    basis = tp.extra["track_record"]["basis"]
+    assert "2 or 4 h200-sxm-141gb" in basis and "torchrun" in basis
+    ddp = api.predict("llama3-8b", system="dgx-h100", dp=8, mode="train", impl="eager",
+                      global_batch=8)  # fmt: skip
+    assert _classes(ddp)[0] == "data-parallel training (DDP, FSDP2)"
+    assert _entry(ddp)["gpu"] == "h200-sxm-141gb"  # where the plans ran, said as such
+
+
+def test_generate_is_a_prefill_then_decodes():
+    p = api.predict("llama3-8b", gpu="h100", impl="eager", mode="generate", new_tokens=8)
+    assert _classes(p)[:2] == ["whole-model prefill", "whole-model decode, eager"]
+
+
+def test_inference_replicas_are_one_gpu_steps():
+    p = api.predict("llama3-8b", system="dgx-h100", dp=8, impl="eager")
+    assert _classes(p)[0] == "whole-model prefill"
+
+
+def test_training_at_scale_reports_the_published_runs():
+    dense = api.predict("llama3-70b", mode="train", system="dgx-h100", nodes=4, tp=8, pp=4,
+                        global_batch=64)  # fmt: skip
+    assert _classes(dense) == ["published H100 training runs, dense"]
+    assert _entry(dense)["n"] == RECORD["published"]["dense"]["n"] >= 40
+    moe = api.predict("mixtral-8x7b", mode="train", system="dgx-h100", nodes=2, ep=8, dp=16,
+                      global_batch=64)  # fmt: skip
+    assert _classes(moe) == ["published H100 training runs, mixture of experts (and hybrid)"]
+
+
+def test_gpus_without_runs_say_so():
+    b200 = api.predict("llama3-8b", gpu="b200", impl="eager")  # borrows the H200's parameters
+    assert "not measured on b200" in b200.extra["track_record"]["basis"]
+    assert _entry(b200) == {"class": "whole-model prefill", "gpu": "h200-sxm-141gb",
+                            **RECORD["transfer"]["whole-model prefill"]}  # fmt: skip
+    a100 = api.predict("llama3-8b", gpu="a100", impl="eager")
+    assert a100.extra["track_record"]["classes"] == []
+    assert "not measured" in a100.extra["track_record"]["basis"]
+
+
+def test_a_calibration_of_a_measured_chip_keeps_its_record(tmp_path):
+    """A user's profile of an H100 (its own file, on the built-in one) is that chip."""
+    toml = tmp_path / "my-h100.toml"
+    toml.write_text('name = "my-h100"\nbase = "h100-sxm5-80gb"\ndisplay_name = "mine"\n')
+    p = api.predict("llama2-7b", gpu=str(toml), impl="eager")
+    assert _entry(p)["gpu"] == "h100-sxm5-80gb"
+
+
+def test_single_ops_report_their_kernel_class():
+    p = api.predict_op("gemm", gpu="h100", m=8192, n=8192, k=8192)
+    assert _classes(p) == ["gemm bf16/fp16 >=1024"]
+    c = api.predict_op("allreduce", system="dgx-h100", nbytes=1 << 28, ranks=8)
+    assert _classes(c) == ["collective >=1MiB"] and _entry(c)["gpu"] == "h200-sxm-141gb"
+
+
+def test_the_cli_prints_it_and_its_json_carries_it(capsys):
+    code, out, _ = run(capsys, "predict", "llama2-7b", "--gpu", "h100", "--impl", "eager")
+    assert code == 0 and "accuracy   held-out Hugging Face runs" in out
+    assert "whole-model prefill: median" in out
+    code, out, _ = run(capsys, "predict", "llama2-7b", "--gpu", "h100", "--format", "json")
+    record = json.loads(out)["extra"]["track_record"]
+    assert [c["class"] for c in record["classes"]] == ["gemm LLM layer shapes",
+                                                       "attention prefill"]  # fmt: skip
+    code, out, _ = run(capsys, "predict", "gemm", "16,8192", "4096", "4096", "--gpu", "h100")
+    assert "gemm few tokens (M<=32)" in out and "gemm bf16/fp16 >=1024" in out
+    code, out, _ = run(capsys, "predict", "allreduce", "--bytes", "1K,1G", "--system",
+                       "dgx-h100", "--format", "json")  # fmt: skip
+    classes = [c["class"] for c in json.loads(out)["track_record"]["classes"]]
+    assert classes == ["collective <1MiB", "collective >=1MiB"]
+
+
+def test_a_damaged_record_leaves_predictions_alone(monkeypatch, tmp_path):
+    bad = tmp_path / "track_record.json"
+    bad.write_text("{not json")
+    monkeypatch.setattr(track_record, "RECORD", bad)
+    track_record._record.cache_clear()
+    try:
+        p = api.predict("llama2-7b", gpu="h100", impl="eager")
+        assert p.total_ms > 0 and p.extra["track_record"]["classes"] == []
+    finally:
+        track_record._record.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "scenario, cls",
+    [
+        ({"mode": "train", "recompute": "full"}, "checkpointed training step"),
+        ({"mode": "train"}, "training step"),
+        ({"mode": "decode"}, "whole-model decode"),
+        ({"mode": "generate"}, "whole-model prefill"),
+    ],
+)
+def test_e2e_classes(scenario, cls):
+    assert track_record.e2e_class(scenario) == cls
