@@ -17,7 +17,7 @@ from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 WIDTH = "160"  # the terminal width the blocks are rendered at
-SUMMARY = ("total ", "plan ", "throughput ", "memory ")
+SUMMARY = ("total ", "plan ", "throughput ", "memory ", "accuracy ")
 # (command, the op rows to show) for each block, in README order.
 BLOCKS = [
     (["predict", "llama2-7b", "--gpu", "h100", "--seq", "2048"],
@@ -55,7 +55,10 @@ def block(argv: list[str], ops: tuple[str, ...]) -> str:
     lines = [ln.rstrip() for ln in output(argv).splitlines()]
     head = [ln for ln in lines if ln.lstrip().startswith("op ")][:1] if ops else []
     rows = [ln for ln in lines if ln.split()[:1] and ln.split()[0] in ops]
-    summary = [ln for ln in lines if ln.startswith(SUMMARY)]
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(SUMMARY)), len(lines))
+    summary = [
+        ln for ln in lines[start:] if ln.startswith(SUMMARY) or not ln.startswith(("warning", " "))
+    ]  # a summary line and what wraps of it
     body = [f"$ gpuperf {' '.join(argv)}", *head, *rows, "  ...", *summary]
     return "```\n" + "\n".join(body) + "\n```\n"
 

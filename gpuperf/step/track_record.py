@@ -147,9 +147,9 @@ def _fused(scenario: dict[str, Any], chip: str, gpus: int) -> dict[str, Any]:
     attn = "attention decode" if scenario.get("mode") == "decode" else "attention prefill"
     gemm = ("gemm fp8 LLM shapes (16-8192 tokens)" if scenario.get("dtype") == "fp8"
             else "gemm LLM layer shapes")  # fmt: skip
-    where = "" if gpus == 1 else f" (a {gpus}-GPU plan of fused kernels was not run)"
+    where = "" if gpus == 1 else f", nor a {gpus}-GPU plan of them"
     return _result(
-        f"no whole step of fused kernels was run on {chip}{where}; its kernels, held out",
+        f"held-out kernels on {chip}: no whole fused-kernel step was run{where}",
         [_entry(chip, gemm), _entry(chip, attn)],
     )
 
@@ -159,8 +159,7 @@ def _published(moe: bool, gpus: int, nodes: int) -> dict[str, Any]:
     got = _record().get("published", {}).get(arch)
     entry = None if got is None else {"class": f"published H100 training runs, {arch}", **got}
     return _result(
-        "published training runs at scale (benchmarks/published_training.py: NVIDIA's, "
-        "Megatron-LM's and Llama 3's tables, fitted to nothing)",
+        "NVIDIA's, Megatron-LM's and Llama 3's tables, nothing fitted to them",
         [entry],
     )
 
@@ -202,10 +201,8 @@ def for_ops(classes: list[str], gpu: GpuSpec | None) -> dict[str, Any]:
 
 
 def line(record: dict[str, Any]) -> str:
-    """The footer's text: the basis, then each class's median and 90th-percentile error."""
-    parts = []
-    for e in record.get("classes", []):
-        parts.append(f"{e['class']}: median {e['median_pct']:.1f}%, p90 {e['p90_pct']:.0f}% "
-                     f"(n={e['n']})")  # fmt: skip
-    text = record.get("basis", "")
-    return text + (" — " + "; ".join(parts) if parts else "")
+    """The footer's text: each class's median error (90th percentile, runs), then the basis."""
+    parts = [f"{e['class']} {e['median_pct']:.1f}% (p90 {e['p90_pct']:.0f}%, n={e['n']})"
+             for e in record.get("classes", [])]  # fmt: skip
+    basis = record.get("basis", "")
+    return "; ".join(parts) + f"  ({basis})" if parts else basis
