@@ -13,6 +13,7 @@ from gpuperf.reports.html_data import ReportItem, achieved_tflops, fold_ops
 from gpuperf.reports.html_figures import kind_color
 from gpuperf.reports.tables import num
 from gpuperf.step.result import SUMMED
+from gpuperf.step.track_record import line as track_line
 
 
 def _e(value: Any) -> str:
@@ -366,6 +367,16 @@ def assumptions_html(items: list[ReportItem]) -> str:
         "Ops identical across layers (same position, same shape) are folded into one "
         "point and one table row, with a count; their times add up."
     )
+    for it in items:  # how sure each prediction is (gpuperf.step.track_record)
+        record = (getattr(it.result, "extra", None) or {}).get("track_record")
+        if not isinstance(record, dict) or not record.get("basis"):
+            continue
+        try:  # a saved file's record (report --from) may be anyone's: drawn only when whole
+            text = track_line(record)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+        who = f"{it.label}: " if len(items) > 1 else ""
+        lines.append(f"Accuracy, {who}{text}.")
     return '<ul class="assume">' + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul>"
 
 

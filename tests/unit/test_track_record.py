@@ -161,3 +161,12 @@ def test_a_damaged_record_leaves_predictions_alone(monkeypatch, tmp_path):
 )
 def test_e2e_classes(scenario, cls):
     assert track_record.e2e_class(scenario) == cls
+
+
+def test_the_html_report_says_it_and_skips_a_broken_one():
+    from gpuperf.reports.html import render_html
+
+    good = api.predict("llama2-7b", gpu="h100", impl="eager")
+    assert "Accuracy, whole-model prefill" in render_html(good)
+    good.extra["track_record"] = {"basis": "x", "classes": [{"class": 1}]}  # a saved file's
+    assert "Accuracy," not in render_html(good)
