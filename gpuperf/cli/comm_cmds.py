@@ -114,8 +114,20 @@ def _predict_rows(coll: str, sizes: list[int], dtype: str, **kw: Any) -> dict[st
         "dtype": dtype,
         "total_ms": sum(r["time_ms"] for r in rows),
         "ops": rows,
-        "track_record": track_record.for_ops(classes, None),
+        "track_record": track_record.for_ops(classes, None, _beyond(gpu, ranks, nodes, kw)),
     }
+
+
+def _beyond(gpu: Any, ranks: int, nodes: int, kw: dict[str, Any]) -> str:
+    """What this collective's topology has that the measured NCCL runs (2-4 H200s on NVLink in
+    one node, no NVLS) had not."""
+    out = [
+        f"{nodes} nodes" if nodes > 1 else "",
+        f"{ranks} ranks" if ranks > 4 else "",
+        "NVLS" if kw.get("nvls") else "",
+        gpu.name if gpu.name != "h200-sxm-141gb" else "",
+    ]
+    return ", ".join(x for x in out if x)
 
 
 def _fmt(value: Any) -> str:
@@ -160,7 +172,7 @@ def _render(result: dict[str, Any], fmt: str) -> None:
     if result.get("track_record"):
         from gpuperf.step.track_record import line
 
-        console.print(f"accuracy: {line(result['track_record'])}", style="dim")
+        console.print(f"accuracy   {line(result['track_record'])}", style="dim")
     # Measured slow-downs start at a few MiB (3 H200s); below that the call floor hides them.
     odd = [_fmt(r["bytes"]) for r in rows if r["misaligned"] and r["bytes"] >= 4 * 2**20]
     if odd:

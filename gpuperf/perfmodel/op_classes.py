@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 
 from gpuperf.dtypes import BYTES
-from gpuperf.perfmodel.comm import chunk_misaligned
 from gpuperf.perfmodel.ops import Attention, Collective, Gemm, GroupedGemm, Op, Scan
 
 # GEMMs taken from a model's layers are named "<model>/t<tokens>/<op>" (benchmarks/device sweeps).
@@ -45,6 +44,8 @@ def op_class(op: Op) -> str:
     if isinstance(op, Attention):
         return "attention decode" if op.q_len <= 16 else "attention prefill"
     if isinstance(op, Collective):
+        from gpuperf.perfmodel.comm import chunk_misaligned  # NCCL's model: only for collectives
+
         if chunk_misaligned(op.coll, op.nbytes, op.ranks):
             return "collective misaligned"
         return "collective >=1MiB" if op.nbytes >= 2**20 else "collective <1MiB"

@@ -1,6 +1,6 @@
 """How sure a prediction is: what the committed measurements say of predictions like it.
 
-Every prediction carries a track record (`extra["track_record"]`, the footer's `track record`
+Every prediction carries a track record (`extra["track_record"]`, the footer's `accuracy`
 line): the held-out error, measured, of the class of runs the prediction belongs to, on the GPU
 it is for. The numbers come from `track_record.json` beside this module, which
 `benchmarks/accuracy.py --write-track-record` derives from the result files under
@@ -102,102 +102,156 @@ def _measured_chip(gpu: GpuSpec) -> str | None:
     return None
 
 
-def _result(basis: str, entries: list[dict[str, Any] | None]) -> dict[str, Any]:
-    return {"basis": basis, "classes": [e for e in entries if e is not None]}
+def _result(basis: str, entries: list[tuple[str, dict[str, Any] | None]]) -> dict[str, Any]:
+    """The record: the basis and the classes that have runs; classes asked for without any are
+    named in the basis (a lookup never passes over them in silence)."""
+    missing = [cls for cls, e in entries if e is None]
+    if missing:
+        basis += f"; no held-out runs of: {', '.join(missing)}"
+    return {"basis": basis, "classes": [e for _, e in entries if e is not None]}
+
+
+def _at(gpu: str, classes: list[str], *, transfer: bool = False) -> list[tuple[str, Any]]:
+    return [(c, _entry(gpu, c, transfer=transfer)) for c in classes]
+
+
+def _not_measured(why: str) -> dict[str, Any]:
+    return {"basis": f"not measured: {why}", "classes": []}
+
+
+def kernel_classes(scenario: dict[str, Any], moe: bool) -> tuple[str, ...]:
+    """The op classes (perfmodel.op_classes) of a step's GEMMs and attention, which a step of
+    fused kernels is judged by: its GEMMs' format and token count, its experts', its attention's
+    queries (a generation: both)."""
+    mode, dtype = scenario.get("mode"), scenario.get("dtype")
+    if scenario.get("weight_dtype"):
+        gemm = "gemm weight-only int4/int8"
+    elif dtype == "fp8":
+        gemm = "gemm fp8 LLM shapes (16-8192 tokens)"
+    elif mode == "decode" and scenario.get("batch", 1) <= 32:
+        gemm = "gemm few tokens (M<=32)"
+    else:
+        gemm = "gemm LLM layer shapes"
+    out = [gemm]
+    if moe:
+        out.append("grouped gemm fp8 (MoE experts)" if dtype == "fp8" else
+                   "grouped gemm (MoE experts)")  # fmt: skip
+    if mode in ("prefill", "train", "generate"):
+        out.append("attention prefill")
+    if mode in ("decode", "generate"):
+        out.append("attention decode")
+    return tuple(out)
 
 
 def for_model(scenario: dict[str, Any], moe: bool, gpu: GpuSpec, gpus: int,
               nodes: int = 1) -> dict[str, Any]:  # fmt: skip
     """The track record of a model step (module docstring)."""
+    if not _record():
+        return _not_measured("the track record (gpuperf/step/track_record.json) is unreadable")
     mode = scenario.get("mode")
     train = mode == "train"
     eager = scenario.get("impl") == "eager"
     split = [scenario.get(k, 1) for k in ("tp", "pp", "cp", "ep")]
     if not train and split == [1, 1, 1, 1]:  # inference replicas: each GPU runs the one-GPU step
         gpus = nodes = 1
-    if gpus > 1 and (nodes > 1 or (train and not eager)):
-        return _published(moe, gpus, nodes)
     chip = _measured_chip(gpu)
-    if chip is None:
-        return _unmeasured(scenario, moe, gpu, gpus)
+    if gpus > 1 and (nodes > 1 or (train and not eager)):
+        return _published(moe, chip, train and not eager)
+    kernels = kernel_classes(scenario, moe)
+    graphs = bool(scenario.get("cuda_graphs"))
+    modes = ("prefill", "decode") if mode == "generate" else (mode,)  # a prefill, then decodes
+    whole = [decode_variant(e2e_class({**scenario, "mode": m}, moe), graphs) for m in modes]
+    if chip is None:  # a borrowing GPU: how its lender's class carried to the H200
+        like = tuple(whole) if eager and not _unrun_format(scenario) else kernels
+        return _unmeasured(gpu, gpus, like)
+    if not eager or _unrun_format(scenario):
+        return _kernels(chip, kernels, gpus, eager)
     memory = f"peak memory, {'training' if train else 'inference'} "
     if gpus > 1:
-        if not eager:
-            return _fused(scenario, chip, gpus)
-        cls = plan_class(scenario)
+        classes = _plan_classes(scenario, modes)
         multi = _record().get("multigpu", {})
         gpu_name, counts = multi.get("gpu", ""), multi.get("gpus", [])
+        if moe or not classes:
+            kind = "MoE plan" if moe else "plan of this kind"
+            return _not_measured(f"no {kind} was run (the plans measured: dense, {gpu_name})")
         sizes = " or ".join(map(str, counts)) or "several"
         return _result(
             f"held-out runs of this kind of plan on {sizes} {gpu_name} under torchrun",
-            [_entry(gpu_name, cls), _entry(gpu_name, memory + "(parallel plans)")],
+            _at(gpu_name, [*classes, memory + "(parallel plans)"]),
         )
-    if not eager:
-        return _fused(scenario, chip, gpus)
-    graphs = bool(scenario.get("cuda_graphs"))
-    modes = ("prefill", "decode") if mode == "generate" else (mode,)  # a prefill, then decodes
-    classes = [decode_variant(e2e_class({**scenario, "mode": m}, moe), graphs) for m in modes]
-    return _result(
-        f"held-out Hugging Face runs of this kind on {chip}",
-        [*(_entry(chip, c) for c in classes), _entry(chip, memory + "(one GPU, Hugging Face)")],
-    )
+    return _result(f"held-out Hugging Face runs of this kind on {chip}",
+                   _at(chip, [*whole, memory + "(one GPU, Hugging Face)"]))  # fmt: skip
 
 
-def _fused(scenario: dict[str, Any], chip: str, gpus: int) -> dict[str, Any]:
-    attn = "attention decode" if scenario.get("mode") == "decode" else "attention prefill"
-    gemm = ("gemm fp8 LLM shapes (16-8192 tokens)" if scenario.get("dtype") == "fp8"
-            else "gemm LLM layer shapes")  # fmt: skip
-    where = "" if gpus == 1 else f", nor a {gpus}-GPU plan of them"
-    return _result(
-        f"held-out kernels on {chip}: no whole fused-kernel step was run{where}",
-        [_entry(chip, gemm), _entry(chip, attn)],
-    )
+def _unrun_format(scenario: dict[str, Any]) -> bool:
+    """An eager step in a format no Hugging Face run used (they ran bf16, whole recompute)."""
+    return (scenario.get("dtype") not in ("bf16", "fp16") or bool(scenario.get("weight_dtype"))
+            or scenario.get("kv_dtype") not in (None, "bf16", "fp16")
+            or scenario.get("recompute") == "selective")  # fmt: skip
 
 
-def _published(moe: bool, gpus: int, nodes: int) -> dict[str, Any]:
+def _plan_classes(scenario: dict[str, Any], modes: tuple[str, ...]) -> list[str]:
+    """The multi-GPU classes of a plan's step, none where no plan of its kind was run (a
+    pipeline or context-parallel decode)."""
+    out = []
+    for m in modes:
+        if m == "decode" and (scenario.get("pp", 1) > 1 or scenario.get("cp", 1) > 1):
+            return []
+        out.append(plan_class({**scenario, "mode": m}))
+    return out
+
+
+def _kernels(chip: str, kernels: tuple[str, ...], gpus: int, eager: bool) -> dict[str, Any]:
+    what = "eager step in this format" if eager else "fused-kernel step"
+    where = "" if gpus == 1 else ", nor a plan of them"
+    return _result(f"held-out kernels on {chip}: no whole {what} was run{where}",
+                   _at(chip, list(kernels)))  # fmt: skip
+
+
+def _published(moe: bool, chip: str | None, fused_training: bool) -> dict[str, Any]:
+    if not fused_training:
+        return _not_measured("no inference or eager plan past one node was run")
+    if chip != "h100-sxm5-80gb":
+        return _not_measured("the published training runs are on H100s, not this GPU")
     arch = "mixture of experts (and hybrid)" if moe else "dense"
     got = _record().get("published", {}).get(arch)
-    entry = None if got is None else {"class": f"published H100 training runs, {arch}", **got}
-    return _result(
-        "NVIDIA's, Megatron-LM's and Llama 3's tables, nothing fitted to them",
-        [entry],
-    )
+    cls = f"published H100 training runs, {arch}"
+    return _result("NVIDIA's, Megatron-LM's and Llama 3's tables, nothing fitted to them",
+                   [(cls, None if got is None else {"class": cls, **got})])  # fmt: skip
 
 
-def _unmeasured(scenario: dict[str, Any], moe: bool, gpu: GpuSpec, gpus: int) -> dict[str, Any]:
-    if not gpu.params_from:
-        return _result(f"not measured: {gpu.name} has no runs here and no fitted parameters "
-                       "(datasheet numbers, gpuperf's generic efficiencies)", [])  # fmt: skip
-    if scenario.get("impl") == "eager" and gpus == 1:
-        cls = decode_variant(e2e_class(scenario, moe), bool(scenario.get("cuda_graphs")))
-    else:
-        cls = "gemm LLM layer shapes"
-    return _result(
-        f"not measured on {gpu.name}, which borrows {gpu.params_from}'s fitted parameters; how "
-        "far borrowed parameters carried: the H200 predicted with the H100's",
-        [_entry("h200-sxm-141gb", cls, transfer=True)],
-    )
+def _unmeasured(gpu: GpuSpec, gpus: int, kernels: tuple[str, ...]) -> dict[str, Any]:
+    if gpu.params_from and gpus == 1:
+        return _result(
+            f"not measured on {gpu.name}, which borrows {gpu.params_from}'s fitted parameters; "
+            "how far borrowed parameters carried: the H200 predicted with the H100's",
+            _at("h200-sxm-141gb", list(kernels), transfer=True),
+        )
+    if gpu.params_from:
+        return _not_measured(f"{gpu.name} has no runs here ({gpu.params_from}'s parameters)")
+    if gpu.calibrated:
+        return _not_measured(f"{gpu.name} has no runs here; its parameters are its own fit")
+    return _not_measured(f"{gpu.name} has no runs here and no fitted parameters (datasheet "
+                         "numbers, gpuperf's generic efficiencies)")  # fmt: skip
 
 
-def for_ops(classes: list[str], gpu: GpuSpec | None) -> dict[str, Any]:
+def for_ops(classes: list[str], gpu: GpuSpec | None, beyond: str = "") -> dict[str, Any]:
     """The track record of single kernels or collectives of the given classes
-    (perfmodel.op_classes.op_class), in order, each once; gpu None: collectives alone."""
+    (perfmodel.op_classes.op_class), in order, each once; gpu None: collectives alone, `beyond`
+    what their topology has that the measured one had not."""
     classes = list(dict.fromkeys(classes))
+    if not _record():
+        return _not_measured("the track record (gpuperf/step/track_record.json) is unreadable")
     multi = _record().get("multigpu", {}).get("gpu", "")
     if all(c.startswith(("collective", "p2p")) for c in classes):
-        return _result(f"held-out NCCL runs on {multi}", [_entry(multi, c) for c in classes])
+        note = f" (2-4 ranks in one node; not measured: {beyond})" if beyond else ""
+        return _result(f"held-out NCCL runs on {multi}{note}", _at(multi, classes))
     assert gpu is not None  # kernels are of a GPU
     chip = _measured_chip(gpu)
     if chip is None:
-        if gpu.params_from:
-            return _result(
-                f"not measured on {gpu.name} ({gpu.params_from}'s parameters); the H200 "
-                "predicted with the H100's",
-                [_entry("h200-sxm-141gb", c, transfer=True) for c in classes],
-            )
-        return _result(f"not measured: {gpu.name} has no runs here", [])
+        return _unmeasured(gpu, 1, tuple(classes))
     these = "this class" if len(classes) == 1 else "these classes"
-    return _result(f"held-out kernels of {these} on {chip}", [_entry(chip, c) for c in classes])
+    return _result(f"held-out kernels of {these} on {chip}", _at(chip, classes))
 
 
 def line(record: dict[str, Any]) -> str:

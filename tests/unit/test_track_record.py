@@ -170,3 +170,40 @@ def test_the_html_report_says_it_and_skips_a_broken_one():
     assert "Accuracy, whole-model prefill" in render_html(good)
     good.extra["track_record"] = {"basis": "x", "classes": [{"class": 1}]}  # a saved file's
     assert "Accuracy," not in render_html(good)
+
+
+@pytest.mark.parametrize(
+    "kw, classes, words",
+    [  # kinds no run measured say so instead of borrowing another kind's record (a review)
+        (dict(model="mixtral-8x7b", system="dgx-h100", dp=8, ep=8, mode="decode",
+              impl="eager"), [], "no MoE plan was run"),
+        (dict(model="llama3-8b", system="dgx-h100", pp=2, mode="decode", impl="eager"), [],
+         "no plan of this kind"),
+        (dict(model="llama3-70b", system="dgx-h100", nodes=2, tp=8, pp=2), [],
+         "no inference or eager plan past one node"),
+        (dict(model="llama3-70b", mode="train", system="dgx-a100", nodes=4, tp=8, pp=4,
+              global_batch=64), [], "on H100s, not this GPU"),
+        (dict(model="llama3-8b", system="dgx-h100", tp=2, mode="generate", impl="eager",
+              new_tokens=4), ["tensor-parallel prefill", "tensor-parallel decode, eager"], ""),
+        (dict(model="llama3-8b", gpu="h100", mode="decode", weight_dtype="int4"),
+         ["gemm weight-only int4/int8", "attention decode"], "no whole fused-kernel step"),
+        (dict(model="llama3-8b", gpu="h100", impl="eager", dtype="fp8"),
+         ["gemm fp8 LLM shapes (16-8192 tokens)", "attention prefill"],
+         "no whole eager step in this format"),
+        (dict(model="mixtral-8x7b", gpu="h100"),
+         ["gemm LLM layer shapes", "grouped gemm (MoE experts)", "attention prefill"], ""),
+    ],
+)  # fmt: skip
+def test_each_kind_gets_its_own_record_or_none(kw, classes, words):
+    p = api.predict(kw.pop("model"), **kw)
+    assert _classes(p)[: len(classes)] == classes
+    assert classes or p.extra["track_record"]["basis"].startswith("not measured")
+    assert words in p.extra["track_record"]["basis"]
+
+
+def test_a_class_without_runs_is_named():
+    p = api.predict_op("gemm", gpu="h100", m=4096, dtype="fp64")
+    assert (
+        _classes(p) == []
+        and "no held-out runs of: gemm other (fp64)" in (p.extra["track_record"]["basis"])
+    )
