@@ -220,9 +220,8 @@ def published_record() -> dict[str, dict]:
 
     results = [r for r in map(pt.evaluate, pt.rows()) if r.measured_s and not r.why_not]
     out = {}
-    for arch, keep in (("dense", lambda a: a == "dense"),
-                       ("mixture of experts (and hybrid)", lambda a: a != "dense")):  # fmt: skip
-        errs = np.array([r.error for r in results if keep(r.row["arch"])])
+    for arch, keep in pt.ARCHS:
+        errs = np.array([r.error for r in results if keep(r)])
         out[arch] = {"n": len(errs), "median_pct": _pct(np.median(np.abs(errs))),
                      "p90_pct": _pct(np.quantile(np.abs(errs), 0.9)),
                      "bias_pct": _pct(np.median(errs))}  # fmt: skip

@@ -134,6 +134,11 @@ def evaluate(row: dict[str, str]) -> Result:
     return Result(row, measured_s(row), p.total_ms / 1e3, p.fits)
 
 
+# The two kinds of rows the summary (and gpuperf's track record) report apart.
+ARCHS = [("dense", lambda r: r.row["arch"] == "dense"),
+         ("mixture of experts (and hybrid)", lambda r: r.row["arch"] != "dense")]  # fmt: skip
+
+
 def _median(results: list[Result]) -> str:
     errs = [abs(r.error) for r in results]
     if not errs:
@@ -144,9 +149,7 @@ def _median(results: list[Result]) -> str:
 def summary(results: list[Result]) -> list[tuple[str, str, str, str]]:
     """(class, expressible of the rows evaluated, median |error|, within 10% / 20%)."""
     out = []
-    classes = [("dense", lambda r: r.row["arch"] == "dense"),
-               ("mixture of experts (and hybrid)", lambda r: r.row["arch"] != "dense"),
-               ("every row", lambda r: True)]  # fmt: skip
+    classes = [*ARCHS, ("every row", lambda r: True)]
     for name, keep in classes:
         rs = [r for r in results if keep(r)]
         evaluated = [r for r in rs if not r.row["note"].startswith("not evaluated")]

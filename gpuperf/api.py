@@ -213,7 +213,6 @@ def predict_op(
         >>> p.table.loc[0, ["time_ms", "bound"]]            # doctest: +SKIP
         >>> predict_op("allreduce", system="dgx-h100", nbytes=1 << 30, ranks=8)  # doctest: +SKIP
     """
-    from gpuperf.perfmodel.op_classes import op_class
     from gpuperf.step import track_record
     from gpuperf.step.run import predict_ops
     from gpuperf.workloads import single_op
@@ -250,7 +249,7 @@ def predict_op(
     if op.kind == "collective":
         single_op.group(sys_spec, None, op.ranks)  # the ranks fit the GPU or system (as the CLI)
     pred = predict_ops([op], gpu_spec, None, sys_spec)
-    pred.extra["track_record"] = track_record.for_ops([op_class(op)], gpu_spec)
+    pred.extra["track_record"] = track_record.for_ops([op], gpu_spec)
     return pred
 
 

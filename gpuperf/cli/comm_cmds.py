@@ -65,14 +65,13 @@ def _resolve(
 
 def _predict_rows(coll: str, sizes: list[int], dtype: str, **kw: Any) -> dict[str, Any]:
     from gpuperf.perfmodel.comm import collective_time, p2p_time
-    from gpuperf.perfmodel.op_classes import op_class
     from gpuperf.perfmodel.ops import P2P, Collective
     from gpuperf.step import track_record
 
     gpu, system, ranks, nodes = _resolve(kw["system"], kw["gpu"], kw["nodes"], kw["nproc"])
     if ranks < 2:
         raise InputError(f"{coll} needs at least 2 ranks, got --nproc {ranks}")
-    rows, classes = [], []
+    rows, ops = [], []
     for nbytes in sizes:
         if coll == "sendrecv":
             op: Any = P2P(name=f"sendrecv/{nbytes}", nbytes=nbytes, dtype=dtype)  # type: ignore[arg-type]
@@ -83,7 +82,7 @@ def _predict_rows(coll: str, sizes: list[int], dtype: str, **kw: Any) -> dict[st
                 op, gpu, system, nvls=kw["nvls"], algo=kw["algo"], proto=kw["proto"], nodes=nodes
             )
         d = t.detail
-        classes.append(op_class(op))
+        ops.append(op)
         rows.append(
             {
                 "name": op.name,
@@ -114,20 +113,8 @@ def _predict_rows(coll: str, sizes: list[int], dtype: str, **kw: Any) -> dict[st
         "dtype": dtype,
         "total_ms": sum(r["time_ms"] for r in rows),
         "ops": rows,
-        "track_record": track_record.for_ops(classes, None, _beyond(gpu, ranks, nodes, kw)),
+        "track_record": track_record.for_ops(ops, gpu, nodes=nodes, nvls=bool(kw["nvls"])),
     }
-
-
-def _beyond(gpu: Any, ranks: int, nodes: int, kw: dict[str, Any]) -> str:
-    """What this collective's topology has that the measured NCCL runs (2-4 H200s on NVLink in
-    one node, no NVLS) had not."""
-    out = [
-        f"{nodes} nodes" if nodes > 1 else "",
-        f"{ranks} ranks" if ranks > 4 else "",
-        "NVLS" if kw.get("nvls") else "",
-        gpu.name if gpu.name != "h200-sxm-141gb" else "",
-    ]
-    return ", ".join(x for x in out if x)
 
 
 def _fmt(value: Any) -> str:

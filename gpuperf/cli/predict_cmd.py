@@ -107,14 +107,13 @@ def model_cmd(
 def _run_ops(ops: list, gpu: str | None, fmt: str) -> None:
     """Each op on its own (a sweep's sizes are independent kernels, as a benchmark times them)."""
     from gpuperf import api
-    from gpuperf.perfmodel.op_classes import op_class
     from gpuperf.reports.tables import render
     from gpuperf.step import track_record
     from gpuperf.step.run import predict_ops
 
     spec = api.resolve_gpu(gpu)
     pred = predict_ops(ops, spec)
-    pred.extra["track_record"] = track_record.for_ops([op_class(op) for op in ops], spec)
+    pred.extra["track_record"] = track_record.for_ops(ops, spec)
     render(pred, fmt)
 
 

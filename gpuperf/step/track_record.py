@@ -29,10 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpuperf.hardware.spec import GpuSpec
+    from gpuperf.perfmodel.ops import Op
 
 RECORD = Path(__file__).with_name("track_record.json")
-MOE_CLASSES = ("MoE training step (HF)", "MoE whole model (HF), prefill",
-               "MoE whole model (HF), decode")  # fmt: skip
+UNREADABLE = "the track record (gpuperf/step/track_record.json) is unreadable"
+TRANSFER_GPU = (
+    "h200-sxm-141gb"  # the GPU benchmarks/accuracy.py predicts with the H100's parameters
+)
+PUBLISHED_GPU = "h100-sxm5-80gb"  # the GPU of the published training runs
+NCCL_RANKS = 4  # the measured NCCL runs: 2 to this many ranks, on NVLink in one node, no NVLS
 
 
 def e2e_class(scenario: dict[str, Any], moe: bool = False) -> str:
@@ -147,7 +152,7 @@ def for_model(scenario: dict[str, Any], moe: bool, gpu: GpuSpec, gpus: int,
               nodes: int = 1) -> dict[str, Any]:  # fmt: skip
     """The track record of a model step (module docstring)."""
     if not _record():
-        return _not_measured("the track record (gpuperf/step/track_record.json) is unreadable")
+        return _not_measured(UNREADABLE)
     mode = scenario.get("mode")
     train = mode == "train"
     eager = scenario.get("impl") == "eager"
@@ -211,7 +216,7 @@ def _kernels(chip: str, kernels: tuple[str, ...], gpus: int, eager: bool) -> dic
 def _published(moe: bool, chip: str | None, fused_training: bool) -> dict[str, Any]:
     if not fused_training:
         return _not_measured("no inference or eager plan past one node was run")
-    if chip != "h100-sxm5-80gb":
+    if chip != PUBLISHED_GPU:
         return _not_measured("the published training runs are on H100s, not this GPU")
     arch = "mixture of experts (and hybrid)" if moe else "dense"
     got = _record().get("published", {}).get(arch)
@@ -225,7 +230,7 @@ def _unmeasured(gpu: GpuSpec, gpus: int, kernels: tuple[str, ...]) -> dict[str, 
         return _result(
             f"not measured on {gpu.name}, which borrows {gpu.params_from}'s fitted parameters; "
             "how far borrowed parameters carried: the H200 predicted with the H100's",
-            _at("h200-sxm-141gb", list(kernels), transfer=True),
+            _at(TRANSFER_GPU, list(kernels), transfer=True),
         )
     if gpu.params_from:
         return _not_measured(f"{gpu.name} has no runs here ({gpu.params_from}'s parameters)")
@@ -235,18 +240,23 @@ def _unmeasured(gpu: GpuSpec, gpus: int, kernels: tuple[str, ...]) -> dict[str, 
                          "numbers, gpuperf's generic efficiencies)")  # fmt: skip
 
 
-def for_ops(classes: list[str], gpu: GpuSpec | None, beyond: str = "") -> dict[str, Any]:
-    """The track record of single kernels or collectives of the given classes
-    (perfmodel.op_classes.op_class), in order, each once; gpu None: collectives alone, `beyond`
-    what their topology has that the measured one had not."""
-    classes = list(dict.fromkeys(classes))
+def for_ops(ops: list[Op], gpu: GpuSpec, *, nodes: int = 1, nvls: bool = False) -> dict[str, Any]:
+    """The track record of single kernels or collectives (their classes: perfmodel.op_classes,
+    in order, each once); for collectives, what of their topology (ranks, nodes, NVLS, GPU) the
+    measured NCCL runs lacked."""
+    from gpuperf.perfmodel.op_classes import op_class
+
+    classes = list(dict.fromkeys(op_class(op) for op in ops))
     if not _record():
-        return _not_measured("the track record (gpuperf/step/track_record.json) is unreadable")
-    multi = _record().get("multigpu", {}).get("gpu", "")
+        return _not_measured(UNREADABLE)
     if all(c.startswith(("collective", "p2p")) for c in classes):
-        note = f" (2-4 ranks in one node; not measured: {beyond})" if beyond else ""
+        multi = _record().get("multigpu", {}).get("gpu", "")
+        ranks = max(getattr(op, "ranks", 2) for op in ops)  # a send/recv: two
+        gaps = [f"{nodes} nodes" if nodes > 1 else "", f"{ranks} ranks" if ranks > NCCL_RANKS
+                else "", "NVLS" if nvls else "", gpu.name if gpu.name != multi else ""]  # fmt: skip
+        beyond = ", ".join(x for x in gaps if x)
+        note = f" (2-{NCCL_RANKS} ranks in one node; not measured: {beyond})" if beyond else ""
         return _result(f"held-out NCCL runs on {multi}{note}", _at(multi, classes))
-    assert gpu is not None  # kernels are of a GPU
     chip = _measured_chip(gpu)
     if chip is None:
         return _unmeasured(gpu, 1, tuple(classes))
