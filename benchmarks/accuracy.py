@@ -219,12 +219,44 @@ def published_record() -> dict[str, dict]:
     import published_training as pt
 
     results = [r for r in map(pt.evaluate, pt.rows()) if r.measured_s and not r.why_not]
-    out = {}
-    for arch, keep in pt.ARCHS:
-        errs = np.array([r.error for r in results if keep(r)])
-        out[arch] = {"n": len(errs), "median_pct": _pct(np.median(np.abs(errs))),
-                     "p90_pct": _pct(np.quantile(np.abs(errs), 0.9)),
-                     "bias_pct": _pct(np.median(errs))}  # fmt: skip
+    return {arch: _entry([r.error for r in results if keep(r)]) for arch, keep in pt.ARCHS}
+
+
+def _entry(errs: list[float]) -> dict:
+    a = np.array(errs)
+    spread = np.abs(a)
+    return {"n": len(a), "median_pct": _pct(np.median(spread)),
+            "p90_pct": _pct(np.quantile(spread, 0.9)), "bias_pct": _pct(np.median(a))}  # fmt: skip
+
+
+def serve_record(root: Path) -> dict[str, dict]:
+    """`gpuperf serve`'s held-out errors by engine and GPU (gpuperf.step.track_record.SERVE):
+    Hugging Face continuous batching measured here (benchmarks/fit_serve.py: wall time, TTFT
+    p50, TPOT p50 of each run), and the held-out half of the public sample of vLLM, SGLang and
+    TensorRT-LLM runs (benchmarks/serve_public.py: each row's mean TTFT and TPOT)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fit_serve
+    import serve_public as sp
+
+    out: dict[str, dict] = {"hf": {}}
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        errs = fit_serve.held_out(d)
+        if any(errs.values()):
+            out["hf"][d.name] = {track_record.SERVE_HF[k]: _entry(v) for k, v in errs.items()}
+    public: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for row in sp.rows():
+        if sp.half(row) != "held":
+            continue
+        try:
+            got = sp.row_errors(row)
+        except Exception:  # noqa: BLE001 (a row gpuperf refuses: serve_public.py names it)
+            continue
+        gpu = load_gpu(sp.GPUS[row["system"]]).name
+        public.setdefault((sp.ENGINES[row["backend"]], gpu), []).append(got)
+    ttft, tpot = track_record.SERVE_PUBLIC
+    for (engine, gpu), rows in sorted(public.items()):
+        out.setdefault(engine, {})[gpu] = {ttft: _entry([e[0] / 100 for e in rows]),
+                                           tpot: _entry([e[1] / 100 for e in rows])}  # fmt: skip
     return out
 
 
@@ -312,6 +344,7 @@ def main() -> int:
     if write:
         records["published"] = published_record()
         records["multigpu"] = multigpu_record(root)
+        records["serve"] = serve_record(root)
         out = write_text(write, json.dumps(records, indent=1, sort_keys=True) + "\n")
         print(f"wrote {out}")
     if args.readme:

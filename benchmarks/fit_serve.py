@@ -24,6 +24,12 @@ FIT_RUNS = ("llama3.2-1b_n16_512x128", "llama3.2-1b_n64_512x128", "llama3.2-1b_n
             "llama3-8b_n16_512x128", "llama3-8b_n64_2048x64",
             "llama3.2-1b_n64_512x128_graphs")  # fmt: skip
 COMPARED = ("wall_s", "ttft_p50_ms", "tpot_p50_ms")
+# The serving runs of each GPU's folder that the track record reports (gpuperf.step.track_record;
+# the probes, which change the model or time single SDPA calls, are not among them), and the
+# one file the FIT_RUNS of which were fitted.
+HELD_FILES = ("serve_hf.json", "serve_hf_run2.json", "serve_hf_closed.json",
+              "serve_hf_families.json")  # fmt: skip
+FITTED = ("h100-sxm5-80gb", "serve_hf.json")
 PARAMS = ("step_overhead", "eager_step", "per_seq", "per_kv_token")
 GPU_NAMES = {"h100-sxm5-80gb": "h100", "h200-sxm-141gb": "h200"}
 
@@ -123,6 +129,28 @@ def main() -> None:
     for split, e in errs.items():
         if e:
             print(f"{split}: median |error| {statistics.median(e):.1f}% over {len(e)} numbers")
+
+
+def held_out(gpu_dir: Path) -> dict[str, list[float]]:
+    """Each compared metric's errors (prediction / measurement - 1) over the folder's serving
+    runs that no fit used, with the hf profile as it is."""
+    from gpuperf.step.serve_engines import load_engine
+
+    hf = load_engine("hf")
+    params = {k: getattr(hf, k) for k in PARAMS}
+    out: dict[str, list[float]] = {k: [] for k in COMPARED}
+    for name in HELD_FILES:
+        path = gpu_dir / name
+        if not path.exists():
+            continue
+        fitted = FIT_RUNS if (gpu_dir.name, name) == FITTED else ()
+        for run in json.loads(path.read_text())["runs"]:
+            if run.get("error") or run.get("label") in fitted:
+                continue
+            m, p = measured(run), simulate(run, gpu_dir.name, params)
+            for k in COMPARED:
+                out[k].append(p[k] / m[k] - 1)
+    return out
 
 
 def fit_public(engine: str, every: int = 3) -> dict[str, float]:

@@ -92,7 +92,9 @@ def options(row: dict[str, str]) -> dict:
         kw.update(schedule="interleaved", virtual_stages=vp)
     for item in row["options"].split():
         key, value = item.split("=")
-        kw[key] = int(value) if value.isdigit() else {"true": True}.get(value, value)
+        kw[key] = (
+            int(value) if value.isdigit() else {"true": True, "false": False}.get(value, value)
+        )
         if key == "recompute_modules":  # Megatron's --recompute-modules, a list
             kw[key] = tuple(value.split(","))
     return kw

@@ -198,6 +198,7 @@ def render(rep: Any, fmt: str, per_request: bool = False) -> None:
     ]
     for line in lines:
         console.print(line, markup=False, highlight=False)
+    accuracy(console, rep.track_record)
     for w in rep.warnings:
         console.print(f"warning: {w}", markup=False, style="yellow")
 
@@ -249,3 +250,14 @@ def render_plan(plan: Any, fmt: str) -> None:
         console.print(f"best: tp{b.tp} x {b.replicas} replicas, {b.rate:.2f} requests/s within "
                       f"the SLO; Pareto frontier: {len(plan.frontier)} points",
                       markup=False)  # fmt: skip
+    accuracy(console, plan.track_record)
+
+
+def accuracy(console: Any, record: dict[str, Any]) -> None:
+    """The footer line of how sure the simulation is (gpuperf.step.track_record)."""
+    from rich.text import Text
+
+    from gpuperf.step.track_record import line
+
+    if record:
+        console.print(Text.assemble(("accuracy   ", "bold"), (line(record), "dim")))

@@ -49,16 +49,21 @@ def _fig(fig: Any, name: str) -> str:
                        config=PLOTLY_CONFIG, div_id=f"fig-{name}")  # fmt: skip
 
 
-def _page(title: str, lede: str, body: str) -> str:
+def _page(title: str, lede: str, body: str, record: dict[str, Any] | None = None) -> str:
+    """A whole page; `record`: the simulation's track record (gpuperf.step.track_record), said
+    under the lede."""
     from plotly.offline import get_plotlyjs
 
     from gpuperf.reports.html_assets import CSS
+    from gpuperf.step.track_record import line
 
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    sure = (f"<p class='accuracy'><b>Accuracy</b>: {escape(line(record))}</p>"
+            if record else "")  # fmt: skip
     return (
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
         f"<style>{CSS}</style><script>{get_plotlyjs()}</script></head><body><main>"
-        f"<h1>{title}</h1><p class='lede'>{lede}</p>{body}"
+        f"<h1>{title}</h1><p class='lede'>{lede}</p>{sure}{body}"
         f"<footer>gpuperf {escape(__version__)} · {when}</footer></main></body></html>"
     )
 
@@ -102,7 +107,7 @@ def render_run_html(rep: Any) -> str:
             f"{_fig(over, 'time')}</div></section><section id='latency'><h2>Latency "
             f"distributions</h2><div class='figure'>{_fig(dist, 'latency')}</div>"
             "</section>")  # fmt: skip
-    return _page(title, lede, body)
+    return _page(title, lede, body, rep.track_record)
 
 
 def write_run_report(rep: Any, path: str | os.PathLike[str]) -> Path:
@@ -135,7 +140,7 @@ def render_serve_html(plan: Any) -> str:
     body = (f"<section id='frontier'><h2>Tokens/s per GPU against tokens/s per user</h2>"
             f"<div class='figure'>{fig}</div></section><section id='splits'><h2>Splits</h2>"
             f"{table}</section>")  # fmt: skip
-    return _page(title, lede, body)
+    return _page(title, lede, body, plan.track_record)
 
 
 def write_serve_report(plan: Any, path: str | os.PathLike[str]) -> Path:

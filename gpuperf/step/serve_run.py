@@ -33,6 +33,7 @@ class ServeReport:
     memory: dict[str, float]
     summary: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    track_record: dict[str, Any] = field(default_factory=dict)  # gpuperf.step.track_record
 
     def to_dict(self, per_request: bool = True) -> dict[str, Any]:
         from dataclasses import asdict
@@ -42,7 +43,7 @@ class ServeReport:
             "model": self.model, "gpu": self.gpu, "tp": self.tp, "gpus": self.tp,
             "engine": asdict(self.engine), "workload": self.workload,
             "summary": self.summary, "memory_bytes": self.memory,
-            "series": r.series, "warnings": self.warnings,
+            "series": r.series, "warnings": self.warnings, "track_record": self.track_record,
             "metrics": "TTFT = first token - arrival; TPOT = (E2E - TTFT) / (output tokens - 1); "
                        "E2E = last token - arrival",
         }  # fmt: skip
@@ -83,6 +84,7 @@ class Server:
             raise InputError(f"kv_tokens must be a whole number of tokens, got {shown(kv_tokens)}")
         self.cfg, self.gpu, self.tp = cfg, gpu, tp
         self.engine = prof = engine_profile(engine, options)
+        self.builtin = builtin_name(engine)
         base = Scenario(mode="prefill", impl=prof.impl, dtype=dtype, kv_dtype=kv_dtype,  # type: ignore[arg-type]
                         weight_dtype=weight_dtype, tp=tp,  # type: ignore[arg-type]
                         tp_allreduce=prof.tp_allreduce if tp > 1 else "nccl")  # type: ignore[arg-type]  # fmt: skip
@@ -110,6 +112,7 @@ class Server:
         report = ServeReport(cfg.name, self.gpu.name, self.tp, self.engine, work.label, result,
                              self.memory)  # fmt: skip
         report.summary = result.summary(gpus=self.tp)
+        report.track_record = self.track_record()
         if result.preemptions:
             report.warnings.append(
                 f"{result.preemptions} preemptions: the KV cache ({kv_tokens:,} tokens) ran "
@@ -136,6 +139,19 @@ class Server:
             report.warnings.append(f"requests of {longest} tokens exceed the model's {limit} "
                                    "positions: the prediction extrapolates")  # fmt: skip
         return report
+
+    def track_record(self) -> dict[str, Any]:
+        """How sure the simulation is (gpuperf.step.track_record.for_serve)."""
+        from gpuperf.step.track_record import for_serve
+
+        return for_serve(self.builtin, self.gpu, self.tp)
+
+
+def builtin_name(engine: Any) -> str | None:
+    """The built-in profile's name `engine` asks for; None for a .toml or a profile object."""
+    if isinstance(engine, str) and not engine.endswith(".toml") and os.sep not in engine:
+        return engine.lower()
+    return None
 
 
 def engine_profile(engine: Any, options: dict[str, Any]) -> EngineProfile:
@@ -216,13 +232,15 @@ class ServePlan:
     splits: list[Any]
     frontier: list[dict[str, float]]
     best: Any = None
+    track_record: dict[str, Any] = field(default_factory=dict)  # gpuperf.step.track_record
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
         return {"model": self.model, "gpu": self.gpu, "gpus": self.gpus, "engine": self.engine,
                 "slo": self.slo, "best": asdict(self.best) if self.best else None,
-                "splits": [asdict(s) for s in self.splits], "frontier": self.frontier}  # fmt: skip
+                "splits": [asdict(s) for s in self.splits], "frontier": self.frontier,
+                "track_record": self.track_record}  # fmt: skip
 
 
 def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
@@ -308,4 +326,8 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
         progress(len(sizes), len(sizes))
     ok = [s for s in splits if s.rate > 0]
     best = max(ok, key=lambda s: s.rate) if ok else None
-    return ServePlan(cfg.name, gpu.name, total, prof.name, targets, splits, pareto(points), best)
+    from gpuperf.step.track_record import for_serve
+
+    record = for_serve(builtin_name(engine), gpu, max(sizes))
+    return ServePlan(cfg.name, gpu.name, total, prof.name, targets, splits, pareto(points), best,
+                     record)  # fmt: skip

@@ -15,7 +15,11 @@ Which class a prediction belongs to:
 - a parallel plan inside one node: its multi-GPU class (data-parallel, tensor-, pipeline-,
   context-parallel), measured on H200s; fused training plans and plans past one node: the
   published training runs (NVIDIA's, Megatron-LM's, Llama 3's), dense or MoE;
-- a single op: its kernel class.
+- a single op: its kernel class;
+- a serving simulation (`gpuperf serve`): its engine's runs on its GPU, the public sample's
+  held-out rows for the vLLM-, SGLang- and TensorRT-LLM-like profiles (mean TTFT and TPOT per
+  row), the Hugging Face continuous-batching runs measured here for hf (wall time, TTFT and
+  TPOT medians per run); a profile of the user's has none.
 A GPU without measurements says so: one that borrows another's fitted parameters (params_from)
 shows how far borrowed parameters carried for the H200 on the H100's; others have none.
 """
@@ -38,6 +42,10 @@ TRANSFER_GPU = (
 )
 PUBLISHED_GPU = "h100-sxm5-80gb"  # the GPU of the published training runs
 NCCL_RANKS = 4  # the measured NCCL runs: 2 to this many ranks, on NVLink in one node, no NVLS
+# `gpuperf serve`'s classes: per run of Hugging Face continuous batching measured here (the
+# summary key each compares), per row of the public sample (its client's means).
+SERVE_HF = {"wall_s": "wall time", "ttft_p50_ms": "TTFT p50", "tpot_p50_ms": "TPOT p50"}
+SERVE_PUBLIC = ("TTFT mean", "TPOT mean")
 
 
 def e2e_class(scenario: dict[str, Any], moe: bool = False) -> str:
@@ -262,6 +270,41 @@ def for_ops(ops: list[Op], gpu: GpuSpec, *, nodes: int = 1, nvls: bool = False) 
         return _unmeasured(gpu, 1, tuple(classes))
     these = "this class" if len(classes) == 1 else "these classes"
     return _result(f"held-out kernels of {these} on {chip}", _at(chip, classes))
+
+
+def for_serve(engine: str | None, gpu: GpuSpec, tp: int) -> dict[str, Any]:
+    """The track record of a serving simulation: `engine` is the built-in profile's name (None:
+    a profile of the user's), each class's error per run (Hugging Face) or row (the public
+    sample of vLLM, SGLang and TensorRT-LLM deployments, TP 1-8) on this GPU."""
+    rec = _record()
+    if not rec:
+        return _not_measured(UNREADABLE)
+    runs = rec.get("serve", {}).get(engine or "", {})
+    if not runs:
+        return _not_measured("an engine profile of the user's: the serving runs are of the "
+                             "built-in ones" if engine is None else
+                             f"no serving run of the {engine} profile")  # fmt: skip
+    chip = gpu.name if gpu.name in runs else None
+    if chip is None and not gpu.params_from:
+        from gpuperf.hardware.loader import load_gpu
+
+        chip = next((n for n in runs if gpu.same_chip(load_gpu(n))), None)
+    if chip is None:
+        return _not_measured(f"no {engine} serving run on {gpu.name} (runs on: "
+                             f"{', '.join(sorted(runs))})")  # fmt: skip
+    if engine == "hf":
+        if tp > 1:
+            return _not_measured("the Hugging Face serving runs were on one GPU")
+        basis = (f"held-out Hugging Face continuous-batching runs on {chip}: bursts, Poisson "
+                 "arrivals and closed loops of Llama, Qwen2 and Mistral models")  # fmt: skip
+        classes = list(SERVE_HF.values())
+    else:
+        basis = (f"held-out rows of the public aiconfigurator sample of {engine} on {chip}, "
+                 "measured by others, closed loops of users, TP 1-8")  # fmt: skip
+        classes = list(SERVE_PUBLIC)
+    got = runs[chip]
+    return _result(basis, [(c, {"class": c, "gpu": chip, **got[c]} if c in got else None)
+                           for c in classes])  # fmt: skip
 
 
 def line(record: dict[str, Any]) -> str:

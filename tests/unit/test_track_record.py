@@ -207,3 +207,57 @@ def test_a_class_without_runs_is_named():
         _classes(p) == []
         and "no held-out runs of: gemm other (fp64)" in (p.extra["track_record"]["basis"])
     )
+
+
+def test_a_serving_simulation_carries_its_engines_record():
+    """vLLM-like, SGLang-like and TensorRT-LLM-like profiles: the public sample's held-out rows
+    of that engine on that GPU; hf: the continuous-batching runs measured here."""
+    rep = api.serve("llama3-8b", gpu="h100", engine="vllm", requests=8)
+    rec = rep.track_record
+    assert [c["class"] for c in rec["classes"]] == list(track_record.SERVE_PUBLIC)
+    ttft = RECORD["serve"]["vllm"]["h100-sxm5-80gb"]["TTFT mean"]
+    assert rec["classes"][0] == {"class": "TTFT mean", "gpu": "h100-sxm5-80gb", **ttft}
+    assert "public aiconfigurator sample of vllm" in rec["basis"]
+    assert rep.to_dict(per_request=False)["track_record"] == rec
+    hf = api.serve("llama3.2-1b", gpu="h200", engine="hf", requests=8).track_record
+    assert [c["class"] for c in hf["classes"]] == ["wall time", "TTFT p50", "TPOT p50"]
+    assert {c["gpu"] for c in hf["classes"]} == {"h200-sxm-141gb"}
+
+
+@pytest.mark.parametrize(
+    ("engine", "gpu", "tp", "why"),
+    [("trtllm", "a100", 1, "no trtllm serving run on a100-sxm4-80gb (runs on: b200, "),
+     ("sglang", "b200", 1, "no sglang serving run on b200"),
+     ("hf", "h100", 2, "the Hugging Face serving runs were on one GPU")],
+)  # fmt: skip
+def test_serving_without_runs_of_its_kind_says_not_measured(engine, gpu, tp, why):
+    rec = api.serve("llama3-8b", gpu=gpu, engine=engine, tp=tp, requests=4).track_record
+    assert rec["classes"] == [] and rec["basis"].startswith("not measured: " + why)
+
+
+def test_a_users_engine_profile_is_not_given_the_built_ins_record(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text('base = "vllm"\nstep_overhead = 0.001\n')
+    rec = api.serve("llama3-8b", gpu="h100", engine=str(f), requests=4).track_record
+    assert rec == {"basis": "not measured: an engine profile of the user's: the serving runs "
+                   "are of the built-in ones", "classes": []}  # fmt: skip
+    # the built-in's own options (a deployment's settings) keep it
+    tuned = api.serve("llama3-8b", gpu="h100", engine="vllm", max_seqs=4, requests=4)
+    assert tuned.track_record["classes"]
+
+
+def test_serve_prints_it_in_every_format(capsys, tmp_path):
+    code, out, _ = run(capsys, "serve", "llama3-8b", "--gpu", "h100", "--engine", "trtllm",
+                       "--requests", "8")  # fmt: skip
+    assert code == 0 and re.search(r"accuracy +TTFT mean \d+\.\d% \(p90 \d+%, n=\d+\)", out)
+    code, out, _ = run(capsys, "serve", "llama3-8b", "--gpu", "h100", "--requests", "8",
+                       "--format", "json")  # fmt: skip
+    assert json.loads(out)["track_record"]["classes"][1]["class"] == "TPOT mean"
+    page = tmp_path / "plan.html"
+    code, out, _ = run(capsys, "serve", "llama3-8b", "--gpu", "h100", "--slo",
+                       "ttft=2s,tpot=100ms", "--requests", "20", "-o", str(page))  # fmt: skip
+    assert code == 0 and "accuracy   TTFT mean" in out
+    assert "<b>Accuracy</b>: TTFT mean" in page.read_text()
+    code, out, _ = run(capsys, "serve", "llama3-8b", "--gpu", "h100", "--slo",
+                       "ttft=2s,tpot=100ms", "--requests", "20", "--format", "json")  # fmt: skip
+    assert json.loads(out)["track_record"]["basis"].startswith("held-out rows of the public")
