@@ -124,7 +124,6 @@ def predict(
         >>> predict("llama3-70b", mode="train", system="dgx-h100", nodes=4, tp=8, pp=4,
         ...         global_batch=64, micro_batch=1).extra["breakdown_ms"]  # doctest: +SKIP
     """
-    from gpuperf.step import track_record
     from gpuperf.step.plan import place
     from gpuperf.step.run import predict as run_predict
     from gpuperf.workloads.scenario import Scenario
@@ -153,11 +152,7 @@ def predict(
         kv_lengths=kv_lengths,  # type: ignore[arg-type]
         **parallel,
     )
-    pred = run_predict(cfg, scenario, place(cfg, scenario, gpu_spec, sys_spec, nodes))
-    pred.extra["track_record"] = track_record.for_model(
-        pred.scenario, cfg.is_moe, gpu_spec, scenario.gpus, pred.extra.get("nodes", 1)
-    )
-    return pred
+    return run_predict(cfg, scenario, place(cfg, scenario, gpu_spec, sys_spec, nodes))
 
 
 def _dtype_required(value: Any) -> Any:

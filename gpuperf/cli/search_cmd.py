@@ -129,3 +129,10 @@ def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batc
         f"{res.evaluated} plans evaluated, {res.fitting} fit ({res.plans_per_s:,.0f} plans/s)",
         markup=False,
     )
+    record = res.best.extra.get("track_record") if res.best is not None else None
+    if record:  # how sure the best plan's prediction is (gpuperf.step.track_record)
+        from rich.text import Text
+
+        from gpuperf.step.track_record import line
+
+        console.print(Text.assemble(("accuracy   ", "bold"), (line(record), "dim")))

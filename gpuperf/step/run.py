@@ -403,7 +403,10 @@ def _host_warning(pred: Prediction, sc: Scenario | None, gpu: GpuSpec, kernels: 
 
 
 def predict(cfg: ModelConfig, sc: Scenario, where: Placement) -> Prediction:
-    """One step of `sc` (a whole generation for mode=generate), per GPU of the plan."""
+    """One step of `sc` (a whole generation for mode=generate), per GPU of the plan, with its
+    track record (how sure it is: gpuperf.step.track_record) in extra."""
+    from gpuperf.step import track_record
+
     if sc.mode == "generate":
         from gpuperf.step.generate import predict_generate
 
@@ -411,6 +414,9 @@ def predict(cfg: ModelConfig, sc: Scenario, where: Placement) -> Prediction:
     else:
         pred = _predict_step(cfg, sc, where)
     _finish(pred, cfg, sc, where)
+    pred.extra["track_record"] = track_record.for_model(
+        pred.scenario, cfg.is_moe, where.gpu, sc.gpus, pred.extra.get("nodes", 1)
+    )
     return pred
 
 

@@ -261,3 +261,14 @@ def test_serve_prints_it_in_every_format(capsys, tmp_path):
     code, out, _ = run(capsys, "serve", "llama3-8b", "--gpu", "h100", "--slo",
                        "ttft=2s,tpot=100ms", "--requests", "20", "--format", "json")  # fmt: skip
     assert json.loads(out)["track_record"]["basis"].startswith("held-out rows of the public")
+
+
+def test_search_says_how_sure_its_best_plan_is(capsys):
+    """The best plan is predicted by the same engine as `predict`, record included."""
+    args = ["search", "llama3-8b", "--system", "dgx-h100", "--gpus", "16", "--global-batch",
+            "64", "--seq", "2048"]  # fmt: skip
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "accuracy   published H100 training runs, dense" in out
+    code, out, _ = run(capsys, *args, "--format", "json")
+    record = json.loads(out)["extra"]["track_record"]
+    assert record["classes"][0]["class"] == "published H100 training runs, dense"
