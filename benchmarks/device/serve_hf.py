@@ -2,8 +2,9 @@
 hf profile: random-weight Llamas of two sizes, several request counts, lengths and arrivals,
 CUDA graphs off and (forced) on. One results file with every run's per-request timestamps.
 
-    python3 benchmarks/device/serve_hf.py OUT.json [--only NAME ...]
+    python3 benchmarks/device/serve_hf.py OUT.json [--families|--families2] [--only NAME ...]
     python3 benchmarks/device/serve_hf.py OUT.json --families   # the held-out families' runs
+    python3 benchmarks/device/serve_hf.py OUT.json --families2  # two more, no preset of theirs
     python3 benchmarks/device/serve_hf.py --closed   # the names of the closed-loop runs
 """
 
@@ -82,6 +83,25 @@ def families() -> list[tuple[str, str, list, dict, int]]:
     return out
 
 
+def families2() -> list[tuple[str, str | dict, list, dict, int]]:
+    """Two more families no serving run had met (serve_hf_families2.json, every run held out),
+    their configs as e2e_hf.py builds them (no preset: the run keeps its config): Qwen3-8B
+    (RMSNorm on q and k, 32 heads over 8 KV heads, a 152k vocabulary) and Phi-3-mini (32
+    KV heads, head 96, and a 2,047-token sliding window on every layer, which the 2,048-token
+    prompts cross); the same four workloads as families()."""
+    from e2e_hf import QWEN3_8B, _hf
+
+    out = []
+    for name, cfg in (("qwen3-8b", dict(QWEN3_8B)), ("phi-3-mini", _hf("phi-3-mini-4k-instruct"))):
+        out += [
+            (f"{name}_n64_512x128", cfg, fixed(64, 512, 128), {}, 0),
+            (f"{name}_n64_2048x64", cfg, fixed(64, 2048, 64), {}, 0),
+            (f"{name}_poisson8_n120_512x128", cfg, poisson(120, 8.0, 512, 128), {}, 0),
+            (f"{name}_c16_drawn_512x128", cfg, drawn(96, 512, 128), {}, 16),
+        ]
+    return out
+
+
 def runs() -> list[tuple[str, str, list, dict, int]]:
     out = []
     for model, rate in (("llama3.2-1b", 24.0), ("llama3-8b", 8.0)):
@@ -101,9 +121,10 @@ def main() -> None:
     if sys.argv[1:] == ["--closed"]:  # the names of the closed-loop runs
         print(" ".join(r[0] for r in closed_loops()))
         return
-    path = Path(sys.argv[1])
-    only = set(sys.argv[3:]) if len(sys.argv) > 2 and sys.argv[2] == "--only" else None
-    chosen = families() if sys.argv[2:] == ["--families"] else runs()
+    path, args = Path(sys.argv[1]), sys.argv[2:]
+    pick = {"--families": families, "--families2": families2}
+    chosen = pick[args.pop(0)]() if args and args[0] in pick else runs()
+    only = set(args[1:]) if args[:1] == ["--only"] else None
     from gpuperf.measure.calibration import measure_attn_plan
 
     # The host's cuDNN plan of a new SDPA shape (the hf engine's step_plans are in its units).
@@ -111,15 +132,17 @@ def main() -> None:
     for name, model, reqs, cb, users in chosen:
         if only and name not in only:
             continue
-        spec = {"config": config(model), "requests": reqs, "cb": {**CB, **cb}, "dtype": "bf16",
-                "seed": 0, "label": name, "preset": model, "concurrency": users}  # fmt: skip
+        preset = model if isinstance(model, str) else None  # else the config itself
+        spec = {"config": config(model) if preset else model, "requests": reqs,
+                "cb": {**CB, **cb}, "dtype": "bf16", "seed": 0, "label": name, "preset": preset,
+                "concurrency": users}  # fmt: skip
         start = time.perf_counter()
         try:
             out = run(spec)
-            out["preset"] = model
+            out["preset"] = preset
             err = None
         except Exception as exc:  # noqa: BLE001 (a run that fails is recorded, the rest go on)
-            out = {"label": name, "preset": model, "cb": spec["cb"], "requests": []}
+            out = {"label": name, "preset": preset, "cb": spec["cb"], "requests": []}
             err = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
         out["error"] = err
