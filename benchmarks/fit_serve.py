@@ -34,6 +34,14 @@ PARAMS = ("step_overhead", "eager_step", "per_seq", "per_kv_token")
 GPU_NAMES = {"h100-sxm5-80gb": "h100", "h200-sxm-141gb": "h200"}
 
 
+def hf_params() -> dict[str, float]:
+    """The hf profile's host terms (PARAMS), as it ships."""
+    from gpuperf.step.serve_engines import load_engine
+
+    hf = load_engine("hf")
+    return {k: getattr(hf, k) for k in PARAMS}
+
+
 def measured(run: dict) -> dict[str, float]:
     return {k: v for k, v in metrics(run["requests"]).items() if k in COMPARED}
 
@@ -105,10 +113,7 @@ def main() -> None:
     gpu = GPU_NAMES.get(args.gpu, args.gpu)
     runs = [r for r in data["runs"] if not r.get("error")]
     fit_runs = [r for r in runs if r["label"] in FIT_RUNS]
-    from gpuperf.step.serve_engines import load_engine
-
-    hf = load_engine("hf")
-    params = {k: getattr(hf, k) for k in PARAMS}
+    params = hf_params()
     if args.no_fit:
         fit_runs = []
     else:
@@ -138,10 +143,7 @@ def main() -> None:
 def held_out(gpu_dir: Path) -> dict[str, list[float]]:
     """Each compared metric's errors (prediction / measurement - 1) over the folder's serving
     runs that no fit used, with the hf profile as it is."""
-    from gpuperf.step.serve_engines import load_engine
-
-    hf = load_engine("hf")
-    params = {k: getattr(hf, k) for k in PARAMS}
+    params = hf_params()
     out: dict[str, list[float]] = {k: [] for k in COMPARED}
     for name in HELD_FILES:
         path = gpu_dir / name

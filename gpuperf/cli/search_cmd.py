@@ -131,8 +131,6 @@ def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batc
     )
     record = res.best.extra.get("track_record") if res.best is not None else None
     if record:  # how sure the best plan's prediction is (gpuperf.step.track_record)
-        from rich.text import Text
+        from gpuperf.reports.tables import accuracy_text
 
-        from gpuperf.step.track_record import line
-
-        console.print(Text.assemble(("accuracy   ", "bold"), (line(record), "dim")))
+        console.print(accuracy_text(record))

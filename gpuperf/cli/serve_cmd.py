@@ -254,10 +254,8 @@ def render_plan(plan: Any, fmt: str) -> None:
 
 
 def accuracy(console: Any, record: dict[str, Any]) -> None:
-    """The footer line of how sure the simulation is (gpuperf.step.track_record)."""
-    from rich.text import Text
-
-    from gpuperf.step.track_record import line
+    """The footer line of how sure the simulation is (reports.tables.accuracy_text)."""
+    from gpuperf.reports.tables import accuracy_text
 
     if record:
-        console.print(Text.assemble(("accuracy   ", "bold"), (line(record), "dim")))
+        console.print(accuracy_text(record))

@@ -168,6 +168,14 @@ _PLAN_PARTS = {"tp_comm": "TP comm", "cp_comm": "CP comm", "ep_comm": "EP comm",
                "pp_comm": "PP comm", "dp_comm": "DP comm", "bubble": "bubble"}  # fmt: skip
 
 
+def accuracy_text(record: dict[str, Any]) -> Text:
+    """The footer line of how sure a prediction or simulation is (gpuperf.step.track_record),
+    under every command's table."""
+    from rich.text import Text
+
+    return Text.assemble(("accuracy   ", "bold"), (track_line(record), "dim"))
+
+
 def summary_lines(result: Any) -> list[Text]:
     """Totals under the table: time, throughput, MFU, memory, warnings."""
     from rich.text import Text
@@ -235,7 +243,7 @@ def summary_lines(result: Any) -> list[Text]:
         )
     record = extra.get("track_record")
     if record:
-        lines.append(Text.assemble(("accuracy   ", "bold"), (track_line(record), "dim")))
+        lines.append(accuracy_text(record))
     for warning in getattr(result, "warnings", None) or []:
         lines.append(Text.assemble(("warning    ", "bold yellow"), warning))
     return lines

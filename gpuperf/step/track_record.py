@@ -99,10 +99,11 @@ def _entry(gpu: str, cls: str, *, transfer: bool = False) -> dict[str, Any] | No
     return None if got is None else {"class": cls, "gpu": gpu, **got}
 
 
-def _measured_chip(gpu: GpuSpec) -> str | None:
-    """The measured profile of this GPU's chip: its own, or the built-in one it describes (a
-    user's calibration of an H100, say)."""
-    gpus = _record().get("gpus", {})
+def _measured_chip(gpu: GpuSpec, measured: Any = None) -> str | None:
+    """The measured profile of this GPU's chip among `measured` (the names of the profiles that
+    have runs; default: the record's GPUs): its own, or the built-in one it describes (a user's
+    calibration of an H100, say)."""
+    gpus = _record().get("gpus", {}) if measured is None else measured
     if gpu.name in gpus:
         return gpu.name
     if gpu.params_from:
@@ -284,11 +285,7 @@ def for_serve(engine: str | None, gpu: GpuSpec, tp: int) -> dict[str, Any]:
         return _not_measured("an engine profile of the user's: the serving runs are of the "
                              "built-in ones" if engine is None else
                              f"no serving run of the {engine} profile")  # fmt: skip
-    chip = gpu.name if gpu.name in runs else None
-    if chip is None and not gpu.params_from:
-        from gpuperf.hardware.loader import load_gpu
-
-        chip = next((n for n in runs if gpu.same_chip(load_gpu(n))), None)
+    chip = _measured_chip(gpu, runs)
     if chip is None:
         return _not_measured(f"no {engine} serving run on {gpu.name} (runs on: "
                              f"{', '.join(sorted(runs))})")  # fmt: skip
