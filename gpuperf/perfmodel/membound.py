@@ -115,6 +115,17 @@ STRIDED_FNS = frozenset({"repeat_kv", "masked_fill", "act_chunk", "mul_chunk"})
 # its own (issue_generic in [model.extra]; benchmarks/device/eager_ew_probe.py).
 ISSUE_GENERIC = 100.0
 
+# Thread instructions per element of two kernels of PyTorch's masked_scatter_ (Hugging Face's
+# paged cache on a sliding-window layer: gpuperf.step.serve_steps), where a profile has not
+# measured its own (issue_<fn> in [model.extra]): the contiguous copy of a broadcast bool mask
+# (mask_copy, the direct-copy elementwise kernel with broadcast strides: 52-56) and cub's
+# prefix sum of it into int64 (scan, DeviceScanKernel: 154-161). Both from an H100's profiles
+# of Phi-3-mini served at two loads (serve_hf_profile_families2.json and its _decode twin: each
+# kernel's time per call, the gathered values from the gather kernel beside it, which the model
+# times within 0.3%); the scatter pass itself streams its bytes (within 2-5% of the same
+# profiles).
+ISSUE_DEFAULTS = {"mask_copy": 54.0, "scan": 157.0}
+
 
 # torch's _foreach ops (multi_tensor_apply, ATen/native/cuda/MultiTensorApply.cuh) cut a
 # parameter list into chunks of kChunkSize = 65536 elements and launch at most 320 of them
@@ -141,7 +152,7 @@ def elementwise_time(op: Elementwise, gpu: GpuSpec) -> OpTime:
     if op.generic:
         t_issue = issue_time("generic", op.numel, gpu, ISSUE_GENERIC)
     else:
-        t_issue = issue_time(op.fn, op.numel, gpu)
+        t_issue = issue_time(op.fn, op.numel, gpu, ISSUE_DEFAULTS.get(op.fn, 0.0))
     out = stream_time(op.cost(), gpu, vector=_vector(op.dtype), bw_eff=bw_eff, t_issue=t_issue)
     if op.foreach:
         per = float(gpu.params.extra.get("foreach_launch_s", FOREACH_LAUNCH_S))

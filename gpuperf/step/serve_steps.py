@@ -43,13 +43,33 @@ _FUSABLE = ("norm", "elementwise", "copy")
 # (transformers 5.17 PagedAttentionCache.update, whatever the lengths): it gathers the cache,
 # then puts the step's new tokens in with masked_scatter_ (mask = read_index == sentinel,
 # broadcast over heads and head_dim), then writes the cache. PyTorch's masked_scatter_ on CUDA
-# (aten/src/ATen/native/cuda IndexKernel.cpp/.cu) makes the broadcast mask contiguous (1 byte a
-# value written), prefix-sums it into int64 with cub (1 read, 8 written) and runs one
-# elementwise pass (value, mask and prefix read, value written): 19 bytes plus two values' per
-# value, K and V each. _WINDOW_CALLS: the Python calls that path adds per layer (the mask's
-# comparison and two masked_scatter_), each a host dispatch in eager steps.
-_SCATTER_BYTES = 19
+# (aten/src/ATen/native/cuda IndexKernel.cpp/.cu) runs three kernels per tensor: the broadcast
+# mask made contiguous (1 byte written a value, at the pace of its index arithmetic:
+# membound.ISSUE_DEFAULTS["mask_copy"]), cub's prefix sum of it into int64 (1 byte read, 8
+# written: ISSUE_DEFAULTS["scan"]) and one elementwise pass (mask, prefix and value read, value
+# written: _SCATTER_BYTES plus two values' bytes). Profiled on an H100 (Phi-3-mini,
+# serve_hf_profile_families2.json) the three take 2.5x the scatter pass's time, not the 1.8x
+# that their bytes alone would. _WINDOW_CALLS: the Python calls that path adds per layer (the
+# mask's comparison and two masked_scatter_), each a host dispatch in eager steps.
+_SCATTER_BYTES = 9
 _WINDOW_CALLS = 3
+
+
+def window_scatter(op: Op, gathered: int) -> tuple[Op, Op, Op]:
+    """The kernels of one masked_scatter_ of a sliding-window layer's step (K or V) into the
+    `gathered` cached tokens of `op`'s attention: the mask made contiguous, its prefix sum, the
+    scatter (module notes at _SCATTER_BYTES)."""
+    from gpuperf.dtypes import BYTES
+    from gpuperf.perfmodel.ops import Copy, Elementwise
+
+    values = gathered * op.kv_heads * op.head_dim  # type: ignore[attr-defined]
+    dtype = op.kv_dtype or op.dtype  # type: ignore[attr-defined]
+    scatter = values * (_SCATTER_BYTES + 2 * BYTES[dtype]) // 2  # Copy reads and writes nbytes
+    return (
+        Elementwise("attn/window_mask", "mask_copy", values, n_in=0, dtype="int8"),  # bool
+        Elementwise("attn/window_prefix_sum", "scan", values, dtype="int8", n_out=8),  # int64
+        Copy("attn/window_scatter", scatter, dtype),
+    )
 
 
 def _grid(limit: int) -> list[int]:
@@ -229,9 +249,7 @@ class StepTimer:
         gathered = keys if past else 0
         t = self._kernel_s(coster, Copy("attn/gather", gathered * op.kv_heads * elt, op.dtype))
         if window and gathered:  # K and V each: masked_scatter_ of the step's new tokens
-            values = gathered * op.kv_heads * op.head_dim
-            scatter = values * (_SCATTER_BYTES + 2 * BYTES[op.kv_dtype or op.dtype]) // 2
-            t += 2 * self._kernel_s(coster, Copy("attn/window_scatter", scatter, op.dtype))
+            t += 2 * sum(self._kernel_s(coster, k) for k in window_scatter(op, gathered))
         if op.heads != op.kv_heads:
             t += self._kernel_s(coster, Copy("attn/repeat_kv", keys * op.heads * elt, op.dtype))
         q = max(1, n_dec + sum(c for c, _ in chunks))

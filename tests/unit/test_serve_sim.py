@@ -152,13 +152,11 @@ def test_the_step_timer_is_the_step_engine():
 def test_hf_sliding_window_layers_pay_their_cache_path_below_the_window():
     """Hugging Face's paged cache scatters a sliding layer's new keys and values into the
     gathered cache (masked_scatter_) at any length: a Mistral step below its 4096-token window
-    costs the same step without the window plus two masked_scatter_ passes over the gathered K
-    and V of each of its 32 layers, and three host calls per layer in an eager step."""
-    from gpuperf.dtypes import BYTES
+    costs the same step without the window plus two masked_scatter_ (three kernels each) over the
+    gathered K and V of each of its 32 layers, and three host calls per layer in an eager step."""
     from gpuperf.hardware.loader import load_gpu
-    from gpuperf.perfmodel.ops import Copy
     from gpuperf.step.run import coster_for
-    from gpuperf.step.serve_steps import _SCATTER_BYTES, _WINDOW_CALLS, StepTimer
+    from gpuperf.step.serve_steps import _WINDOW_CALLS, StepTimer, window_scatter
     from gpuperf.workloads.config import load_model
     from gpuperf.workloads.scenario import Scenario
 
@@ -170,10 +168,11 @@ def test_hf_sliding_window_layers_pay_their_cache_path_below_the_window():
     n, ctx = 64, 600  # 64 decodes over 600 cached tokens each: eager (no graphs in hf)
     extra = window.step_s((), n, n * ctx, n) - plain.step_s((), n, n * ctx, n)
     keys = n * ctx + n  # the cache and the step's own tokens, gathered
-    values = keys * cfg.kv_heads * cfg.hd
-    scatter = Copy("attn/window_scatter", values * (_SCATTER_BYTES + 2 * BYTES["bf16"]) // 2)
+    attn = next(op for seg in window._layout(n, 0)[0] for op, _, what in seg.variable
+                if what == "attn_window")  # fmt: skip
     sc = replace(base, seq=n, batch=1, micro_batch=None)
-    one = coster_for(sc, window.where, 1.0).row(scatter)[7] * 1e-3
+    coster = coster_for(sc, window.where, 1.0)
+    one = sum(coster.row(k)[7] * 1e-3 for k in window_scatter(attn, keys))
     gpu_extra = cfg.layers * 2 * one
     host_extra = cfg.layers * _WINDOW_CALLS * gpu.params.host_dispatch_s
     assert gpu_extra > 0 and extra >= gpu_extra * 0.99  # the scatter, at least
@@ -417,3 +416,45 @@ def test_without_chunked_prefill_whole_prompts_join_the_decodes_unless_kept_apar
     _, held = run(reqs, replace(eng, batch_wait_iters=2, batch_wait_tokens=1.0))
     first = [i for i, (ch, _, _, _) in enumerate(held.steps) if ch == ((20, 0),)][0]
     assert first == [i for i, (ch, _, _, _) in enumerate(mixed.steps) if ch == ((20, 0),)][0] + 2
+
+
+def test_hf_window_scatter_kernels_match_their_profiles():
+    """The three kernels of a sliding layer's masked_scatter_ (window_scatter) against their
+    times per call in two H100 profiles of Phi-3-mini served at two loads, the values per call
+    read from the gather kernel beside them (4 bytes a value, read and written)."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.perfmodel.ops import Copy
+    from gpuperf.step.cost import Coster
+    from gpuperf.step.serve_steps import window_scatter
+    from gpuperf.workloads.scenario import Scenario
+
+    coster = Coster(load_gpu("h100"), None, Scenario(mode="prefill", impl="eager"))
+    ms = lambda op: coster.row(op)[7]  # noqa: E731
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h100-sxm5-80gb"
+    kernels = {"gather": "vectorized_gather_kernel", "mask": "direct_copy_kernel",
+               "scan": "DeviceScanKernel", "scatter": "launch_masked_scatter_kernel"}  # fmt: skip
+    for name in ("serve_hf_profile_families2.json", "serve_hf_profile_families2_decode.json"):
+        run = next(r for r in json.loads((results / name).read_text())["runs"]
+                   if r["model"] == "phi-3-mini")  # fmt: skip
+        per_call = {}
+        for key, needle in kernels.items():
+            # the mask copy: the direct copy launched exactly once per masked_scatter_
+            calls = [g for g in run["gpu_top"] if needle in g["name"]]
+            if key == "mask":
+                scatters = next(
+                    g["count"] for g in run["gpu_top"] if kernels["scatter"] in g["name"]
+                )
+                calls = [g for g in calls if g["count"] == scatters]
+            per_call[key] = calls[0]["us"] / calls[0]["count"] * 1e-3  # ms
+        lo, hi = 1, 1 << 32  # the gathered values whose gather takes the measured time
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if ms(Copy("g", 2 * mid)) < per_call["gather"] else (lo, mid)
+        op = SimpleNamespace(kv_heads=32, head_dim=96, kv_dtype=None, dtype="bf16")
+        mask, scan, scatter = (ms(k) for k in window_scatter(op, lo // (32 * 96)))
+        for got, want in ((mask, "mask"), (scan, "scan"), (scatter, "scatter")):
+            assert got == pytest.approx(per_call[want], rel=0.1), (name, want)
