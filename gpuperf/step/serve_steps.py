@@ -240,7 +240,7 @@ class StepTimer:
         all the step's queries against all of it; a sliding-window layer also scatters the
         step's new keys and values into what it gathered (_SCATTER_BYTES)."""
         from gpuperf.dtypes import BYTES
-        from gpuperf.perfmodel.ops import Attention, Copy
+        from gpuperf.perfmodel.ops import Attention, Copy, Elementwise
 
         past = n_dec * ctx_mean + sum(p for _, p in chunks)
         keys = past + sum(c for c, _ in chunks)  # the cache and the step's own tokens
@@ -250,8 +250,11 @@ class StepTimer:
         t = self._kernel_s(coster, Copy("attn/gather", gathered * op.kv_heads * elt, op.dtype))
         if window and gathered:  # K and V each: masked_scatter_ of the step's new tokens
             t += 2 * sum(self._kernel_s(coster, k) for k in window_scatter(op, gathered))
-        if op.heads != op.kv_heads:
-            t += self._kernel_s(coster, Copy("attn/repeat_kv", keys * op.heads * elt, op.dtype))
+        if op.heads != op.kv_heads:  # repeat_kv, K and V: as the eager layer's (transformer_layers)
+            full = keys * op.heads * op.head_dim
+            kv = op.kv_dtype or op.dtype
+            rep = Elementwise("attn/repeat_k", "repeat_kv", full, 1, 1, kv, None, 0.0)
+            t += 2 * self._kernel_s(coster, rep)
         q = max(1, n_dec + sum(c for c, _ in chunks))
         return t + self._kernel_s(
             coster,

@@ -458,3 +458,36 @@ def test_hf_window_scatter_kernels_match_their_profiles():
         mask, scan, scatter = (ms(k) for k in window_scatter(op, lo // (32 * 96)))
         for got, want in ((mask, "mask"), (scan, "scan"), (scatter, "scatter")):
             assert got == pytest.approx(per_call[want], rel=0.1), (name, want)
+
+
+def test_hf_gathered_attention_repeats_kv_heads_as_the_eager_layer_does():
+    """Hugging Face's paged|sdpa step gathers the cache's K and V, then repeat_kv copies each to
+    every query head with the same non-vectorized kernel the eager layer runs (transformer_layers'
+    attn/repeat_k and attn/repeat_v), then one masked SDPA: its attention time is those parts."""
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.perfmodel.ops import Attention, Copy, Elementwise
+    from gpuperf.step.run import coster_for
+    from gpuperf.step.serve_steps import StepTimer
+    from gpuperf.workloads.config import load_model
+    from gpuperf.workloads.scenario import Scenario
+
+    cfg, gpu = load_model("llama3-8b"), load_gpu("h100")
+    base = Scenario(mode="prefill")
+    timer = StepTimer(cfg, gpu, None, load_engine("hf"), base)
+    n, ctx = 16, 600
+    attn = next(op for seg in timer._layout(n, 0)[0] for op, _, what in seg.variable
+                if what == "attn")  # fmt: skip
+    coster = coster_for(replace(base, seq=n, batch=1, micro_batch=None), timer.where, 1.0)
+    keys = n * ctx  # the decodes' contexts, each holding its step's own token
+    full = keys * cfg.heads * cfg.hd
+    parts = (
+        Copy("attn/gather", keys * cfg.kv_heads * 2 * cfg.hd * 2, "bf16"),
+        Elementwise("attn/repeat_k", "repeat_kv", full, 1, 1, "bf16", None, 0.0),
+        Elementwise("attn/repeat_v", "repeat_kv", full, 1, 1, "bf16", None, 0.0),
+        Attention(attn.name, 1, cfg.heads, cfg.heads, n, keys, cfg.hd, False, "bf16", mask=True),
+    )
+    want = sum(coster.row(op)[7] * 1e-3 for op in parts)
+    assert timer._gathered(coster, attn, n, ctx, ()) == pytest.approx(want, rel=1e-9)
+    # the repeat is the non-vectorized copy's pace, slower than a plain copy of its bytes
+    plain = coster.row(Copy("c", full * 2, "bf16"))[7]
+    assert coster.row(parts[1])[7] > 1.2 * plain
