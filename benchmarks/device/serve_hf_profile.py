@@ -33,10 +33,32 @@ def _config(name: str) -> dict:
     return load_config(name)
 
 
+def warmed(name: str, n: int, new: int, torch):  # noqa: ANN001, ANN201
+    """`name`'s random-weight model on the GPU, n prompts of 512 random tokens, the generation
+    and batching configs (2,048-token budget, 512 blocks of 256), after one warm-up batch."""
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    cfg = _config(name)
+    model = _model(cfg, "bf16", torch)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(cfg["vocab_size"]) for _ in range(512)] for _ in range(n)]
+    cbc = ContinuousBatchingConfig(
+        block_size=256,
+        num_blocks=512,
+        max_batch_tokens=2048,
+        allow_block_sharing=False,
+        scheduler_type="fifo",
+    )
+    gc = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=-1)
+    model.generate_batch(inputs=prompts[:4], generation_config=gc,
+                         continuous_batching_config=cbc, progress_bar=False)  # fmt: skip
+    torch.cuda.synchronize()
+    return model, prompts, gc, cbc
+
+
 def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
-    from transformers import ContinuousBatchingConfig, GenerationConfig
 
     from gpuperf.measure.env import environment
 
@@ -51,21 +73,7 @@ def main() -> None:
     out = {"env": env, "requests": n, "input_tokens": 512, "new_tokens": new,
            "runs": []}  # fmt: skip
     for name in args or ("llama3-8b", "llama3.2-1b"):
-        cfg = _config(name)
-        model = _model(cfg, "bf16", torch)
-        rng = random.Random(0)
-        prompts = [[rng.randrange(cfg["vocab_size"]) for _ in range(512)] for _ in range(n)]
-        cbc = ContinuousBatchingConfig(
-            block_size=256,
-            num_blocks=512,
-            max_batch_tokens=2048,
-            allow_block_sharing=False,
-            scheduler_type="fifo",
-        )
-        gc = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=-1)
-        model.generate_batch(inputs=prompts[:4], generation_config=gc,
-                             continuous_batching_config=cbc, progress_bar=False)  # fmt: skip
-        torch.cuda.synchronize()
+        model, prompts, gc, cbc = warmed(name, n, new, torch)
         t0 = time.perf_counter()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             res = model.generate_batch(inputs=prompts, generation_config=gc,

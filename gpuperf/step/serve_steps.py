@@ -250,11 +250,20 @@ class StepTimer:
         t = self._kernel_s(coster, Copy("attn/gather", gathered * op.kv_heads * elt, op.dtype))
         if window and gathered:  # K and V each: masked_scatter_ of the step's new tokens
             t += 2 * sum(self._kernel_s(coster, k) for k in window_scatter(op, gathered))
-        if op.heads != op.kv_heads:  # repeat_kv, K and V: as the eager layer's (transformer_layers)
-            full = keys * op.heads * op.head_dim
-            kv = op.kv_dtype or op.dtype
-            rep = Elementwise("attn/repeat_k", "repeat_kv", full, 1, 1, kv, None, 0.0)
-            t += 2 * self._kernel_s(coster, rep)
+        # K and V, gathered as [keys, heads, dim], reach SDPA as a transposed view: repeat_kv
+        # copies each to every query head (GQA, as the eager layer's op: transformer_layers),
+        # and without GQA PyTorch's cuDNN SDPA makes each contiguous, a non-vectorized copy as
+        # cp_torch's (serve_hf_copy_probe.json: Phi-3-mini's [1, 32, keys, 96] K and V, 65 us
+        # a call, +8% in the median of its 36 shapes). A CUDA-graph decode's layer has
+        # repeated them already (op.kv_heads == op.heads there).
+        full = keys * op.heads * op.head_dim
+        kv = op.kv_dtype or op.dtype
+        if op.heads != op.kv_heads:
+            copy = Elementwise("attn/repeat_k", "repeat_kv", full, 1, 1, kv, None, 0.0)
+            t += 2 * self._kernel_s(coster, copy)
+        elif self.cfg.kv_heads == self.cfg.heads:
+            copy = Elementwise("attn/k_contiguous", "copy", full, 1, 1, kv, generic=True)
+            t += 2 * self._kernel_s(coster, copy)
         q = max(1, n_dec + sum(c for c, _ in chunks))
         return t + self._kernel_s(
             coster,

@@ -491,3 +491,35 @@ def test_hf_gathered_attention_repeats_kv_heads_as_the_eager_layer_does():
     # the repeat is the non-vectorized copy's pace, slower than a plain copy of its bytes
     plain = coster.row(Copy("c", full * 2, "bf16"))[7]
     assert coster.row(parts[1])[7] > 1.2 * plain
+
+
+def test_hf_gathered_attention_without_gqa_copies_the_transposed_kv_once_each():
+    """Without GQA no repeat_kv copies K and V, so PyTorch's SDPA makes the transposed views
+    contiguous (two non-vectorized copies, as cp_torch's); with GQA the repeat is the copy, and
+    a CUDA-graph decode layer that repeated them already adds nothing."""
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.perfmodel.ops import Elementwise
+    from gpuperf.step.run import coster_for
+    from gpuperf.step.serve_steps import StepTimer
+    from gpuperf.workloads.config import load_model
+    from gpuperf.workloads.scenario import Scenario
+
+    gqa = load_model("llama3-8b")
+    base, gpu, hf = Scenario(mode="prefill"), load_gpu("h100"), load_engine("hf")
+    n, ctx = 16, 600
+    seen = {}
+    for label, cfg in (("gqa", gqa), ("mha", replace(gqa, num_key_value_heads=gqa.heads))):
+        timer = StepTimer(cfg, gpu, None, hf, base)
+        attn = next(op for seg in timer._layout(n, 0)[0] for op, _, what in seg.variable
+                    if what == "attn")  # fmt: skip
+        coster = coster_for(replace(base, seq=n, batch=1, micro_batch=None), timer.where, 1.0)
+        seen[label] = (timer, coster, attn)
+    timer, coster, attn = seen["mha"]
+    plain = replace(attn, name="x")  # the same op on a GQA model's timer that had repeated it
+    full = n * ctx * attn.heads * attn.head_dim
+    copy = coster.row(Elementwise("attn/k_contiguous", "copy", full, 1, 1, "bf16", generic=True))
+    gqa_timer, gqa_coster, _ = seen["gqa"]
+    with_copies = timer._gathered(coster, attn, n, ctx, ())
+    without = gqa_timer._gathered(coster, plain, n, ctx, ())  # heads == kv_heads on a GQA model
+    assert with_copies - without == pytest.approx(2 * copy[7] * 1e-3, rel=1e-9)
+    assert copy[7] > 0
