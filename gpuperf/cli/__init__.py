@@ -6,13 +6,14 @@ Subcommands are imported only when invoked, so `gpuperf predict` never pays for 
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -102,6 +103,10 @@ def main(argv: list[str] | None = None) -> None:
     except StdoutClosed:
         _drop_stdout()
         sys.exit(0)
+    except OSError as exc:
+        if exc.errno not in _CANNOT_WRITE:
+            raise
+        _cannot_write(exc)
     except SystemExit:
         # Output still buffered goes now, while a closed pipe can be told apart; at the
         # interpreter's exit it would print "Exception ignored ... BrokenPipeError".
@@ -109,10 +114,26 @@ def main(argv: list[str] | None = None) -> None:
             sys.stdout.flush()
         except BrokenPipeError:
             _drop_stdout()
+        except OSError as exc:
+            if exc.errno not in _CANNOT_WRITE:
+                raise
+            _cannot_write(exc)
         raise
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
+
+
+# Writing the output failed for want of room or a device (stdout on a full disk, /dev/full):
+# the machine's state, not the input or a bug, so one line and exit 3 (cannot run here).
+_CANNOT_WRITE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def _cannot_write(exc: OSError) -> NoReturn:
+    _drop_stdout()  # what is left in stdout's buffer would fail again at exit
+    reason = exc.strerror or str(exc)
+    click.echo(f"gpuperf: error: cannot write the output: {reason}", err=True)
+    sys.exit(3)
 
 
 def _stdout_closed() -> bool:

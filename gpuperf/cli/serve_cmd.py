@@ -225,8 +225,8 @@ def render_plan(plan: Any, fmt: str) -> None:
 
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(head)
-        for r in rows:
-            w.writerow("" if v is None else v for v in r)
+        for r in rows:  # no number (None, or NaN: no request had the metric): an empty cell
+            w.writerow("" if v is None or v != v else v for v in r)
         return
     from rich.table import Table
 
@@ -236,13 +236,19 @@ def render_plan(plan: Any, fmt: str) -> None:
     table = Table(title=f"{plan.model} on {plan.gpus} x {plan.gpu}, {plan.engine}: {slo}")
     for h in ("split", "req/s in SLO", "out tok/s/GPU", "TTFT p90 (ms)", "TPOT p90 (ms)", "note"):
         table.add_column(h, justify="left" if h in ("split", "note") else "right")
+    below = []  # notes too long for a cell: whole, under the table
     for r in rows:
         best = plan.best is not None and r[0] == f"tp{plan.best.tp} x {plan.best.replicas}"
-        note = r[7] if len(r[7]) <= 48 else r[7][:47] + "…"
+        note = r[7]
+        if len(note) > 32:
+            below.append(f"{r[0]}: {note}")
+            note = "see below"
         table.add_row(r[0] + (" *" if best else ""), f"{r[3]:.2f}", f"{r[4]:,.0f}", _ms(r[5]),
                       _ms(r[6]), note)  # fmt: skip
     console = make_console()
     console.print(table)
+    for line in below:
+        console.print(line, markup=False)
     if plan.best is None:
         console.print("no split meets the SLO at any rate", markup=False)
     else:

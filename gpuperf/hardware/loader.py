@@ -45,6 +45,7 @@ GPU_NUMBERS: dict[str, tuple[str, float, bool, bool]] = {
     "smem_per_sm_kib": ("smem_per_sm_bytes", 2**10, False, False),
     "nvlink_gbps_per_direction": ("nvlink_bw", 1e9, False, True),
     "pcie_gbps_per_direction": ("pcie_bw", 1e9, False, False),
+    "nvlink_gpus": ("nvlink_gpus", 1, True, True),
 }
 SYSTEM_NUMBERS: dict[str, tuple[str, float, bool, bool]] = {
     "gpus_per_node": ("gpus_per_node", 1, True, False),
@@ -318,9 +319,14 @@ def _peaks(raw: dict, origin: str) -> dict:
     if not isinstance(table, dict) or not table:
         raise InputError(f"{origin}: [peak_tflops] must be a non-empty table of dtype = TFLOP/s")
     _check_keys(table, DTYPES, origin, "peak_tflops.")
-    return {
-        dt: _number(table[dt], f"peak_tflops.{dt}", origin) * 1e12 for dt in DTYPES if dt in table
-    }
+    out = {}
+    for dt in (d for d in DTYPES if d in table):
+        value = _number(table[dt], f"peak_tflops.{dt}", origin)
+        if value < MIN_VALUE:  # a millionth of a TFLOP/s: a typo; 1/it overflows
+            raise InputError(f"{origin}: peak_tflops.{dt} must be at least {MIN_VALUE:g} "
+                             f"TFLOP/s, got {shown(value)}")  # fmt: skip
+        out[dt] = value * 1e12
+    return out
 
 
 # [model] fields that are fractions (at most 1); the first set divides, so it cannot be 0 either.
@@ -427,7 +433,8 @@ def _spec_sources(raw: dict, origin: str, numbers: dict, peaks: tuple[str, ...] 
 
 def _gpu_from_raw(raw: dict, name: str, origin: str) -> GpuSpec:
     _check_keys(raw, _GPU_KEYS, origin)
-    required = tuple(k for k in GPU_NUMBERS if k != "nvlink_gbps_per_direction")
+    required = tuple(k for k in GPU_NUMBERS if k not in ("nvlink_gbps_per_direction",
+                                                         "nvlink_gpus"))  # fmt: skip
     _require(raw, (*_GPU_REQUIRED_STR, *required, "peak_tflops"), origin)
     for key in ("aliases", "nvml_names"):
         _string_list(raw, key, origin)

@@ -113,6 +113,9 @@ class GpuSpec:
     path: str = ""  # the file it was loaded from
     # a calibrated profile whose time-model parameters this uncalibrated one starts from
     params_from: str = ""
+    # GPUs its NVLink joins without a system: 2 for a PCIe card's NVLink bridge (the rest of a
+    # node then talks over PCIe, and no NVSwitch means no NVLS); 0: every GPU of the node
+    nvlink_gpus: int = 0
 
     def __hash__(self) -> int:
         # Mapping fields are not hashable; name, file and the headline numbers identify a spec well

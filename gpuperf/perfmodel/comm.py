@@ -107,7 +107,8 @@ def topology(
 ) -> nccl.Topo:
     """The communicator's shape. With a system: ranks ≤ gpus_per_node is one node, otherwise
     ceil(ranks / gpus_per_node) nodes (or `nodes`, e.g. one rank per node for a DP group under TP),
-    one NIC per GPU. Without: one node of `ranks` GPUs joined by gpu.nvlink_bw (PCIe if 0)."""
+    one NIC per GPU. Without: one node of `ranks` GPUs joined by gpu.nvlink_bw through NVSwitch
+    (PCIe if 0, or beyond the gpu.nvlink_gpus an NVLink bridge joins)."""
     if ranks < 1:
         raise InputError(f"number of ranks must be positive, got {ranks}")
     gpn = system.gpus_per_node if system else ranks
@@ -122,6 +123,9 @@ def topology(
         raise InputError(f"{ranks // nodes} ranks per node but {name} has {gpn} GPUs per node")
     arch = gpu.arch if gpu.arch in nccl.ARCH_INDEX else "ampere"
     nvlink = system.nvlink_bw if system else gpu.nvlink_bw
+    bridged = system is None and gpu.nvlink_gpus > 0  # a PCIe card's NVLink bridge
+    if bridged and ranks > gpu.nvlink_gpus:  # a ring through every GPU crosses PCIe
+        nvlink = 0.0
     pci = gpu.pcie_bw * tables.pci_bw_factor / 1e9
     if nvlink > 0:
         links = nvlink / 1e9 / tables.nvlink_link_datasheet_bw.get(arch, 25.0)
@@ -134,7 +138,7 @@ def topology(
     if nodes > 1 and nic_bw <= 0:
         name = system.name if system else "the node"
         raise InputError(f"system {name} has no compute NICs; it cannot span nodes")
-    nvswitch = system.nvswitch if system else True
+    nvswitch = system.nvswitch if system else not bridged
     return nccl.Topo(ranks, nodes, arch, hw, intra_bw, nic_bw, cpu, nvswitch)  # type: ignore[arg-type]
 
 

@@ -49,9 +49,11 @@ def custom_applies(op: Collective, gpu: GpuSpec, system: SystemSpec | None) -> b
     """Whether an engine's custom kernel runs this collective (else NCCL does): an all-reduce of
     NVLink-connected GPUs of one node, all-to-all connected beyond two (vLLM turns it off for
     more than two GPUs that are not: the system's nvswitch; without a system gpuperf assumes
-    it, as its NCCL model does)."""
+    it, as its NCCL model does, but for a PCIe card's NVLink bridge: its gpu.nvlink_gpus)."""
     per_node = system.gpus_per_node if system is not None else CUSTOM_AR_MAX_RANKS
-    all_to_all = system.nvswitch if system is not None else True
+    if system is None and gpu.nvlink_gpus:  # an NVLink bridge: only the GPUs it joins
+        per_node = gpu.nvlink_gpus
+    all_to_all = system.nvswitch if system is not None else not gpu.nvlink_gpus
     return (
         op.coll == "allreduce"
         and gpu.nvlink_bw > 0

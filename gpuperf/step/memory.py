@@ -489,3 +489,15 @@ def busiest(cfg: ModelConfig, sc: Scenario, g: Groups) -> dict[str, float]:
 
 def total_bytes(breakdown: dict[str, float]) -> float:
     return math.fsum(breakdown.get(k, 0.0) for k in KEYS)
+
+
+def over(breakdown: dict[str, float], capacity: float) -> str:
+    """What a breakdown that does not fit needs, beside the capacity, and its largest term:
+    'needs 90.1 GiB per GPU of 73.6 GiB usable; weights alone is 60.0 GiB (weights 60.0 GiB,
+    ...)'."""
+    from gpuperf.units import fmt_bytes
+
+    terms = sorted(((v, k) for k, v in breakdown.items() if v), reverse=True)
+    parts = ", ".join(f"{k} {fmt_bytes(v)}" for v, k in terms)
+    return (f"needs {fmt_bytes(total_bytes(breakdown))} per GPU of {fmt_bytes(capacity)} usable; "
+            f"{terms[0][1]} alone is {fmt_bytes(terms[0][0])} ({parts})")  # fmt: skip

@@ -497,8 +497,7 @@ def throughput(pred: Prediction, gpu: GpuSpec, sc: Scenario, tokens: int, out_to
 
 def _finish(pred: Prediction, cfg: ModelConfig, sc: Scenario, where: Placement) -> None:
     """Model name, scenario, the positions warning, memory against the one capacity rule."""
-    from gpuperf.step.memory import total_bytes, usable_bytes
-    from gpuperf.units import fmt_bytes
+    from gpuperf.step.memory import over, total_bytes, usable_bytes
     from gpuperf.workloads.config import quantization_warning
 
     pred.model = getattr(cfg, "name", "") or "model"
@@ -524,10 +523,4 @@ def _finish(pred: Prediction, cfg: ModelConfig, sc: Scenario, where: Placement) 
     need = total_bytes(pred.memory)
     pred.fits = need <= capacity
     if not pred.fits:
-        terms = sorted(((v, k) for k, v in pred.memory.items() if v), reverse=True)
-        parts = ", ".join(f"{k} {fmt_bytes(v)}" for v, k in terms)
-        pred.warnings.insert(
-            0,
-            f"does not fit: needs {fmt_bytes(need)} per GPU of {fmt_bytes(capacity)} usable; "
-            f"{terms[0][1]} alone is {fmt_bytes(terms[0][0])} ({parts})",
-        )
+        pred.warnings.insert(0, f"does not fit: {over(pred.memory, capacity)}")

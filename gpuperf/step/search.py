@@ -313,25 +313,52 @@ def search(
     found.sort(key=lambda f: (f[1].step_time, f[0]))  # ties: in the order enumerated
     results = [r for _, r in found]
     seconds = time.perf_counter() - start
-    if not evaluated and specs:  # every plan refused: say why, from the first
-        try:
-            _evaluate(engine, specs[0], nodes)
-        except InputError as exc:
-            raise InputError(f"no plan of {cfg.name} can run on {gpus} GPUs of {system.name}: "
-                             f"{exc}") from None  # fmt: skip
     if not specs:
         raise InputError(f"no plan of {cfg.name} can be built on {gpus} GPUs of {system.name}, "
                          "as every split of them into tp·pp·dp breaks a rule: "
                          f"{no_split(cfg, system, gpus, mode, global_batch, batch)}")  # fmt: skip
     if not results:
-        raise InputError(
-            f"no plan of {cfg.name} fits on {gpus} GPUs of {system.name} "
-            f"({evaluated} tried); add GPUs or lower the batch"
-        )
+        raise InputError(f"no plan of {cfg.name} runs on {gpus} GPUs of {system.name}: "
+                         f"{why_none(engine, specs, nodes)}")  # fmt: skip
     best = results[0].scenario
     prediction = predict(cfg, best, place(cfg, best, system.gpu, system, nodes))
     return SearchResult(results[:top], evaluated, fitting, seconds, explain(results),
                         cfg.name, system.name, gpus, prediction)  # fmt: skip
+
+
+def why_none(engine: Engine, specs: list[dict], nodes: int | None) -> str:
+    """Why none of `specs` runs (the search's error path only): how many do not fit, with the
+    smallest's memory against the GPU, and how many a rule refuses, with the first rule."""
+    from gpuperf.step.memory import busiest, over
+    from gpuperf.workloads.step_work import build
+
+    capacity = usable_bytes(engine.gpu)
+    smallest: tuple[float, dict, Scenario] | None = None
+    big = ruled = 0
+    rule = ""
+    for spec in specs:
+        try:  # a rule first: a plan that cannot run at all is not "too big"
+            sc = Scenario(**spec)
+            where = place(engine.cfg, sc, engine.gpu, engine.system, nodes)
+            memory = busiest(engine.cfg, sc, where.groups)
+            engine.cost(sc, where, build(engine.cfg, sc, where.groups), memory)
+        except InputError as exc:
+            ruled, rule = ruled + 1, rule or str(exc)
+            continue
+        need = total_bytes(memory)
+        if need <= capacity:  # (the search found none such: a plan it dropped for a rule)
+            continue
+        big += 1
+        if smallest is None or need < smallest[0]:
+            smallest = (need, memory, sc)
+    parts = []
+    if smallest is not None:
+        _, memory, sc = smallest
+        parts.append(f"{big} of {len(specs)} do not fit (the smallest, {sc.label()}, "
+                     f"{over(memory, capacity)}); add GPUs or lower the batch")  # fmt: skip
+    if ruled:
+        parts.insert(0, f"{ruled} of {len(specs)} plans are refused: {rule}")
+    return "; ".join(parts) or "every plan was refused"
 
 
 def nodes_for(system: SystemSpec, gpus: int) -> int | None:

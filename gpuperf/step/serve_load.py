@@ -136,7 +136,7 @@ def make_workload(isl: Lengths, osl: Lengths, *, requests: int | None = None,
     if rate is None:
         reqs = tuple(Request(0.0, isl.draw(rng), osl.draw(rng)) for _ in range(n))
         return Workload(reqs, 0, f"{n} requests at once")
-    if not isinstance(rate, int | float) or isinstance(rate, bool) or not 1e-6 <= rate < 1e9:
+    if not isinstance(rate, int | float) or isinstance(rate, bool) or not 1e-6 <= rate <= 1e9:
         raise InputError(f"--rate must be from 1e-6 to 1e9 requests/s, got {shown(rate)}")
     t, out = 0.0, []
     for _ in range(n):

@@ -82,6 +82,14 @@ class Server:
         if kv_tokens is not None and (not isinstance(kv_tokens, int) or
                                       isinstance(kv_tokens, bool) or kv_tokens < 1):  # fmt: skip
             raise InputError(f"kv_tokens must be a whole number of tokens, got {shown(kv_tokens)}")
+        from gpuperf.workloads.groups import MAX_GPUS_WITHOUT_SYSTEM
+
+        per_node = system.gpus_per_node if system is not None else MAX_GPUS_WITHOUT_SYSTEM
+        if tp > per_node:
+            where = system.name if system is not None else "one node without --system"
+            raise InputError(f"tp={tp} spans nodes ({where}: {per_node} GPUs per node); a "
+                             "serving replica's tensor parallelism stays in one node: lower "
+                             "--tp")  # fmt: skip
         self.cfg, self.gpu, self.tp = cfg, gpu, tp
         self.engine = prof = engine_profile(engine, options)
         self.builtin = builtin_name(engine)
@@ -279,6 +287,11 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
     _check_progress(progress)
     n = 300 if requests is None else count_of(requests, "--requests")
     lengths = parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl")
+    if any(k.startswith("tpot") for k in targets):
+        answers = make_workload(*lengths, requests=n, seed=seed).requests
+        if max(r.output for r in answers) < 2:  # TPOT is the time between output tokens
+            raise InputError("a TPOT target needs answers of at least 2 tokens (--osl 2 or "
+                             "more): one-token answers have no time per output token")  # fmt: skip
     if gpus is None:
         tp = 1 if tp is None else tp
         sizes, total = [tp], tp
@@ -324,6 +337,11 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
         splits.append(split)
     if progress is not None:
         progress(len(sizes), len(sizes))
+    if not points:  # no split could run at all: why, as a plain `gpuperf serve` says it
+        if len(splits) == 1:
+            raise DoesNotFit(splits[0].why)
+        raise DoesNotFit(f"no split of {total} GPUs can serve {cfg.name}: "
+                         + "; ".join(f"tp{s.tp}: {s.why}" for s in splits))  # fmt: skip
     ok = [s for s in splits if s.rate > 0]
     best = max(ok, key=lambda s: s.rate) if ok else None
     from gpuperf.step.track_record import for_serve

@@ -89,9 +89,10 @@ def test_a_search_with_no_split_of_its_gpus_says_which_rule_each_breaks(capsys):
     assert {(p["scenario"]["tp"], p["scenario"]["pp"]) for p in json.loads(out)["plans"]} == {
         (1, 3)
     }
-    # plans that were built but do not fit keep their message
-    refused(capsys, "search", "llama3-70b", "--gpus", "1", "--system", "dgx-h100",
-            match="no plan of llama3-70b fits on 1 GPUs of dgx-h100 (")  # fmt: skip
+    # plans that were built but do not fit say so, and which memory term is over
+    err = refused(capsys, "search", "llama3-70b", "--gpus", "1", "--system", "dgx-h100",
+                  match="no plan of llama3-70b runs on 1 GPUs of dgx-h100: ")  # fmt: skip
+    assert " do not fit (the smallest, " in err and " alone is " in err
 
 
 def test_serve_refuses_tp_beside_gpus_whose_search_picks_tp(capsys):
