@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     old = None
     if threading.current_thread() is threading.main_thread():
         old = signal.signal(signal.SIGTERM, _on_sigterm)
+    _replace_unencodable()
     try:
         _main(argv)
     except StdoutClosed:
@@ -134,6 +135,14 @@ def _cannot_write(exc: OSError) -> NoReturn:
     reason = exc.strerror or str(exc)
     click.echo(f"gpuperf: error: cannot write the output: {reason}", err=True)
     sys.exit(3)
+
+
+def _replace_unencodable() -> None:
+    """A terminal or pipe whose encoding lacks a character gpuperf prints (·, µ, ×, ┃ under
+    PYTHONIOENCODING=ascii) gets '?' for it, not a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):  # not a text stream (captured, detached): as is
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="replace")  # type: ignore[union-attr]
 
 
 def _stdout_closed() -> bool:

@@ -108,3 +108,22 @@ def test_a_pcie_cards_nvlink_bridge_joins_two_gpus_and_no_more():
     sxm = load_gpu("h100")  # NVSwitch-connected: NVLink for 8 ranks
     assert sxm.nvlink_gpus == 0
     assert custom_applies(Collective("ar", "allreduce", 1 << 20, 8), sxm, None)
+
+
+def test_an_ascii_only_stdout_gets_question_marks_not_a_traceback():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "ascii"}
+    done = subprocess.run([sys.executable, "-m", "gpuperf", "predict", "llama2-7b"],
+                          capture_output=True, env=env, cwd=ROOT, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-500:]
+    assert b"?" in done.stdout and b"memory" in done.stdout
+
+
+def test_report_from_a_row_measured_past_a_day_is_refused(capsys, tmp_path):
+    import json
+
+    rows = [{"name": "gemm/256x256x256", "kind": "gemm", "measured_ms": 1e308}]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"kind": "gemm", "rows": rows}))
+    refused(capsys, "report", "--from", str(path), "-o", str(tmp_path / "r.html"),
+            match="measured_ms must be a number of milliseconds > 0 and at most a day")  # fmt: skip
+    assert not (tmp_path / "r.html").exists()
