@@ -28,7 +28,8 @@ COMPARED = ("wall_s", "ttft_p50_ms", "tpot_p50_ms")
 # the probes, which change the model or time single SDPA calls, are not among them), and the
 # one file the FIT_RUNS of which were fitted.
 HELD_FILES = ("serve_hf.json", "serve_hf_run2.json", "serve_hf_closed.json",
-              "serve_hf_families.json", "serve_hf_families2.json")  # fmt: skip
+              "serve_hf_families.json", "serve_hf_families2.json",
+              "serve_hf_families3.json")  # fmt: skip
 FITTED = ("h100-sxm5-80gb", "serve_hf.json")
 PARAMS = ("step_overhead", "eager_step", "per_seq", "per_kv_token")
 GPU_NAMES = {"h100-sxm5-80gb": "h100", "h200-sxm-141gb": "h200"}

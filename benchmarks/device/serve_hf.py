@@ -2,9 +2,11 @@
 hf profile: random-weight Llamas of two sizes, several request counts, lengths and arrivals,
 CUDA graphs off and (forced) on. One results file with every run's per-request timestamps.
 
-    python3 benchmarks/device/serve_hf.py OUT.json [--families|--families2] [--only NAME ...]
+    python3 benchmarks/device/serve_hf.py OUT.json [--families|--families2|--families3]
+        [--only NAME ...]
     python3 benchmarks/device/serve_hf.py OUT.json --families   # the held-out families' runs
     python3 benchmarks/device/serve_hf.py OUT.json --families2  # two more, no preset of theirs
+    python3 benchmarks/device/serve_hf.py OUT.json --families3  # two without GQA
     python3 benchmarks/device/serve_hf.py --closed   # the names of the closed-loop runs
 """
 
@@ -102,6 +104,25 @@ def families2() -> list[tuple[str, str | dict, list, dict, int]]:
     return out
 
 
+def families3() -> list[tuple[str, str | dict, list, dict, int]]:
+    """Two families without GQA, no serving run had met either (serve_hf_families3.json, every
+    run held out): Llama-2-7B (32 KV heads of 128, a preset) and Pythia-6.9B (GPT-NeoX: 32 KV
+    heads, a quarter of each head rotated, parallel attention and MLP, LayerNorm and GELU, 2,048
+    positions, so its prompts stay at 512 tokens), their K and V handed to SDPA without a
+    repeat_kv copy."""
+    from e2e_hf import load_config
+
+    pythia = load_config("pythia-6.9b")
+    cb = {"num_blocks": 160}  # 40,960 tokens (20 GiB without GQA): 64 requests of 640 fit
+    return [
+        ("llama2-7b_n64_512x128", "llama2-7b", fixed(64, 512, 128), cb, 0),
+        ("llama2-7b_n64_2048x64", "llama2-7b", fixed(64, 2048, 64), cb, 0),
+        ("llama2-7b_poisson8_n120_512x128", "llama2-7b", poisson(120, 8.0, 512, 128), cb, 0),
+        ("pythia-6.9b_n64_512x128", pythia, fixed(64, 512, 128), cb, 0),
+        ("pythia-6.9b_poisson8_n120_512x128", pythia, poisson(120, 8.0, 512, 128), cb, 0),
+    ]
+
+
 def runs() -> list[tuple[str, str, list, dict, int]]:
     out = []
     for model, rate in (("llama3.2-1b", 24.0), ("llama3-8b", 8.0)):
@@ -122,7 +143,7 @@ def main() -> None:
         print(" ".join(r[0] for r in closed_loops()))
         return
     path, args = Path(sys.argv[1]), sys.argv[2:]
-    pick = {"--families": families, "--families2": families2}
+    pick = {"--families": families, "--families2": families2, "--families3": families3}
     chosen = pick[args.pop(0)]() if args and args[0] in pick else runs()
     only = set(args[1:]) if args[:1] == ["--only"] else None
     from gpuperf.measure.calibration import measure_attn_plan
