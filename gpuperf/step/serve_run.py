@@ -141,6 +141,13 @@ class Server:
         quant = quantization_warning(cfg, self.base.dtype, self.base.weight_dtype, train=False)
         if quant:
             report.warnings.append(quant)
+        unfused = self.timer.unfused() if self.builtin is None else []
+        if unfused:  # a profile the user wrote: a misspelt name would fuse nothing, silently
+            report.warnings.append(
+                f"fused_kernels names {', '.join(unfused)}, which no kernel of {cfg.name} has "
+                "here: nothing is fused for it (`gpuperf predict --format json` lists the "
+                "kernels' names)"
+            )
         limit = getattr(cfg, "max_position_embeddings", None)
         longest = max(p + o for p, o in zip(result.prompt, result.output, strict=True))
         if limit and longest > limit:

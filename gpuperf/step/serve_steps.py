@@ -118,6 +118,26 @@ class StepTimer:
         self.grid = _grid(max(engine.token_budget, 1))
 
     # ---------------------------------------------------------------- forwards, costed once
+    def unfused(self) -> list[str]:
+        """The engine's fused_kernels that name no kernel of this model's forward in any step it
+        may run (a prefill and, where the engine captures them, a CUDA-graph decode), in its
+        dtype or in fp8 (whose quantization kernels a profile names for every model)."""
+        from gpuperf.errors import InputError
+        from gpuperf.workloads.step_work import build
+
+        names: set[str] = set()
+        prefill = dict(mode="prefill", batch=1, micro_batch=None, seq=16, cuda_graphs=False)
+        decode = dict(mode="decode", batch=1, micro_batch=None, ctx=16, cuda_graphs=True)
+        for dtype in dict.fromkeys((self.base.dtype, "fp8")):
+            for step in (prefill, decode) if self.engine.cuda_graphs else (prefill,):
+                try:
+                    sc = replace(self.base, dtype=dtype, **step)
+                    parts = build(self.cfg, sc, self.where.groups).stages[0].fwd
+                except InputError:  # fp8 beside weight-only int4, say: no such step
+                    continue
+                names.update(op.name for part in parts for op in part.ops)
+        return [n for n in self.engine.fused_kernels if n not in names]
+
     def _layout(self, tokens: int, graph: int) -> tuple[tuple[_Seg, ...], object]:
         """The forward of `tokens` tokens split at its per-step kernels; graph > 0: a decode step
         of that many sequences replayed as a CUDA graph."""

@@ -127,3 +127,19 @@ def test_report_from_a_row_measured_past_a_day_is_refused(capsys, tmp_path):
     refused(capsys, "report", "--from", str(path), "-o", str(tmp_path / "r.html"),
             match="measured_ms must be a number of milliseconds > 0 and at most a day")  # fmt: skip
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_user_engine_profile_naming_a_kernel_the_model_lacks_is_warned_of(capsys, tmp_path):
+    typo = tmp_path / "typo.toml"
+    typo.write_text('base = "vllm"\nname = "typo"\nfused_kernels = ["attn/rop"]\n')
+    code, out, err = run(capsys, "serve", "llama3.2-1b", "--engine", str(typo), "--requests", "4")
+    assert code == 0, err
+    assert "fused_kernels names attn/rop, which no kernel of llama3.2-1b has" in " ".join(
+        (out + err).split()
+    )
+    # a profile built on trtllm keeps its fp8 quantization names: known kernels, no warning
+    mine = tmp_path / "mine.toml"
+    mine.write_text('base = "trtllm"\nname = "mine"\n')
+    code, out, err = run(capsys, "serve", "llama3.2-1b", "--engine", str(mine), "--requests", "4")
+    assert code == 0, err
+    assert "fused_kernels names" not in out + err
