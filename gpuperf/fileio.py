@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -11,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuperf.errors import InputError, shown
+from gpuperf.errors import EnvironmentUnavailable, GpuperfError, InputError, shown
 
 
 def _special(out: Path) -> bool:
@@ -53,10 +54,22 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
     try:  # the folder may pass os.access and still refuse files (/proc as root, a read-only mount)
         fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=existing)
     except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise cannot_write(out, exc) from None
     os.close(fd)
     os.unlink(probe)
     return out
+
+
+# A write that fails for want of room (a full disk or quota, a file past its size limit) is the
+# machine's state, not the input: exit 3 (cannot run here), as stdout's write (gpuperf.cli).
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def cannot_write(out: Path, exc: OSError) -> GpuperfError:
+    """The error for a failed write of `out`: EnvironmentUnavailable when there is no room,
+    else InputError (the path the user gave cannot take a file)."""
+    cls = EnvironmentUnavailable if exc.errno in NO_ROOM else InputError
+    return cls(f"cannot write {out}: {exc.strerror or exc}")
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -71,13 +84,13 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
             with open(out, "w", encoding="utf-8", errors="replace") as f:
                 f.write(text)
         except OSError as exc:
-            raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+            raise cannot_write(out, exc) from None
         return out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent or ".")
     except OSError as exc:  # a folder that looks writable and is not (/proc, a full disk)
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise cannot_write(out, exc) from None
     try:
         # errors="replace": a name from argv that was not UTF-8 (surrogate escapes) is written
         # as U+FFFD, so that every file gpuperf writes reads back as UTF-8
@@ -93,7 +106,7 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
             os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, out)
     except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise cannot_write(out, exc) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -6,7 +6,6 @@ Subcommands are imported only when invoked, so `gpuperf predict` never pays for 
 from __future__ import annotations
 
 import contextlib
-import errno
 import importlib
 import os
 import signal
@@ -19,6 +18,7 @@ import click
 
 from gpuperf import __version__
 from gpuperf.errors import GpuperfError, Terminated
+from gpuperf.fileio import NO_ROOM
 
 # command name -> "module:attribute" (a click.Command), imported on first use.
 COMMANDS: dict[str, str] = {
@@ -125,9 +125,9 @@ def main(argv: list[str] | None = None) -> None:
             signal.signal(signal.SIGTERM, old)
 
 
-# Writing the output failed for want of room or a device (stdout on a full disk, /dev/full):
-# the machine's state, not the input or a bug, so one line and exit 3 (cannot run here).
-_CANNOT_WRITE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+# Writing the output failed for want of room (stdout on a full disk, /dev/full): the machine's
+# state, not the input or a bug, so one line and exit 3 (cannot run here), as for -o files.
+_CANNOT_WRITE = NO_ROOM
 
 
 def _cannot_write(exc: OSError) -> NoReturn:

@@ -435,6 +435,11 @@ def _gpu_from_raw(raw: dict, name: str, origin: str) -> GpuSpec:
     _check_keys(raw, _GPU_KEYS, origin)
     required = tuple(k for k in GPU_NUMBERS if k not in ("nvlink_gbps_per_direction",
                                                          "nvlink_gpus"))  # fmt: skip
+    joined = raw.get("nvlink_gpus", 0)
+    if joined == 1 or (joined and not raw.get("nvlink_gbps_per_direction")):
+        raise InputError(f"{origin}: nvlink_gpus is the GPUs an NVLink joins: 0 (every GPU "
+                         "of a node) or 2 and more, with nvlink_gbps_per_direction above 0; "
+                         f"got {shown(joined)}")  # fmt: skip
     _require(raw, (*_GPU_REQUIRED_STR, *required, "peak_tflops"), origin)
     for key in ("aliases", "nvml_names"):
         _string_list(raw, key, origin)

@@ -327,37 +327,45 @@ def search(
 
 
 def why_none(engine: Engine, specs: list[dict], nodes: int | None) -> str:
-    """Why none of `specs` runs (the search's error path only): how many do not fit, with the
-    smallest's memory against the GPU, and how many a rule refuses, with the first rule."""
+    """Why none of `specs` runs (the search's error path only): how many a rule refuses, with
+    the first rule, and how many do not fit, with the smallest's memory against the GPU. Only
+    plans that fit are costed (as the search costs them), and the smallest that does not: a
+    rule that refuses it too (fp8 on an A100) refuses every plan, whatever its size."""
     from gpuperf.step.memory import busiest, over
     from gpuperf.workloads.step_work import build
 
     capacity = usable_bytes(engine.gpu)
-    smallest: tuple[float, dict, Scenario] | None = None
+    smallest: tuple[float, dict, Scenario, Any] | None = None
     big = ruled = 0
     rule = ""
     for spec in specs:
-        try:  # a rule first: a plan that cannot run at all is not "too big"
+        try:
             sc = Scenario(**spec)
             where = place(engine.cfg, sc, engine.gpu, engine.system, nodes)
             memory = busiest(engine.cfg, sc, where.groups)
-            engine.cost(sc, where, build(engine.cfg, sc, where.groups), memory)
+            need = total_bytes(memory)
+            if need <= capacity:
+                engine.cost(sc, where, build(engine.cfg, sc, where.groups), memory)
+                continue  # (the search found none such: it dropped this one for a rule)
         except InputError as exc:
             ruled, rule = ruled + 1, rule or str(exc)
             continue
-        need = total_bytes(memory)
-        if need <= capacity:  # (the search found none such: a plan it dropped for a rule)
-            continue
         big += 1
         if smallest is None or need < smallest[0]:
-            smallest = (need, memory, sc)
-    parts = []
+            smallest = (need, memory, sc, where)
     if smallest is not None:
-        _, memory, sc = smallest
+        _, memory, sc, where = smallest
+        try:
+            engine.cost(sc, where, build(engine.cfg, sc, where.groups), memory)
+        except InputError as exc:  # the smallest too: a rule no size escapes
+            return f"every plan is refused: {rule or exc}"
+    parts = []
+    if ruled:
+        parts.append(f"{ruled} of {len(specs)} plans are refused: {rule}")
+    if smallest is not None:
+        _, memory, sc, _ = smallest
         parts.append(f"{big} of {len(specs)} do not fit (the smallest, {sc.label()}, "
                      f"{over(memory, capacity)}); add GPUs or lower the batch")  # fmt: skip
-    if ruled:
-        parts.insert(0, f"{ruled} of {len(specs)} plans are refused: {rule}")
     return "; ".join(parts) or "every plan was refused"
 
 

@@ -55,14 +55,14 @@ _SCATTER_BYTES = 9
 _WINDOW_CALLS = 3
 
 
-def window_scatter(op: Op, gathered: int) -> tuple[Op, Op, Op]:
+def window_scatter(op: Op, gathered: int, kv_heads: int) -> tuple[Op, Op, Op]:
     """The kernels of one masked_scatter_ of a sliding-window layer's step (K or V) into the
-    `gathered` cached tokens of `op`'s attention: the mask made contiguous, its prefix sum, the
-    scatter (module notes at _SCATTER_BYTES)."""
+    `gathered` cached tokens of `op`'s attention, `kv_heads` of them: the mask made contiguous,
+    its prefix sum, the scatter (module notes at _SCATTER_BYTES)."""
     from gpuperf.dtypes import BYTES
     from gpuperf.perfmodel.ops import Copy, Elementwise
 
-    values = gathered * op.kv_heads * op.head_dim  # type: ignore[attr-defined]
+    values = gathered * kv_heads * op.head_dim  # type: ignore[attr-defined]
     dtype = op.kv_dtype or op.dtype  # type: ignore[attr-defined]
     scatter = values * (_SCATTER_BYTES + 2 * BYTES[dtype]) // 2  # Copy reads and writes nbytes
     return (
@@ -238,7 +238,7 @@ class StepTimer:
                     t = self._kernel_s(coster, replace(op, m=max(1, rows)))
                 elif self.engine.attention == "gather_sdpa":
                     window = what == "attn_window"
-                    t = self._gathered(coster, op, n_dec, ctx_mean, chunks, window)
+                    t = self._gathered(coster, op, n_dec, ctx_mean, chunks, window, graph > 0)
                     if window and host:  # the window's cache path: 3 more calls (_WINDOW_CALLS)
                         host *= 1 + _WINDOW_CALLS
                 else:
@@ -253,35 +253,54 @@ class StepTimer:
         self._forwards[key] = out
         return out
 
+    def cache_heads(self, op: Op) -> int:
+        """The KV heads one rank's paged cache holds for `op`'s layer: the model's, split by
+        tensor parallelism (at least one), or every query head where the model broadcasts its
+        K and V (kv_broadcast). Not op.kv_heads: a CUDA-graph decode's attention op comes after
+        static_cache_attention repeated them, and tensor parallelism may leave one head."""
+        if self.cfg.kv_broadcast:
+            return op.heads  # type: ignore[attr-defined]
+        return max(1, self.cfg.kv_heads // self.base.tp)
+
     def _gathered(self, coster, op: Op, n_dec: int, ctx_mean: int,  # noqa: ANN001
-                  chunks: tuple[tuple[int, int], ...], window: bool = False) -> float:  # fmt: skip
+                  chunks: tuple[tuple[int, int], ...], window: bool = False,
+                  graph: bool = False) -> float:  # fmt: skip
         """Hugging Face's paged|sdpa over the step (EngineProfile.attention): gather every
         sequence's cached K and V, repeat the KV heads to the query heads, one masked SDPA of
         all the step's queries against all of it; a sliding-window layer also scatters the
         step's new keys and values into what it gathered (_SCATTER_BYTES)."""
         from gpuperf.dtypes import BYTES
         from gpuperf.perfmodel.ops import Attention, Copy, Elementwise
+        from gpuperf.workloads.transformer_layers import repeat_kv_ops
 
         past = n_dec * ctx_mean + sum(p for _, p in chunks)
         keys = past + sum(c for c, _ in chunks)  # the cache and the step's own tokens
-        elt = 2 * op.head_dim * BYTES[op.kv_dtype or op.dtype]  # K and V
+        kv = op.kv_dtype or op.dtype
+        elt = 2 * op.head_dim * BYTES[kv]  # K and V
+        # A CUDA-graph decode step keeps the accounting its runs were checked with: its op comes
+        # after static_cache_attention repeated K and V over the graph's nominal cache, and its
+        # gather is sized by those repeated heads, an over-count that stands in for the padded
+        # reads of captured shapes, which are not modelled (the *_graphs runs of serve_hf.json
+        # and serve_hf_families.json: within 6%; 12-23% too fast when sized by the cache's
+        # heads without the nominal repeat).
+        kvh = op.kv_heads if graph else self.cache_heads(op)  # type: ignore[attr-defined]
         # once any sequence reads its cache, the whole step's keys are gathered (cache.update)
         gathered = keys if past else 0
-        t = self._kernel_s(coster, Copy("attn/gather", gathered * op.kv_heads * elt, op.dtype))
+        t = self._kernel_s(coster, Copy("attn/gather", gathered * kvh * elt, op.dtype))
         if window and gathered:  # K and V each: masked_scatter_ of the step's new tokens
-            t += 2 * sum(self._kernel_s(coster, k) for k in window_scatter(op, gathered))
+            t += 2 * sum(self._kernel_s(coster, k) for k in window_scatter(op, gathered, kvh))
         # K and V, gathered as [keys, heads, dim], reach SDPA as a transposed view: repeat_kv
         # copies each to every query head (GQA, as the eager layer's op: transformer_layers),
         # and without GQA PyTorch's cuDNN SDPA makes each contiguous, a non-vectorized copy as
         # cp_torch's (serve_hf_copy_probe.json: Phi-3-mini's [1, 32, keys, 96] K and V, 65 us
-        # a call, +8% in the median of its 36 shapes). A CUDA-graph decode's layer has
-        # repeated them already (op.kv_heads == op.heads there).
+        # a call, +8% in the median of its 36 shapes). One KV head repeats as a view and a
+        # single head's transposed view is already contiguous: no copy (as static_cache_
+        # attention's multi-query case).
         full = keys * op.heads * op.head_dim
-        kv = op.kv_dtype or op.dtype
-        if op.heads != op.kv_heads:
-            copy = Elementwise("attn/repeat_k", "repeat_kv", full, 1, 1, kv, None, 0.0)
-            t += 2 * self._kernel_s(coster, copy)
-        elif self.cfg.kv_heads == self.cfg.heads:
+        repeated = graph and self.cfg.kv_heads != self.cfg.heads  # by the graph's layer
+        if kvh > 1 and op.heads != kvh:
+            t += sum(self._kernel_s(coster, k) for k in repeat_kv_ops(full, kv))
+        elif kvh > 1 and not repeated:
             copy = Elementwise("attn/k_contiguous", "copy", full, 1, 1, kv, generic=True)
             t += 2 * self._kernel_s(coster, copy)
         q = max(1, n_dec + sum(c for c, _ in chunks))

@@ -206,6 +206,13 @@ def attention_ops(d: Dims, dropout: bool = False, window: int = 0,
     return [attention_core(d, window=window, dropout=dropout)]
 
 
+def repeat_kv_ops(full: int, kv: DType) -> list[Op]:
+    """Hugging Face's repeat_kv of K and V to `full` elements each (every query head): an
+    expand and a reshape, which copies through PyTorch's non-vectorized kernel (repeat_kv's
+    strided_copy_eff)."""
+    return [Elementwise(f"attn/repeat_{t}", "repeat_kv", full, 1, 1, kv, None, 0.0) for t in "kv"]
+
+
 def math_attention(d: Dims, dropout: bool = False) -> list[Op]:
     """Attention before FlashAttention (Megatron's unfused path, HF's eager attention): K and V
     repeated to every query head (GQA), S = Q Kᵀ as a batched GEMM, one fused scale-mask-softmax
@@ -214,8 +221,7 @@ def math_attention(d: Dims, dropout: bool = False) -> list[Op]:
     ops: list[Op] = []
     if d.heads != d.kv_heads:
         full = d.batch * d.heads * d.kv_len * hd
-        ops.append(Elementwise("attn/repeat_k", "repeat_kv", full, 1, 1, d.kv, None, 0.0))
-        ops.append(Elementwise("attn/repeat_v", "repeat_kv", full, 1, 1, d.kv, None, 0.0))
+        ops += repeat_kv_ops(full, d.kv)
     ops.append(Gemm("attn/scores", d.q_len, d.kv_len, hd, d.act, bh))
     ops.append(Norm("attn/softmax", "softmax", bh * d.q_len, d.kv_len, d.act))
     if dropout:  # on the probabilities: reads them, writes them and a byte mask (≈ half a write)
@@ -590,8 +596,7 @@ def static_cache_attention(d: Dims, math: bool = False) -> list[Op]:
         # One copy kernel per tensor writes heads x kv_len rows; its reads of the kv_heads rows
         # repeat (counted as reads of the full size, an upper bound).
         full = d.batch * d.heads * d.kv_len * hd
-        ops.append(Elementwise("attn/repeat_k", "repeat_kv", full, 1, 1, d.kv, None, 0.0))
-        ops.append(Elementwise("attn/repeat_v", "repeat_kv", full, 1, 1, d.kv, None, 0.0))
+        ops += repeat_kv_ops(full, d.kv)
         kv_heads = d.heads
     ops.append(Attention("attn/core", d.batch, d.heads, kv_heads, d.q_len, d.kv_len, hd, False,
                          d.act, d.kv, mask=True))  # fmt: skip

@@ -132,7 +132,7 @@ def test_a_report_that_fails_to_land_leaves_the_old_one(capsys, tmp_path, fast_m
 
     monkeypatch.setattr(os, "replace", refused)
     code, out, err = run(capsys, "report", "llama2-7b", "--seq", "128", "-o", str(out_file))
-    assert code == 2 and out == "" and err.count("\n") == 1 and "Disk quota exceeded" in err
+    assert code == 3 and out == "" and err.count("\n") == 1 and "Disk quota exceeded" in err
     assert out_file.read_text() == "<html>old</html>"
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
 

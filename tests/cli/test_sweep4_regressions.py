@@ -28,11 +28,17 @@ def test_stdout_on_a_full_disk_is_one_line_and_exit_3_not_a_traceback():
         err = done.stderr.decode()
         assert done.returncode == 3, (args, err)
         assert err == "gpuperf: error: cannot write the output: No space left on device\n", err
+    # a file gpuperf writes itself (-o): the same exit
+    cmd = [sys.executable, "-m", "gpuperf", "report", "llama3.2-1b", "-o", "/dev/full"]
+    done = subprocess.run(cmd, capture_output=True, env=env, cwd=ROOT, timeout=120)
+    assert done.returncode == 3, done.stderr.decode()
+    assert done.stderr.decode() == ("gpuperf: error: cannot write /dev/full: No space left on "
+                                    "device\n")  # fmt: skip
 
 
 def test_search_with_every_plan_refused_by_a_rule_names_the_rule_not_memory(capsys):
     err = refused(capsys, "search", "llama2-7b", "--system", "dgx-a100", "--gpus", "8",
-                  "--dtype", "fp8", match="plans are refused: ")  # fmt: skip
+                  "--dtype", "fp8", match="every plan is refused: ")  # fmt: skip
     assert "has no fp8 peak" in err and "do not fit" not in err
 
 
@@ -143,3 +149,14 @@ def test_a_user_engine_profile_naming_a_kernel_the_model_lacks_is_warned_of(caps
     code, out, err = run(capsys, "serve", "llama3.2-1b", "--engine", str(mine), "--requests", "4")
     assert code == 0, err
     assert "fused_kernels names" not in out + err
+
+
+@pytest.mark.parametrize(("extra", "bad"), [("nvlink_gpus = 1", "1"),
+                                            ("nvlink_gbps_per_direction = 0\nnvlink_gpus = 2",
+                                             "2")])  # fmt: skip
+def test_nvlink_gpus_is_0_or_at_least_2_and_needs_an_nvlink(capsys, tmp_path, extra, bad):
+    hw = tmp_path / "card.toml"
+    hw.write_text(f'name = "card"\nbase = "h100-pcie"\n{extra}\n')
+    refused(capsys, "predict", "llama2-7b", "--gpu", str(hw),
+            match=f"nvlink_gpus is the GPUs an NVLink joins: 0 (every GPU of a node) or 2 and "
+                  f"more, with nvlink_gbps_per_direction above 0; got {bad}")  # fmt: skip

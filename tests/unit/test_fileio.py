@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from gpuperf.errors import InputError
+from gpuperf.errors import EnvironmentUnavailable, InputError
 from gpuperf.fileio import check_writable, json_safe, read_json_object, write_text
 
 
@@ -24,7 +24,8 @@ def test_write_text_creates_the_folder_and_refuses_what_it_cannot_write(tmp_path
 @pytest.mark.parametrize("step", ["fsync", "chmod", "replace"])
 def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path, monkeypatch, step):
     """The disk fills (or the rename is refused) after the new text went to the temporary: the
-    old file keeps its text and mode, the error is one InputError, the temporary is gone."""
+    old file keeps its text and mode, the error is one EnvironmentUnavailable (exit 3: the
+    machine has no room, the input is fine), the temporary is gone."""
     import os
 
     out = tmp_path / "profile.toml"
@@ -42,7 +43,7 @@ def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path, monkeypat
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, step, disk_full)
-    with pytest.raises(InputError, match="No space left"):
+    with pytest.raises(EnvironmentUnavailable, match="No space left"):  # exit 3: no room
         write_text(out, "new = 2\n" * 1000)
     assert written == ([] if step == "fsync" else [b"new = 2\n" * 12 + b"new "])
     assert out.read_text() == "old = 1\n" and (out.stat().st_mode & 0o777) == 0o640

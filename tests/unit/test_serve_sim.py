@@ -13,6 +13,7 @@ from gpuperf.errors import InputError
 from gpuperf.step.serve import simulate
 from gpuperf.step.serve_engines import load_engine
 from gpuperf.step.serve_load import Request, Workload
+from gpuperf.workloads.scenario import Scenario
 
 VLLM = load_engine("vllm")
 
@@ -172,7 +173,7 @@ def test_hf_sliding_window_layers_pay_their_cache_path_below_the_window():
                 if what == "attn_window")  # fmt: skip
     sc = replace(base, seq=n, batch=1, micro_batch=None)
     coster = coster_for(sc, window.where, 1.0)
-    one = sum(coster.row(k)[7] * 1e-3 for k in window_scatter(attn, keys))
+    one = sum(coster.row(k)[7] * 1e-3 for k in window_scatter(attn, keys, cfg.kv_heads))
     gpu_extra = cfg.layers * 2 * one
     host_extra = cfg.layers * _WINDOW_CALLS * gpu.params.host_dispatch_s
     assert gpu_extra > 0 and extra >= gpu_extra * 0.99  # the scatter, at least
@@ -455,7 +456,7 @@ def test_hf_window_scatter_kernels_match_their_profiles():
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if ms(Copy("g", 2 * mid)) < per_call["gather"] else (lo, mid)
         op = SimpleNamespace(kv_heads=32, head_dim=96, kv_dtype=None, dtype="bf16")
-        mask, scan, scatter = (ms(k) for k in window_scatter(op, lo // (32 * 96)))
+        mask, scan, scatter = (ms(k) for k in window_scatter(op, lo // (32 * 96), 32))
         for got, want in ((mask, "mask"), (scan, "scan"), (scatter, "scatter")):
             assert got == pytest.approx(per_call[want], rel=0.1), (name, want)
 
@@ -495,31 +496,75 @@ def test_hf_gathered_attention_repeats_kv_heads_as_the_eager_layer_does():
 
 def test_hf_gathered_attention_without_gqa_copies_the_transposed_kv_once_each():
     """Without GQA no repeat_kv copies K and V, so PyTorch's SDPA makes the transposed views
-    contiguous (two non-vectorized copies, as cp_torch's); with GQA the repeat is the copy, and
-    a CUDA-graph decode layer that repeated them already adds nothing."""
+    contiguous: two non-vectorized copies (as cp_torch's), beside the gather of every KV head."""
     from gpuperf.hardware.loader import load_gpu
-    from gpuperf.perfmodel.ops import Elementwise
+    from gpuperf.perfmodel.ops import Attention, Copy, Elementwise
     from gpuperf.step.run import coster_for
     from gpuperf.step.serve_steps import StepTimer
     from gpuperf.workloads.config import load_model
-    from gpuperf.workloads.scenario import Scenario
 
     gqa = load_model("llama3-8b")
-    base, gpu, hf = Scenario(mode="prefill"), load_gpu("h100"), load_engine("hf")
+    cfg = replace(gqa, num_key_value_heads=gqa.heads)
+    base = Scenario(mode="prefill")
+    timer = StepTimer(cfg, load_gpu("h100"), None, load_engine("hf"), base)
     n, ctx = 16, 600
-    seen = {}
-    for label, cfg in (("gqa", gqa), ("mha", replace(gqa, num_key_value_heads=gqa.heads))):
-        timer = StepTimer(cfg, gpu, None, hf, base)
-        attn = next(op for seg in timer._layout(n, 0)[0] for op, _, what in seg.variable
+    attn = next(op for seg in timer._layout(n, 0)[0] for op, _, what in seg.variable
+                if what == "attn")  # fmt: skip
+    coster = coster_for(replace(base, seq=n, batch=1, micro_batch=None), timer.where, 1.0)
+    keys, hd = n * ctx, cfg.hd
+    full = keys * cfg.heads * hd
+    parts = (
+        Copy("attn/gather", keys * cfg.heads * 2 * hd * 2, "bf16"),
+        Elementwise("attn/k_contiguous", "copy", full, 1, 1, "bf16", generic=True),
+        Elementwise("attn/v_contiguous", "copy", full, 1, 1, "bf16", generic=True),
+        Attention(attn.name, 1, cfg.heads, cfg.heads, n, keys, hd, False, "bf16", mask=True),
+    )
+    want = sum(coster.row(op)[7] * 1e-3 for op in parts)
+    assert timer._gathered(coster, attn, n, ctx, ()) == pytest.approx(want, rel=1e-9)
+
+
+def test_hf_eager_steps_gather_the_caches_own_kv_heads_and_graph_steps_keep_theirs():
+    """An eager step's gathered path sizes the gather and the repeat by the cache's KV heads
+    per rank (tensor parallelism may leave one, which repeats as a view: no copy); a CUDA-graph
+    decode step keeps the accounting its runs were checked with (its op after the static
+    cache's repeat: heads == kv_heads, and no second repeat or contiguous copy)."""
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.perfmodel.ops import Attention, Copy
+    from gpuperf.step.run import coster_for
+    from gpuperf.step.serve_steps import StepTimer
+    from gpuperf.workloads.config import load_model
+
+    cfg = load_model("llama3-8b")  # 32 heads over 8 KV heads
+    base = Scenario(mode="prefill", impl="eager")
+    hf = replace(load_engine("hf"), cuda_graphs=True)
+    n, ctx = 16, 600
+    timer = StepTimer(cfg, load_gpu("h100"), None, hf, base)
+
+    def attn_of(t: StepTimer, graph: int):  # noqa: ANN202
+        return next(op for seg in t._layout(n, graph)[0] for op, _, what in seg.variable
                     if what == "attn")  # fmt: skip
-        coster = coster_for(replace(base, seq=n, batch=1, micro_batch=None), timer.where, 1.0)
-        seen[label] = (timer, coster, attn)
-    timer, coster, attn = seen["mha"]
-    plain = replace(attn, name="x")  # the same op on a GQA model's timer that had repeated it
-    full = n * ctx * attn.heads * attn.head_dim
-    copy = coster.row(Elementwise("attn/k_contiguous", "copy", full, 1, 1, "bf16", generic=True))
-    gqa_timer, gqa_coster, _ = seen["gqa"]
-    with_copies = timer._gathered(coster, attn, n, ctx, ())
-    without = gqa_timer._gathered(coster, plain, n, ctx, ())  # heads == kv_heads on a GQA model
-    assert with_copies - without == pytest.approx(2 * copy[7] * 1e-3, rel=1e-9)
-    assert copy[7] > 0
+
+    eager_op, graph_op = attn_of(timer, 0), attn_of(timer, n)
+    assert graph_op.kv_heads == cfg.heads and eager_op.kv_heads == cfg.kv_heads
+    coster = coster_for(replace(base, seq=n, batch=1, micro_batch=None), timer.where, 1.0)
+    keys, hd = n * ctx, cfg.hd
+    graph_parts = (
+        Copy("attn/gather", keys * cfg.heads * 2 * hd * 2, "bf16"),
+        Attention(graph_op.name, 1, cfg.heads, cfg.heads, n, keys, hd, False, "bf16", mask=True),
+    )
+    want = sum(coster.row(op)[7] * 1e-3 for op in graph_parts)
+    assert timer._gathered(coster, graph_op, n, ctx, (), graph=True) == pytest.approx(
+        want, rel=1e-9
+    )
+    assert timer.cache_heads(eager_op) == timer.cache_heads(graph_op) == cfg.kv_heads
+    # TP=8 leaves one KV head a rank: gathered once, repeated as a view (no copy)
+    tp8 = StepTimer(cfg, load_gpu("h100"), None, hf, replace(base, tp=8))
+    op8 = attn_of(tp8, 0)
+    assert tp8.cache_heads(op8) == 1
+    c8 = coster_for(replace(base, tp=8, seq=n, batch=1, micro_batch=None), tp8.where, 1.0)
+    one = (
+        Copy("attn/gather", keys * 1 * 2 * hd * 2, "bf16"),
+        Attention(op8.name, 1, op8.heads, op8.heads, n, keys, hd, False, "bf16", mask=True),
+    )
+    assert tp8._gathered(c8, op8, n, ctx, ()) == pytest.approx(
+        sum(c8.row(op)[7] * 1e-3 for op in one), rel=1e-9)  # fmt: skip
