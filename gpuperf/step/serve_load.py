@@ -45,6 +45,15 @@ class Lengths:
     def mean(self) -> float:
         return (self.a + self.b) / 2 if self.kind == "uniform" else self.a
 
+    @property
+    def most(self) -> int:
+        """The longest length a draw can give."""
+        if self.kind == "fixed":
+            return int(self.a)
+        if self.kind == "uniform":
+            return int(self.b)
+        return MAX_LENGTH if self.b > 0 else max(1, min(MAX_LENGTH, round(self.a)))
+
     def label(self) -> str:
         if self.kind == "fixed":
             return str(int(self.a))

@@ -294,11 +294,9 @@ def plan_serving(cfg: ModelConfig, gpu: GpuSpec, system: SystemSpec | None,
     _check_progress(progress)
     n = 300 if requests is None else count_of(requests, "--requests")
     lengths = parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl")
-    if any(k.startswith("tpot") for k in targets):
-        answers = make_workload(*lengths, requests=n, seed=seed).requests
-        if max(r.output for r in answers) < 2:  # TPOT is the time between output tokens
-            raise InputError("a TPOT target needs answers of at least 2 tokens (--osl 2 or "
-                             "more): one-token answers have no time per output token")  # fmt: skip
+    if any(k.startswith("tpot") for k in targets) and lengths[1].most < 2:  # between tokens
+        raise InputError("a TPOT target needs answers of at least 2 tokens (--osl 2 or "
+                         "more): one-token answers have no time per output token")  # fmt: skip
     if gpus is None:
         tp = 1 if tp is None else tp
         sizes, total = [tp], tp

@@ -160,3 +160,12 @@ def test_nvlink_gpus_is_0_or_at_least_2_and_needs_an_nvlink(capsys, tmp_path, ex
     refused(capsys, "predict", "llama2-7b", "--gpu", str(hw),
             match=f"nvlink_gpus is the GPUs an NVLink joins: 0 (every GPU of a node) or 2 and "
                   f"more, with nvlink_gbps_per_direction above 0; got {bad}")  # fmt: skip
+
+
+def test_a_tpot_target_with_lengths_that_cannot_reach_two_tokens_is_refused(capsys):
+    for osl in ("uniform:1:1", "normal:1:0"):
+        refused(capsys, "serve", "llama3.2-1b", "--osl", osl, "--slo", "tpot=50ms",
+                "--requests", "20", match="a TPOT target needs answers of at least 2")  # fmt: skip
+    code, _, err = run(capsys, "serve", "llama3.2-1b", "--osl", "uniform:1:4", "--slo",
+                       "tpot=50ms", "--requests", "20")  # fmt: skip
+    assert code == 0, err
