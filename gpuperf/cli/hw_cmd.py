@@ -231,6 +231,9 @@ def _gpu_fields(gpu: GpuSpec) -> list[Row]:
         ),
         _field("pcie_bw", _round(gpu.pcie_bw / 1e9), "GB/s per direction", src("pcie_bw", "")),
     ]
+    if gpu.nvlink_gpus:  # a bridge: the NVLink joins this many GPUs (0: every GPU of a node)
+        rows.append(_field("nvlink_gpus", gpu.nvlink_gpus, "GPUs an NVLink bridge joins",
+                           src("nvlink_gpus", "")))  # fmt: skip
     for dt in DTYPES:
         if dt in gpu.peak_flops:
             rate = "TOP/s" if dt == "int8" else "TFLOP/s"

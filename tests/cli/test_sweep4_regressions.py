@@ -169,3 +169,14 @@ def test_a_tpot_target_with_lengths_that_cannot_reach_two_tokens_is_refused(caps
     code, _, err = run(capsys, "serve", "llama3.2-1b", "--osl", "uniform:1:4", "--slo",
                        "tpot=50ms", "--requests", "20")  # fmt: skip
     assert code == 0, err
+
+
+def test_hw_show_lists_the_gpus_an_nvlink_bridge_joins(capsys):
+    import json
+
+    code, out, err = run(capsys, "hw", "show", "h100-pcie", "--format", "json")
+    assert code == 0, err
+    row = next(f for f in json.loads(out)["fields"] if f["field"] == "nvlink_gpus")
+    assert row["value"] == 2 and "joins 2 GPUs" in row["source"]
+    code, out, _ = run(capsys, "hw", "show", "h100", "--format", "json")  # NVSwitch: no row
+    assert not any(f["field"] == "nvlink_gpus" for f in json.loads(out)["fields"])
