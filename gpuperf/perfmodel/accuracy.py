@@ -107,6 +107,13 @@ def _ms(value: Any, path: Path) -> float | None:
     return float(value)
 
 
+def _env_gpu(path: Path) -> str:
+    """The GPU a result file's env names ("" when none)."""
+    env = read_json(path).get("env")
+    name = (env.get("gpu") or env.get("name")) if isinstance(env, dict) else None
+    return name.strip() if isinstance(name, str) else ""
+
+
 def measured_on(files: Iterable[Path]) -> list[tuple[Path, str, GpuSpec]]:
     """(file, the GPU it names, its built-in profile) of each result file whose env names a GPU
     that has one; files that name none, or an unknown GPU, are left out."""
@@ -115,12 +122,10 @@ def measured_on(files: Iterable[Path]) -> list[tuple[Path, str, GpuSpec]]:
 
     out = []
     for path in files:
-        env = read_json(path).get("env")
-        if not isinstance(env, dict):
+        name = _env_gpu(path)
+        if not name:
             continue
-        name = env.get("gpu") or env.get("name")
-        if not isinstance(name, str) or not name.strip():
-            continue
+        env = read_json(path)["env"]
         memory = env.get("gpu_memory_bytes") or env.get("memory_total_bytes") or 0
         if isinstance(memory, bool) or not isinstance(memory, int | float):
             memory = 0
@@ -146,8 +151,14 @@ def check_measured_on(files: Iterable[Path], gpu: GpuSpec) -> None:
 def gpu_of(files: Iterable[Path]) -> str:
     """The profile every result file that names a GPU was measured on (calibrate --from without
     --gpu), or InputError when they name none or several."""
+    files = list(files)
     names = sorted({spec.name for _, _, spec in measured_on(files)})
     if not names:
+        unknown = sorted({n for n in map(_env_gpu, files) if n})
+        if unknown:  # named, but no built-in profile matches
+            raise InputError(f"the --from files were measured on {', '.join(map(repr, unknown))}, "
+                             "which no built-in GPU profile matches: give --gpu (a profile name "
+                             "or a .toml)")  # fmt: skip
         raise InputError("the --from files name no GPU they were measured on: give --gpu")
     if len(names) > 1:
         raise InputError(f"the --from files were measured on {' and '.join(names)}: calibrate "

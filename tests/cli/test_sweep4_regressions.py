@@ -180,3 +180,13 @@ def test_hw_show_lists_the_gpus_an_nvlink_bridge_joins(capsys):
     assert row["value"] == 2 and "joins 2 GPUs" in row["source"]
     code, out, _ = run(capsys, "hw", "show", "h100", "--format", "json")  # NVSwitch: no row
     assert not any(f["field"] == "nvlink_gpus" for f in json.loads(out)["fields"])
+
+
+def test_calibrate_from_files_of_an_unknown_gpu_names_it(capsys, tmp_path):
+    import json
+
+    rows = [{"name": "gemm/256x256x256", "kind": "gemm", "measured_ms": 0.05}]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"env": {"gpu": "nosuch"}, "kind": "gemm", "rows": rows}))
+    refused(capsys, "calibrate", "--from", str(path), "-o", str(tmp_path / "c.toml"),
+            match="measured on 'nosuch', which no built-in GPU profile matches")  # fmt: skip
