@@ -104,6 +104,8 @@ def _ms(value: Any, path: Path) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InputError(f"{path}: measured_ms must be a finite number, got {value!r}")
+    if value < 0:  # a time is never negative (0: a row that measured nothing, left out)
+        raise InputError(f"{path}: measured_ms must not be negative, got {value!r}")
     return float(value)
 
 

@@ -190,3 +190,13 @@ def test_calibrate_from_files_of_an_unknown_gpu_names_it(capsys, tmp_path):
     path.write_text(json.dumps({"env": {"gpu": "nosuch"}, "kind": "gemm", "rows": rows}))
     refused(capsys, "calibrate", "--from", str(path), "-o", str(tmp_path / "c.toml"),
             match="measured on 'nosuch', which no built-in GPU profile matches")  # fmt: skip
+
+
+def test_calibrate_from_a_negative_measured_time_says_so(capsys, tmp_path):
+    import json
+
+    rows = [{"name": "gemm/256x256x256", "kind": "gemm", "measured_ms": -1.0}]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"env": {"gpu": "NVIDIA H100 80GB HBM3"}, "rows": rows}))
+    refused(capsys, "calibrate", "--from", str(path), "--gpu", "h100", "--all-shapes", "-o",
+            str(tmp_path / "c.toml"), match="measured_ms must not be negative")  # fmt: skip
