@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         _drop_stdout()
         sys.exit(0)
     except OSError as exc:
-        if exc.errno not in _CANNOT_WRITE:
+        if exc.errno not in NO_ROOM:
             raise
         _cannot_write(exc)
     except SystemExit:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         except BrokenPipeError:
             _drop_stdout()
         except OSError as exc:
-            if exc.errno not in _CANNOT_WRITE:
+            if exc.errno not in NO_ROOM:
                 raise
             _cannot_write(exc)
         raise
@@ -125,12 +125,10 @@ def main(argv: list[str] | None = None) -> None:
             signal.signal(signal.SIGTERM, old)
 
 
-# Writing the output failed for want of room (stdout on a full disk, /dev/full): the machine's
-# state, not the input or a bug, so one line and exit 3 (cannot run here), as for -o files.
-_CANNOT_WRITE = NO_ROOM
-
-
 def _cannot_write(exc: OSError) -> NoReturn:
+    """Writing the output failed for want of room (NO_ROOM: stdout on a full disk, /dev/full):
+    the machine's state, not the input or a bug, so one line and exit 3 (cannot run here), as
+    for -o files (fileio.cannot_write)."""
     _drop_stdout()  # what is left in stdout's buffer would fail again at exit
     reason = exc.strerror or str(exc)
     click.echo(f"gpuperf: error: cannot write the output: {reason}", err=True)

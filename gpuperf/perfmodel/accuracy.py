@@ -109,9 +109,8 @@ def _ms(value: Any, path: Path) -> float | None:
     return float(value)
 
 
-def _env_gpu(path: Path) -> str:
+def _env_gpu(env: Any) -> str:
     """The GPU a result file's env names ("" when none)."""
-    env = read_json(path).get("env")
     name = (env.get("gpu") or env.get("name")) if isinstance(env, dict) else None
     return name.strip() if isinstance(name, str) else ""
 
@@ -124,10 +123,10 @@ def measured_on(files: Iterable[Path]) -> list[tuple[Path, str, GpuSpec]]:
 
     out = []
     for path in files:
-        name = _env_gpu(path)
+        env = read_json(path).get("env")
+        name = _env_gpu(env)
         if not name:
             continue
-        env = read_json(path)["env"]
         memory = env.get("gpu_memory_bytes") or env.get("memory_total_bytes") or 0
         if isinstance(memory, bool) or not isinstance(memory, int | float):
             memory = 0
@@ -156,7 +155,7 @@ def gpu_of(files: Iterable[Path]) -> str:
     files = list(files)
     names = sorted({spec.name for _, _, spec in measured_on(files)})
     if not names:
-        unknown = sorted({n for n in map(_env_gpu, files) if n})
+        unknown = sorted({n for n in (_env_gpu(read_json(f).get("env")) for f in files) if n})
         if unknown:  # named, but no built-in profile matches
             raise InputError(f"the --from files were measured on {', '.join(map(repr, unknown))}, "
                              "which no built-in GPU profile matches: give --gpu (a profile name "

@@ -362,9 +362,8 @@ def _token_dispatch(
     crosses NVLink once per GPU it goes to and, across nodes, the NIC once per node it goes to
     (then NVLink forwards it to that node's GPUs). The two stages pipeline: the slower sets the
     time. Latency: one NCCL-like hop over the slower medium."""
-    nvlink = (system.nvlink_bw if system else gpu.nvlink_bw) or gpu.pcie_bw
-    if topo.intra_hw == "pci":  # no NVLink, or a bridge that does not join every rank
-        nvlink = gpu.pcie_bw
+    # PCIe where the topology found no NVLink joining every rank (none, or a 2-GPU bridge)
+    nvlink = gpu.pcie_bw if topo.intra_hw == "pci" else (system or gpu).nvlink_bw
     bw_us = op.nbytes / (nvlink * DEEPEP_NVLINK_FRAC) * 1e6
     hw, bus = topo.intra_hw, nvlink * DEEPEP_NVLINK_FRAC / 1e9
     if topo.nodes > 1 and op.net_bytes:

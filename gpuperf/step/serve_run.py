@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -141,7 +142,7 @@ class Server:
         quant = quantization_warning(cfg, self.base.dtype, self.base.weight_dtype, train=False)
         if quant:
             report.warnings.append(quant)
-        unfused = self.timer.unfused() if self.builtin is None else []
+        unfused = self.unfused
         if unfused:  # a profile the user wrote: a misspelt name would fuse nothing, silently
             report.warnings.append(
                 f"fused_kernels names {', '.join(unfused)}, which no kernel of {cfg.name} has "
@@ -154,6 +155,12 @@ class Server:
             report.warnings.append(f"requests of {longest} tokens exceed the model's {limit} "
                                    "positions: the prediction extrapolates")  # fmt: skip
         return report
+
+    @functools.cached_property
+    def unfused(self) -> list[str]:
+        """A user profile's fused_kernels that no kernel of the model has (StepTimer.unfused):
+        looked for once per server, not on each of an SLO search's runs."""
+        return self.timer.unfused() if self.builtin is None else []
 
     def track_record(self) -> dict[str, Any]:
         """How sure the simulation is (gpuperf.step.track_record.for_serve)."""

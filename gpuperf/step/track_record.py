@@ -293,7 +293,8 @@ def for_serve(engine: str | None, gpu: GpuSpec, tp: int) -> dict[str, Any]:
         if tp > 1:
             return _not_measured("the Hugging Face serving runs were on one GPU")
         basis = (f"held-out Hugging Face continuous-batching runs on {chip}: bursts, Poisson "
-                 "arrivals and closed loops of Llama, Qwen2 and Mistral models")  # fmt: skip
+                 "arrivals and closed loops of Llama models and of families no fit "
+                 "used (Qwen2, Qwen3, Mistral, Phi-3, Pythia)")  # fmt: skip
         classes = list(SERVE_HF.values())
     else:
         basis = (f"held-out rows of the public aiconfigurator sample of {engine} on {chip}, "
