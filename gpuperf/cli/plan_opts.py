@@ -56,11 +56,14 @@ PLAN_OPTIONS: dict[str, Callable[..., Any]] = {
     "dp_overlap": click.option(
         "--dp-overlap/--no-dp-overlap", default=None,
         help="Reduce gradient buckets under the backward [default: on with --impl "
-        "eager (PyTorch DDP), off with fused (Megatron's overlap_grad_reduce)]."),
+        "eager or compile (PyTorch DDP), off with fused (Megatron's overlap_grad_reduce)]."),
     "recompute": click.option(
-        "--recompute", type=click.Choice(["none", "selective", "full"]),
+        "--recompute", type=click.Choice(["none", "selective", "full", "op"]),
         default="none", show_default=True,
-        help="Activation recomputation (full = HF gradient checkpointing)."),
+        help="Activation recomputation: full = each layer again (HF gradient checkpointing); "
+        "selective = Megatron's (core attention, or --recompute-modules); op = torchtitan's "
+        "per-op policy (every second matmul and all but the attention again; eager or "
+        "compile)."),
     "recompute_modules": click.option(
         "--recompute-modules", type=ModuleList(), default="",
         help="With --recompute selective: Megatron-Core's --recompute-modules, the "

@@ -38,10 +38,12 @@ SCENARIO_OPTIONS: list[Callable[..., Any]] = [
     ),
     click.option(
         "--impl",
-        type=click.Choice(["fused", "eager"]),
+        type=click.Choice(["fused", "eager", "compile"]),
         default="fused",
         show_default=True,
-        help="fused kernels (flash attention, fused norms) or eager PyTorch (one kernel per op).",
+        help="fused kernels (flash attention, fused norms; Megatron, serving engines), eager "
+        "PyTorch (one kernel per op), or compile: PyTorch training with each layer "
+        "torch.compile'd (torchtitan; fused layer kernels, PyTorch's loss, AdamW, DDP/FSDP2).",
     ),
     click.option(
         "--cuda-graphs", is_flag=True, help="Replay the step as a CUDA graph (cheap launches)."

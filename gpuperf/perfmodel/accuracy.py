@@ -491,7 +491,9 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec, with_host: bool = True) -> p
         label = (
             f"{sc['mode']} b{sc.get('batch')} "
             + (f"ctx{sc['ctx']}" if sc["mode"] == "decode" else f"s{sc.get('seq')}")
-            + (" ckpt" if sc.get("recompute") == "full" else "")
+            + ({"full": " ckpt", "op": " op-ckpt"}.get(sc.get("recompute", ""), ""))
+            + (" fp8" if sc.get("dtype") == "fp8" else "")
+            + ("-row" if sc.get("fp8_scales") == "row" else "")
         )
         rows.append(
             {

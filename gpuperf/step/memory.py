@@ -184,6 +184,11 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
     h = cfg.hidden
     if recompute == "full":  # only the layer's input (sequence-parallel: its shard)
         return BYTES[act] * b * s * h / (tp if sp else 1)
+    if recompute == "op":  # the input, the kept matmul outputs, the attention's output and LSE
+        from gpuperf.workloads.transformer_train import op_policy_matmuls
+
+        kept = sum(width for i, (_, width) in enumerate(op_policy_matmuls(cfg)) if i % 2 == 0)
+        return b * s * (BYTES[act] * (h + kept + cfg.heads * cfg.hd) + 4 * cfg.heads) / tp
     full = train_activation_bytes_per_layer(cfg, b, s, act, dropout=cfg.hidden_dropout > 0,
                                             fp8_inputs=fp8)  # fmt: skip
     if eager:
@@ -383,7 +388,7 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Par
     out["activations"] = saved * stage.layers * inflight + max(
         rebuilt, head if stage.has_head else 0.0
     )
-    if sc.impl == "eager":  # DDP: data-parallel ranks (g.dp counts dp·cp) without ZeRO
+    if sc.pytorch:  # DDP: data-parallel ranks (g.dp counts dp·cp) without ZeRO
         _at_the_peak(out, zero == 0 and g.dp > 1, sc.microbatches > 1)
     return out
 
@@ -413,7 +418,7 @@ def _plan_terms(cfg: ModelConfig, sc: Scenario) -> tuple[int, int, int, float, f
     and optimizer state, a layer's saved activations, the working set one layer's backward
     rebuilds (full recompute's layer, math SDPA's fp32 score gradients; 0 otherwise), the
     loss's buffers (its stage only)."""
-    return _shared_terms(cfg, _act_dtype(sc), sc.impl == "eager", sc.recompute_plan,
+    return _shared_terms(cfg, _act_dtype(sc), sc.impl, sc.recompute_plan,
                          sc.micro_batch or sc.batch, sc.seq, sc.cp, sc.tp,
                          bool(sc.sequence_parallel), sc.attn, sc.grad_dtype,
                          BYTES[sc.dtype] == 1, _logits_tp(sc))  # fmt: skip
@@ -426,21 +431,25 @@ def _logits_tp(sc: Scenario) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: int, seq: int,
+def _shared_terms(cfg: ModelConfig, act: DType, impl: str, recompute: str, b: int, seq: int,
                   cp: int, tp: int, sp: bool, attn: str, grad_dtype: str,
                   fp8: bool, logits_tp: int) -> tuple:  # fmt: skip
     """_plan_terms from the fields it reads (plans of a search share them); fp8: the GEMMs
-    run in fp8 (Transformer Engine keeps their inputs in fp8)."""
+    run in fp8 (Transformer Engine keeps their inputs in fp8). PyTorch's framework (eager or
+    compile) sets the gradients, optimizer and loss; the layers' kernels (eager modules, or
+    fused ones when compiled) what a layer saves."""
     from gpuperf.workloads.dp_ops import grad_bytes
 
+    eager = impl != "fused"
+    modules = impl == "eager"  # Hugging Face's eager modules, and what they save
     pb = BYTES[act]
     gb = grad_bytes(act, eager, grad_dtype)
-    rebuilt = (
-        _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none", fp8, eager)
-        if recompute == "full"
-        else 0.0
-    )
-    if eager and cfg.sdpa_math:  # a layer's backward: the gradients of P and of the scores
+    rebuilt = 0.0
+    if recompute in ("full", "op"):  # a layer's backward rebuilds what it did not keep
+        rebuilt = _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none", fp8, modules)
+        if recompute == "op":
+            rebuilt -= _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "op", fp8, modules)
+    if modules and cfg.sdpa_math:  # a layer's backward: the gradients of P and of the scores
         s = seq // cp  # beside the saved P, fp32 each (sdpa_math_fp32)
         rebuilt += 8 * cfg.heads / tp * s * s * b
     per_logit = loss_bytes_per_logit(cfg, act, eager)
@@ -452,7 +461,8 @@ def _shared_terms(cfg: ModelConfig, act: DType, eager: bool, recompute: str, b: 
         * per_logit
     )
     return (pb, gb, optimizer_bytes_per_param(pb, eager, gb),
-            _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute, fp8, eager), rebuilt,
+            _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute, fp8, modules),
+            rebuilt,
             float(head))  # fmt: skip
 
 

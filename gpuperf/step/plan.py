@@ -45,10 +45,10 @@ def check_hybrid(cfg: ModelConfig, sc: Scenario) -> None:
     context parallelism over its Mamba layers, heads or groups that tp does not divide."""
     if not cfg.layer_pattern:
         return
-    if sc.impl == "eager":
-        raise InputError(f"{cfg.name}: Hugging Face's eager hybrid (Mamba-2) layers are not "
-                         "modelled; use --impl fused (Megatron-Core's and vLLM's "
-                         "kernels)")  # fmt: skip
+    if sc.pytorch:
+        raise InputError(f"{cfg.name}: Hugging Face's eager hybrid (Mamba-2) layers, compiled "
+                         "or not, are not modelled; use --impl fused (Megatron-Core's and "
+                         "vLLM's kernels)")  # fmt: skip
     if "M" not in cfg.layer_pattern:
         return
     if sc.cp > 1:
@@ -79,6 +79,11 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
     if {"moe", "moe_act"} & set(mods) and not cfg.is_moe:
         raise InputError(f"recompute modules moe and moe_act recompute an MoE block, and "
                          f"{cfg.name} has no experts")  # fmt: skip
+    if (sc.impl == "compile" or sc.recompute == "op") and (cfg.is_moe or cfg.is_mla):
+        what = "impl=compile" if sc.impl == "compile" else "recompute=op"
+        raise InputError(f"{cfg.name}: {what} is modelled for dense attention layers (measured "
+                         "on Llama); MoE and MLA layers under it are not: use --impl eager or "
+                         "fused")  # fmt: skip
     if tp > 1 and cfg.qk_norm_full:  # every rank would need all of q and k first
         raise InputError(f"{cfg.name}: tensor parallelism of q/k norms over whole "
                          "projections (OLMo-2) is not modelled (the q and k gathers before "

@@ -24,13 +24,16 @@ from gpuperf.step.plan import place
 from gpuperf.step.run import Engine, StepCost, predict, rates
 from gpuperf.step.search_workers import evaluate_all
 from gpuperf.workloads.config import ModelConfig
-from gpuperf.workloads.scenario import RECOMPUTE, Scenario
+from gpuperf.workloads.scenario import Scenario
 
 if TYPE_CHECKING:
     from gpuperf.step.result import Prediction
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 ZERO_STAGES = (0, 1, 2, 3)
+# The search's recomputation choices (torchtitan's per-op policy, recompute=op, is a choice of
+# PyTorch-native training the search does not enumerate).
+SEARCH_RECOMPUTE = ("none", "selective", "full")
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +194,7 @@ def plan_specs(
                     if (global_batch // dp) % mb:
                         continue
                     for zero in ZERO_STAGES if dp > 1 else (0,):
-                        for rc in RECOMPUTE:
+                        for rc in SEARCH_RECOMPUTE:
                             held = _fixed_for(fixed, tp, dp, ep, rc)
                             for sched, v in schedules:
                                 yield dict(base, global_batch=global_batch, micro_batch=mb,

@@ -52,7 +52,7 @@ def e2e_class(scenario: dict[str, Any], moe: bool = False) -> str:
     """The accuracy class of a one-GPU Hugging Face run (benchmarks/device/e2e_hf.py)."""
     mode = scenario.get("mode")
     if mode == "train":
-        if scenario.get("recompute") == "full":
+        if scenario.get("recompute") in ("full", "op"):
             return "checkpointed training step"
         return "MoE training step (HF)" if moe else "training step"
     if moe:

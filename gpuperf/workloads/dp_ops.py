@@ -47,7 +47,7 @@ def grad_wire_dtype(act: DType, gb: int) -> DType:
 
 
 def bucket_bytes(sc: Scenario, gb: int) -> float:
-    if sc.impl == "eager":
+    if sc.pytorch:
         return TORCH_DDP_BUCKET_BYTES
     return max(MEGATRON_BUCKET_PARAMS, 1_000_000 * sc.dp * sc.cp) * gb  # the dp·cp group
 
@@ -148,7 +148,7 @@ def bucket_kernels(sc: Scenario, params: Params) -> tuple:
     from gpuperf.perfmodel.ops import Copy, Elementwise
     from gpuperf.workloads.step_work import _part
 
-    if sc.zero != 0 or sc.impl != "eager" or sc.dp * sc.cp == 1:
+    if sc.zero != 0 or not sc.pytorch or sc.dp * sc.cp == 1:
         return ()
     act: DType = "bf16" if BYTES[sc.dtype] == 1 else sc.dtype
     n = int(params.total)
@@ -162,11 +162,11 @@ def sync_parts(cfg: ModelConfig, sc: Scenario, g: Groups, params: Params) -> tup
     if sc.zero == 3:
         return (), ()
     act: DType = "bf16" if BYTES[sc.dtype] == 1 else sc.dtype
-    gb = grad_bytes(act, sc.impl == "eager", sc.grad_dtype)
+    gb = grad_bytes(act, sc.pytorch, sc.grad_dtype)
     gdt = grad_wire_dtype(act, gb)
     bucket = bucket_bytes(sc, gb)
     coll = "allreduce" if sc.zero == 0 else "reducescatter"
-    if sc.impl == "eager" and sc.zero == 0 and sc.gpus == sc.dp * sc.cp and not cfg.is_moe:
+    if sc.pytorch and sc.zero == 0 and sc.gpus == sc.dp * sc.cp and not cfg.is_moe:
         return _ddp_parts(cfg, gb, g.dp, g.dp_nodes, gdt), ()  # PyTorch DDP on a whole model
     sync = _bucketed(f"dp/grad_{coll}", coll, params.dense * gb, bucket, g.dp, g.dp_nodes, gdt)
     sync += _bucketed(f"dp/expert_grad_{coll}", coll, params.expert * gb, bucket, g.edp,
@@ -186,7 +186,7 @@ def optimizer_parts(cfg: ModelConfig, sc: Scenario, d, g: Groups, params: Params
     n = params.total
     if sc.zero >= 1:
         n = params.dense / g.dp + params.expert / g.edp
-    eager = sc.impl == "eager"
+    eager = sc.pytorch
     tensors = 1
     if eager and g.tp > 1 and sc.tp_impl == "dtensor":
         # DTensor runs each foreach op of AdamW through its dispatch once per DTensor parameter

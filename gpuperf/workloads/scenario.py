@@ -18,10 +18,10 @@ from gpuperf.dtypes import WEIGHT_ONLY, DType, refuse_weight_only
 from gpuperf.errors import InputError, shown
 
 Mode = Literal["prefill", "decode", "generate", "train"]
-Impl = Literal["fused", "eager"]
+Impl = Literal["fused", "eager", "compile"]
 TpImpl = Literal["megatron", "dtensor"]
 TpAllreduce = Literal["nccl", "custom"]
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "full", "op"]
 Schedule = Literal["1f1b", "interleaved"]
 AttnImpl = Literal["flash", "math"]
 Fp8Scales = Literal["tensor", "row"]
@@ -37,7 +37,7 @@ TP_ALLREDUCES: tuple[TpAllreduce, ...] = ("nccl", "custom")
 # (Megatron-Core's flex dispatcher, NeMo AutoModel) send each token once per destination GPU and,
 # across nodes, once per destination node over the NIC (one model for both; gpuperf.perfmodel.comm).
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("alltoall", "deepep", "hybridep")
-RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
+RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full", "op")
 # Megatron-Core's --recompute-modules (selective recompute): whose forwards the backward runs again
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts",
                      "mla_up_proj")  # fmt: skip
@@ -67,7 +67,7 @@ _POSITIVE = ("batch", "seq", "ctx", "new_tokens", *DEGREES, "virtual_stages")
 _BOOLS = ("cuda_graphs", "tp_overlap", "nvls", "ep_overlap")
 _CHOICES = {
     "mode": MODES,
-    "impl": ("fused", "eager"),
+    "impl": ("fused", "eager", "compile"),
     "tp_impl": TP_IMPLS,
     "tp_allreduce": TP_ALLREDUCES,
     "recompute": RECOMPUTE,
@@ -117,6 +117,9 @@ class Scenario:
     new_tokens: int = 128
     dtype: DType = "bf16"
     kv_dtype: DType | None = None
+    # fused: Megatron-style training or a serving engine's kernels; eager: PyTorch as Hugging
+    # Face runs it; compile: PyTorch with each layer torch.compile'd (torchtitan): the layers'
+    # kernels fused, everything around them (loss, optimizer, DDP/FSDP2, memory) PyTorch's.
     impl: Impl = "fused"
     cuda_graphs: bool = False
     attn: AttnImpl = "flash"
@@ -143,6 +146,9 @@ class Scenario:
     # None: on for eager (PyTorch DDP), off for fused (Megatron); stays None where no gradients
     # are reduced (inference, dp·cp = 1)
     dp_overlap: bool | None = None
+    # full: each layer's forward again in the backward; selective: Megatron's (core attention, or
+    # recompute_modules); op: torchtitan's per-op policy (every second matmul's output and the
+    # attention's kept, everything else recomputed; PyTorch layers: eager or compile).
     recompute: Recompute = "none"
     # With recompute="selective": Megatron-Core's --recompute-modules, the modules whose forward
     # the backward runs again instead of keeping their outputs (RECOMPUTE_MODULES); () is its
@@ -198,7 +204,7 @@ class Scenario:
             raise InputError(f"moe_imbalance must be a number from 1 to 64, got {shown(imb)}")
         sp = self.sequence_parallel
         if self.dp_overlap is None and self.mode == "train" and self.dp * self.cp > 1:
-            object.__setattr__(self, "dp_overlap", self.impl == "eager")
+            object.__setattr__(self, "dp_overlap", self.pytorch)
         if not isinstance(self.zero, int) or isinstance(self.zero, bool) or self.zero not in (
             0, 1, 2, 3,
         ):  # fmt: skip
@@ -306,6 +312,14 @@ class Scenario:
             raise InputError("sequence parallelism needs tp > 1")
         if self.sequence_parallel and self.tp_impl != "megatron":
             raise InputError("sequence parallelism is a megatron TP feature (tp_impl=megatron)")
+        if self.impl == "compile" or self.recompute == "op":
+            self._check_compile()
+        if self.mode == "train" and self.dtype == "fp8" and self.impl == "eager":
+            raise InputError("eager fp8 training (torchao's float8 without torch.compile) scales "
+                             "each tensor in many unfused kernels, 2.2x slower than compiled on "
+                             "an H100 (e2e_compile_train.json), and is not modelled: use --impl "
+                             "compile (torchao under torch.compile) or fused (Transformer "
+                             "Engine)")  # fmt: skip
         if self.sequence_parallel and self.impl == "eager":
             raise InputError(
                 "sequence parallelism needs fused kernels (Megatron-LM's); the eager Hugging Face "
@@ -346,7 +360,7 @@ class Scenario:
             raise InputError("zero and recompute apply to training only")
         if self.mode != "train" and self.grad_dtype != "auto":
             raise InputError("grad_dtype is the gradients' format: training only (--mode train)")
-        if self.grad_dtype == "fp32" and self.impl == "eager":
+        if self.grad_dtype == "fp32" and self.pytorch:
             raise InputError("eager PyTorch keeps a model's gradients in its parameters' dtype: "
                              "grad_dtype=fp32 needs fused (Megatron-style) training")  # fmt: skip
         if self.zero and self.dp * self.cp == 1:
@@ -361,6 +375,25 @@ class Scenario:
                 f"seq={self.seq} must be a multiple of 2·cp = {2 * self.cp} (ring attention "
                 "splits each sequence into 2·cp chunks to balance the causal mask)"
             )
+
+    def _check_compile(self) -> None:
+        """torch.compile's layers (impl=compile) and torchtitan's per-op checkpointing
+        (recompute=op) as measured: PyTorch-native training (benchmarks/results/*/
+        e2e_compile_train.json)."""
+        if self.impl == "compile":
+            if self.mode != "train":
+                raise InputError("impl=compile models training steps with torch.compile'd layers "
+                                 "(torchtitan's per-block compile); for inference use fused or "
+                                 "eager (--impl)")  # fmt: skip
+            for name in ("tp", "cp", "ep"):
+                if (n := getattr(self, name)) > 1:
+                    raise InputError(f"impl=compile is modelled for data and pipeline "
+                                     f"parallelism (DDP, FSDP2, --pp); {name}={n} with compiled "
+                                     "layers is not: use --impl eager or fused")  # fmt: skip
+        if self.recompute == "op" and self.impl == "fused":
+            raise InputError("recompute=op is torchtitan's per-op selective checkpointing of "
+                             "PyTorch layers: --impl eager or compile (Megatron's selective "
+                             "recompute is --recompute selective)")  # fmt: skip
 
     def _check_dispatcher(self) -> None:
         name = self.moe_dispatcher
@@ -418,6 +451,13 @@ class Scenario:
     # --- derived --------------------------------------------------------------------------------
 
     @property
+    def pytorch(self) -> bool:
+        """The step runs in PyTorch's own framework (DDP or FSDP2, torch.optim's AdamW, the
+        model's own loss and memory): eager, or with its layers compiled (compile). fused is
+        Megatron-style training or a serving engine."""
+        return self.impl != "fused"
+
+    @property
     def expert_tp(self) -> int:
         """Each expert's tensor-parallel degree: etp, or tp where etp is not given."""
         return self.tp if self.etp is None else self.etp
@@ -470,7 +510,7 @@ class Scenario:
             parts.append("sp")
         if self.tp_overlap:
             parts.append("tp-overlap")
-        if self.dp_overlap is not None and self.dp_overlap != (self.impl == "eager"):
+        if self.dp_overlap is not None and self.dp_overlap != self.pytorch:
             parts.append("dp-overlap" if self.dp_overlap else "no-dp-overlap")  # not the default
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")

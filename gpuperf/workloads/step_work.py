@@ -169,10 +169,10 @@ def build(cfg: ModelConfig, sc: Scenario, g: Groups = SINGLE) -> StepWork:
     # What of the groups a stage's kernels see beyond d (d.g drops the data-parallel ranks).
     fsdp = None
     if sc.zero == 3:
-        gb = grad_bytes(d.act, sc.impl == "eager", sc.grad_dtype)
+        gb = grad_bytes(d.act, sc.pytorch, sc.grad_dtype)
         fsdp = (g.dp, g.dp_nodes, g.edp, g.edp_nodes, gb)
     link = (g.tp, g.tp_nodes, g.pp_inter_node, g.sp)
-    out = _stages(cfg, d, sc.impl == "eager", sc.mode, sc.recompute_plan, sc.pp, fsdp, link)
+    out = _stages(cfg, d, sc.pytorch, sc.mode, sc.recompute_plan, sc.pp, fsdp, link)
     sync, kernels, opt, post = ((), (), (), ())
     if sc.mode == "train":
         from gpuperf.workloads.dp_ops import bucket_kernels, optimizer_parts, sync_parts
@@ -217,7 +217,9 @@ def _boundary(nbytes: int, act: str, tp: int, tp_nodes: int, inter_node: bool, s
 def _layer_templates(cfg: ModelConfig, d: Dims, eager: bool, train: bool, recompute: str,
                      kind: LayerKind = DENSE) -> tuple:  # fmt: skip
     """(forward ops, backward ops, forward hides, backward hides) of one layer of `kind`, the
-    op lists interned."""
+    op lists interned. eager: PyTorch's framework; its layers' kernels are the eager modules'
+    unless they are compiled (d.compiled: the fused layer's kernels)."""
+    eager = eager and not d.compiled
     layer = eager_layer(cfg, d, kind) if eager else fused_layer(cfg, d, kind)
     layer_bwd: list[Op] = []
     bwd_hide: dict[str, tuple[str, ...]] = {}
@@ -282,7 +284,8 @@ def _forward_parts(cfg, d, eager, mode, st, runs, fsdp) -> list[Part]:  # noqa: 
             return _around((), layer, hide, fsdp.fwd, fsdp.fwd_hide, **kw)
 
         ends_stage = first + n == end
-        if first == 0 and not eager and not cfg.parallel_residual and cfg.pre_norm:
+        if first == 0 and not (eager and not d.compiled) and not cfg.parallel_residual \
+                and cfg.pre_norm:  # fmt: skip
             # vLLM's first layer has no residual yet: a plain norm, not the fused add + norm.
             parts.append(body(n == 1 and ends_stage, _first_layer(layer), layer0=0))
             n, first = n - 1, 1

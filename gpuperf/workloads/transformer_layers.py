@@ -55,6 +55,7 @@ class Dims:
     g: Groups = SINGLE  # communicator groups (tensor, context, expert parallel)
     attn: str = "flash"  # flash: one fused kernel; math: scores materialized, softmax, P·V
     train: bool = False  # dropout runs in training only
+    compiled: bool = False  # PyTorch layers under torch.compile: the fused layer's kernels
     wgemm: DType | None = None  # weight-only GEMM format (int4/int8 weights, bf16 activations)
     scales: str = ""  # fp8: "tensor" or "row" scales; int4: group size ("g128")
     mla: str = "auto"  # MLA form: naive, absorbed, or what the implementation runs (auto)
@@ -132,6 +133,7 @@ def _dims(cfg: ModelConfig, g: Groups, mode: str, mb: int, seq: int, ctx: int, d
         g=g,
         attn=attn,
         train=mode == "train",
+        compiled=impl == "compile",
         wgemm=weight_dtype,
         scales=gemm_scales(dtype, weight_dtype, fp8_scales),
         mla=mla,

@@ -441,8 +441,46 @@ def layer_backward(
             hide[p2p + ".recompute"] = tuple(u + ".recompute" for u in under)
     elif recompute.startswith("selective"):
         redo = recomputed_modules(cfg, layer, plan_modules(recompute))
+    elif recompute == "op":
+        redo = op_policy_recomputed(cfg, d, layer)
     redo = [replace(op, name=op.name + ".recompute") for op in redo]  # type: ignore[call-arg]
     return redo + ops, hide
+
+
+def op_policy_matmuls(cfg: ModelConfig) -> list[tuple[str, int]]:
+    """The matmuls (torch.mm) of one PyTorch decoder layer's forward, in order: each nn.Linear
+    as the model defines it (Hugging Face's and torchtitan's Llama: q, k, v, o, gate, up, down;
+    one q/k/v or gate/up Linear where the module is one), with its output's width per token."""
+    q, kv = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd
+    f, h = cfg.intermediate, cfg.hidden
+    attn = [("attn/qkv", q + 2 * kv)] if cfg.qkv_fused else [
+        ("attn/q", q), ("attn/k", kv), ("attn/v", kv)]  # fmt: skip
+    if cfg.mlp != "gated":
+        mlp = [("mlp/up", f)]
+    else:
+        mlp = [("mlp/gate_up", 2 * f)] if cfg.gate_up_fused else [("mlp/gate", f), ("mlp/up", f)]
+    return [*attn, ("attn/out", h), *mlp, ("mlp/down", h)]
+
+
+def op_policy_recomputed(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
+    """What torchtitan's per-op selective checkpointing (models/llama3/infra/parallelize.py,
+    `_save_list` and its policy) runs again in a layer's backward: every kernel of the forward
+    but the attention (SDPA's output is kept) and the matmuls, and of the matmuls every second
+    one (the policy keeps the outputs of the 1st, 3rd, ... mm of the layer: q, v, gate and down
+    of a Llama; k, o and up run again). A compiled layer (the fused layer's kernels, one QKV and
+    one gate/up GEMM) runs those matmuls as the model's own Linears do."""
+    again = {name for i, (name, _) in enumerate(op_policy_matmuls(cfg)) if i % 2}
+    mms = [op for op in eager_layer_gemms(cfg, d) if op.name in again]
+    rest = [op for op in layer
+            if not isinstance(op, Gemm | Attention | GroupedGemm | Collective)]  # fmt: skip
+    return rest + mms
+
+
+def eager_layer_gemms(cfg: ModelConfig, d: Dims) -> list[Gemm]:
+    """The matmuls of one layer as the model's own Linears run them (the eager layer's)."""
+    from gpuperf.workloads.transformer_layers import eager_layer
+
+    return [op for op in eager_layer(cfg, d) if isinstance(op, Gemm) and op.batch == 1]
 
 
 # MLA's up projections as Megatron-Core recomputes them (mla_up_proj): the q and kv up

@@ -1,0 +1,120 @@
+"""PyTorch-native training as torchtitan runs it: torch.compile'd layers (impl=compile) and the
+per-op selective checkpointing policy (recompute=op), with their refusals."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from gpuperf import api
+from gpuperf.dtypes import BYTES
+from gpuperf.errors import InputError
+from gpuperf.workloads.config import from_hf_dict
+from gpuperf.workloads.transformer_train import op_policy_matmuls
+
+# Llama-3.1-8B's width, 8 layers (the shape of benchmarks/results/h100-sxm5-80gb/
+# e2e_compile_train.json)
+L8 = from_hf_dict(
+    {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+     "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 8,
+     "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
+     "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False},
+    name="llama3.1-8b-8l",
+)  # fmt: skip
+TRAIN = dict(gpu="h100", mode="train", batch=1, seq=8192)
+
+
+def names(p: api.Prediction) -> set[str]:
+    """The op names of a prediction without their layer ("L3/attn/k" -> "attn/k")."""
+    return {re.sub(r"^L\d+/", "", n) for n in p.table["name"]}
+
+
+def test_compile_runs_fused_layer_kernels_inside_pytorchs_loss_and_optimizer():
+    eager = api.predict(L8, impl="eager", **TRAIN)
+    fused = api.predict(L8, impl="fused", **TRAIN)
+    comp = api.predict(L8, impl="compile", **TRAIN)
+    n_eager, n_fused, n_comp = names(eager), names(fused), names(comp)
+    # the layers: one norm kernel (Inductor fuses RMSNorm's eight), not the eager modules'
+    assert "attn/norm" in n_comp and not any(n.startswith("attn/norm/") for n in n_comp)
+    assert any(n.startswith("attn/norm/") for n in n_eager)
+    # around them: Hugging Face's loss and torch.optim's foreach AdamW, as in eager
+    for n in ("loss/log_softmax", "optimizer/update", "final_norm/pow"):
+        assert n in n_comp and n in n_eager and n not in n_fused
+    assert "optimizer/adamw" in n_fused and "optimizer/adamw" not in n_comp
+    # fewer kernels than eager; slower than Megatron's fused step (its loss and optimizer)
+    assert fused.total_ms < comp.total_ms < eager.total_ms
+    # PyTorch's memory: AdamW's moments in the parameters' bf16, no fp32 master copy
+    assert comp.memory["optimizer"] == pytest.approx(eager.memory["optimizer"])
+    assert comp.memory["optimizer"] < fused.memory["optimizer"] / 2
+
+
+def test_op_policy_recomputes_every_second_matmul_and_everything_but_the_attention():
+    plain = api.predict(L8, impl="eager", **TRAIN)
+    op = api.predict(L8, impl="eager", recompute="op", **TRAIN)
+    full = api.predict(L8, impl="eager", recompute="full", **TRAIN)
+    again = {n[: -len(".recompute")] for n in names(op) if n.endswith(".recompute")}
+    gemms = {n for n in again if n in ("attn/q", "attn/k", "attn/v", "attn/out", "mlp/gate",
+                                       "mlp/up", "mlp/down")}  # fmt: skip
+    assert gemms == {"attn/k", "attn/out", "mlp/up"}  # q, v, gate and down are kept
+    assert "attn/core" not in again  # SDPA's output is kept
+    assert {"attn/norm/pow", "mlp/act", "attn/rope_q/mul_cos"} <= again
+    assert plain.total_ms < op.total_ms < full.total_ms
+    act = [p.memory["activations"] for p in (plain, op, full)]
+    assert act[0] > act[1] > act[2]
+    # compiled layers: the same matmuls again, as the model's own Linears (q, k, v apart)
+    comp = api.predict(L8, impl="compile", recompute="op", **TRAIN)
+    assert {"attn/k.recompute", "attn/out.recompute", "mlp/up.recompute"} <= names(comp)
+    assert "attn/qkv.recompute" not in names(comp)
+
+
+def test_op_policy_keeps_the_input_the_odd_matmuls_and_the_attention_output():
+    widths = op_policy_matmuls(L8)
+    assert [n for n, _ in widths] == ["attn/q", "attn/k", "attn/v", "attn/out", "mlp/gate",
+                                      "mlp/up", "mlp/down"]  # fmt: skip
+    h, q, kv, f = L8.hidden, L8.heads * L8.hd, L8.kv_heads * L8.hd, L8.intermediate
+    op = api.predict(L8, impl="eager", recompute="op", **TRAIN).memory["activations"]
+    full = api.predict(L8, impl="eager", recompute="full", **TRAIN).memory["activations"]
+    # beside full recomputation's input: q, v, gate and down's outputs, the attention's output
+    # and its fp32 log-sum-exp per head, every layer (the loss's buffers set both peaks)
+    kept = 8192 * (BYTES["bf16"] * (q + kv + f + h + q) + 4 * L8.heads)
+    assert op - full == pytest.approx(L8.layers * kept)
+    # Phi-3's one q/k/v and one gate/up Linear: four matmuls, o and down run again
+    merged = replace(L8, qkv_fused=True, gate_up_fused=True)
+    assert [n for n, _ in op_policy_matmuls(merged)] == ["attn/qkv", "attn/out", "mlp/gate_up",
+                                                        "mlp/down"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(impl="compile", mode="prefill"), "impl=compile models training steps"),
+        (dict(impl="compile", mode="train", tp=2), "tp=2 with compiled layers"),
+        (dict(impl="compile", mode="train", cp=2), "cp=2 with compiled layers"),
+        (dict(impl="fused", mode="train", recompute="op"), "--impl eager or compile"),
+        (dict(impl="eager", mode="train", dtype="fp8"), "eager fp8 training"),
+    ],
+)
+def test_what_compile_and_the_op_policy_cannot_run_as_is_refused(kw, message):
+    with pytest.raises(InputError, match=message):
+        api.predict("llama3-8b", gpu="h100", system="dgx-h100" if kw.get("tp", 1) * kw.get(
+            "cp", 1) > 1 else None, **kw)  # fmt: skip
+
+
+def test_compile_and_the_op_policy_refuse_moe_layers():
+    with pytest.raises(InputError, match="dense attention layers"):
+        api.predict("mixtral-8x7b", gpu="h100", mode="train", impl="compile", seq=1024)
+    with pytest.raises(InputError, match="recompute=op"):
+        api.predict("mixtral-8x7b", gpu="h100", mode="train", impl="eager", recompute="op",
+                    seq=1024)  # fmt: skip
+
+
+def test_compile_plans_use_pytorchs_data_parallelism():
+    # FSDP2 over 8 GPUs, as torchtitan's Table 1 runs it: the per-layer gathers around the
+    # compiled layers, torch.optim on this rank's shard
+    p = api.predict("llama3-8b", system="dgx-h100", mode="train", impl="compile", recompute="op",
+                    dp=8, zero=3, global_batch=16, micro_batch=2, seq=8192)  # fmt: skip
+    n = names(p)
+    assert any("allgather" in x for x in n) and "optimizer/update" in n
+    assert p.scenario["dp_overlap"] is True  # PyTorch's default, as with eager
