@@ -15,8 +15,8 @@ AdamW with bf16 states) under each:
 Each variant: warm-up steps (compilation), then timed steps (CUDA events) over several seconds
 of sustained load, peak memory, and one profiled step's kernels (name, count, total time).
 
-    python3 benchmarks/device/compile_train_probe.py OUT_DIR [--layers 8] [--batch 1]
-        [--seq 8192] [--steps 12] [--only NAME,...]
+    python3 benchmarks/device/compile_train_probe.py OUT_DIR [--model llama3.1-8b,qwen3-8b,...]
+        [--layers 8] [--batch 1] [--seq 8192] [--steps 12] [--only NAME,...]
 
 Writes OUT_DIR/e2e_compile_train.json, which benchmarks/accuracy.py reads as it reads
 e2e_hf.py's: env (GPU, driver, CUDA, torch, transformers, torchao), and per variant the
@@ -47,6 +47,22 @@ LLAMA31_8B = {
     "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
     "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
 }  # fmt: skip
+
+# Qwen/Qwen3-8B config.json (q/k norms), and meta-llama/Llama-3.2-3B's (tied embeddings), for
+# runs the model was not written on.
+QWEN3_8B = {
+    "model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288,
+    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+}  # fmt: skip
+LLAMA32_3B = {
+    "model_type": "llama", "hidden_size": 3072, "intermediate_size": 8192,
+    "num_hidden_layers": 28, "num_attention_heads": 24, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": True,
+}  # fmt: skip
+MODELS = {"llama3.1-8b": LLAMA31_8B, "qwen3-8b": QWEN3_8B, "llama3.2-3b": LLAMA32_3B}
 
 VARIANTS = [  # (name, compile, recompute, float8)
     ("eager", False, "none", ""),
@@ -122,11 +138,12 @@ def to_float8(model, recipe: str) -> None:  # noqa: ANN001
     convert_to_float8_training(model.model.layers, config=cfg)
 
 
-def run(variant: tuple, layers: int, batch: int, seq: int, steps: int) -> dict:
+def run(variant: tuple, model_name: str, layers: int, batch: int, seq: int, steps: int) -> dict:
     import torch
 
     name, compiled, recompute, fp8 = variant
-    cfg = dict(LLAMA31_8B, num_hidden_layers=layers)
+    base = MODELS[model_name]
+    cfg = dict(base, num_hidden_layers=layers or base["num_hidden_layers"])
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     model = e2e_hf.build_model(cfg)
@@ -159,7 +176,8 @@ def run(variant: tuple, layers: int, batch: int, seq: int, steps: int) -> dict:
     if fp8 == "rowwise":
         scenario["fp8_scales"] = "row"
     return {
-        "name": name, "model": f"llama3.1-8b-{layers}l", "config": cfg, "scenario": scenario,
+        "name": name, "model": f"{model_name}-{cfg['num_hidden_layers']}l", "config": cfg,
+        "scenario": scenario,
         "compile": compiled, "recompute": recompute, "float8": fp8 or None,
         "note": ("HF LlamaForCausalLM, sdpa; per-layer torch.compile (default mode) where "
                  "compile; checkpoint per layer (use_reentrant=False; op: torchtitan's per-op "
@@ -176,7 +194,9 @@ def run(variant: tuple, layers: int, batch: int, seq: int, steps: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--model", default="llama3.1-8b",
+                    help=f"comma-separated, of: {', '.join(MODELS)}")  # fmt: skip
+    ap.add_argument("--layers", type=int, default=8, help="0: the model's own")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--steps", type=int, default=12)
@@ -195,20 +215,24 @@ def main() -> int:
     result = {"env": env, "runs": []}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "e2e_compile_train.json"
-    for v in VARIANTS:
-        if only and v[0] not in only:
-            continue
-        if v[3] and not str(env["torchao"])[:1].isdigit():
-            continue
+    todo = [
+        (m, v)
+        for m in args.model.split(",")
+        for v in VARIANTS
+        if (not only or v[0] in only) and (not v[3] or str(env["torchao"])[:1].isdigit())
+    ]
+    for model_name, v in todo:
         t0 = time.perf_counter()
         try:
-            row = run(v, args.layers, args.batch, args.seq, args.steps)
-            print(f"{v[0]:24s} {row['measured_ms']:9.1f} ms  first3 {row['first3_ms']:8.1f} "
-                  f"last3 {row['last3_ms']:8.1f}  peak {row['peak_mem_gib']:5.1f} GiB  "
+            row = run(v, model_name, args.layers, args.batch, args.seq, args.steps)
+            print(f"{model_name:12s} {v[0]:22s} {row['measured_ms']:9.1f} ms  "
+                  f"first3 {row['first3_ms']:8.1f} last3 {row['last3_ms']:8.1f}  "
+                  f"peak {row['peak_mem_gib']:5.1f} GiB  "
                   f"kernels {row['profile']['kernels']}  warm {row['warmup_s']:.0f} s",
                   flush=True)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 (record and go on)
-            row = {"name": v[0], "error": f"{type(exc).__name__}: {exc}"[:2000],
+            row = {"name": v[0], "model": model_name,
+                   "error": f"{type(exc).__name__}: {exc}"[:2000],
                    "trace": traceback.format_exc()[-3000:]}  # fmt: skip
             print(v[0], "FAILED", row["error"][:300], flush=True)
         row["wall_s"] = time.perf_counter() - t0
