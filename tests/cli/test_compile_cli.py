@@ -1,4 +1,4 @@
-"""`--impl compile` and `--recompute op` on the command line: a prediction, and one-line refusals."""
+"""`--impl compile` and `--recompute op` from the command line: a prediction, one-line refusals."""
 
 from __future__ import annotations
 
