@@ -447,19 +447,22 @@ def layer_backward(
     return redo + ops, hide
 
 
-def op_policy_matmuls(cfg: ModelConfig) -> list[tuple[str, int]]:
+def op_policy_matmuls(cfg: ModelConfig) -> list[tuple[str, int, int]]:
     """The matmuls (torch.mm) of one PyTorch decoder layer's forward, in order: each nn.Linear
     as the model defines it (Hugging Face's and torchtitan's Llama: q, k, v, o, gate, up, down;
-    one q/k/v or gate/up Linear where the module is one), with its output's width per token."""
+    one q/k/v or gate/up Linear where the module is one), with its input's and its output's
+    width per token."""
     q, kv = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd
     f, h = cfg.intermediate, cfg.hidden
-    attn = [("attn/qkv", q + 2 * kv)] if cfg.qkv_fused else [
-        ("attn/q", q), ("attn/k", kv), ("attn/v", kv)]  # fmt: skip
+    attn = [("attn/qkv", h, q + 2 * kv)] if cfg.qkv_fused else [
+        ("attn/q", h, q), ("attn/k", h, kv), ("attn/v", h, kv)]  # fmt: skip
     if cfg.mlp != "gated":
-        mlp = [("mlp/up", f)]
+        mlp = [("mlp/up", h, f)]
+    elif cfg.gate_up_fused:
+        mlp = [("mlp/gate_up", h, 2 * f)]
     else:
-        mlp = [("mlp/gate_up", 2 * f)] if cfg.gate_up_fused else [("mlp/gate", f), ("mlp/up", f)]
-    return [*attn, ("attn/out", h), *mlp, ("mlp/down", h)]
+        mlp = [("mlp/gate", h, f), ("mlp/up", h, f)]
+    return [*attn, ("attn/out", q, h), *mlp, ("mlp/down", f, h)]
 
 
 def op_policy_recomputed(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
@@ -469,7 +472,7 @@ def op_policy_recomputed(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]
     one (the policy keeps the outputs of the 1st, 3rd, ... mm of the layer: q, v, gate and down
     of a Llama; k, o and up run again). A compiled layer (the fused layer's kernels, one QKV and
     one gate/up GEMM) runs those matmuls as the model's own Linears do."""
-    again = {name for i, (name, _) in enumerate(op_policy_matmuls(cfg)) if i % 2}
+    again = {name for i, (name, _, _) in enumerate(op_policy_matmuls(cfg)) if i % 2}
     mms = [op for op in eager_layer_gemms(cfg, d) if op.name in again]
     rest = [op for op in layer
             if not isinstance(op, Gemm | Attention | GroupedGemm | Collective)]  # fmt: skip

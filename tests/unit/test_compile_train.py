@@ -63,6 +63,11 @@ def test_op_policy_recomputes_every_second_matmul_and_everything_but_the_attenti
     assert plain.total_ms < op.total_ms < full.total_ms
     act = [p.memory["activations"] for p in (plain, op, full)]
     assert act[0] > act[1] > act[2]
+    # HFU counts the recomputed matmuls' FLOPs (k, o and up per layer), MFU does not
+    h, kv, f = L8.hidden, L8.kv_heads * L8.hd, L8.intermediate
+    again = 2 * L8.layers * (h * kv + L8.heads * L8.hd * h + h * f) * 8192
+    assert op.hfu / op.mfu == pytest.approx(1 + again / (op.mfu * op.total_ms / 1e3 * 989.4e12),
+                                            rel=1e-3)  # fmt: skip
     # compiled layers: the same matmuls again, as the model's own Linears (q, k, v apart)
     comp = api.predict(L8, impl="compile", recompute="op", **TRAIN)
     assert {"attn/k.recompute", "attn/out.recompute", "mlp/up.recompute"} <= names(comp)
@@ -71,7 +76,7 @@ def test_op_policy_recomputes_every_second_matmul_and_everything_but_the_attenti
 
 def test_op_policy_keeps_the_input_the_odd_matmuls_and_the_attention_output():
     widths = op_policy_matmuls(L8)
-    assert [n for n, _ in widths] == ["attn/q", "attn/k", "attn/v", "attn/out", "mlp/gate",
+    assert [n for n, _, _ in widths] == ["attn/q", "attn/k", "attn/v", "attn/out", "mlp/gate",
                                       "mlp/up", "mlp/down"]  # fmt: skip
     h, q, kv, f = L8.hidden, L8.heads * L8.hd, L8.kv_heads * L8.hd, L8.intermediate
     op = api.predict(L8, impl="eager", recompute="op", **TRAIN).memory["activations"]
@@ -82,7 +87,7 @@ def test_op_policy_keeps_the_input_the_odd_matmuls_and_the_attention_output():
     assert op - full == pytest.approx(L8.layers * kept)
     # Phi-3's one q/k/v and one gate/up Linear: four matmuls, o and down run again
     merged = replace(L8, qkv_fused=True, gate_up_fused=True)
-    assert [n for n, _ in op_policy_matmuls(merged)] == ["attn/qkv", "attn/out", "mlp/gate_up",
+    assert [n for n, _, _ in op_policy_matmuls(merged)] == ["attn/qkv", "attn/out", "mlp/gate_up",
                                                         "mlp/down"]  # fmt: skip
 
 
