@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from gpuperf.dtypes import BYTES
-from gpuperf.perfmodel.ops import P2P, Collective, Copy, Op
+from gpuperf.perfmodel.ops import P2P, Collective, Copy, Elementwise, Op
 from gpuperf.workloads import comm_ops
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.dp_ops import grad_bytes, grad_wire_dtype
@@ -221,12 +221,24 @@ def _layer_templates(cfg: ModelConfig, d: Dims, eager: bool, train: bool, recomp
     unless they are compiled (d.compiled: the fused layer's kernels)."""
     eager = eager and not d.compiled
     layer = eager_layer(cfg, d, kind) if eager else fused_layer(cfg, d, kind)
+    linears: list = []
+    if d.compiled and BYTES[d.gemm] == 1:  # torchao's float8 Linears: their own scaling
+        from gpuperf.workloads.float8_torchao import forward_scaling
+        from gpuperf.workloads.transformer_train import eager_layer_gemms
+
+        linears = eager_layer_gemms(cfg, d)
+        kept = [op for op in layer if not (isinstance(op, Elementwise) and op.fn == "quant")]
+        layer = kept + forward_scaling(linears, d.act)  # (the first op stays the norm)
     layer_bwd: list[Op] = []
     bwd_hide: dict[str, tuple[str, ...]] = {}
     if train:
         from gpuperf.workloads.transformer_train import layer_backward
 
         layer_bwd, bwd_hide = layer_backward(cfg, d, eager, layer, recompute)
+        if linears:
+            from gpuperf.workloads.float8_torchao import backward_scaling
+
+            layer_bwd += backward_scaling(linears, d.act)
     fwd_hide = ring_hide(d, eager=eager)
     if d.g.tp_overlap:
         fwd_hide.update(comm_ops.overlap_hide(layer))

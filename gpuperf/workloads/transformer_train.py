@@ -40,10 +40,10 @@ from gpuperf.workloads.transformer_layers import Dims, _ew, logits_gathered
 
 
 def gemm_backward(g: Gemm) -> list[Op]:
-    """dgrad then wgrad of C[m, n] = A[m, k] @ W[k, n]."""
+    """dgrad then wgrad of C[m, n] = A[m, k] @ W[k, n], scaled as the forward's (fp8)."""
     return [
-        Gemm(g.name + ".dgrad", g.m, g.k, g.n, g.dtype, g.batch),
-        Gemm(g.name + ".wgrad", g.k, g.n, g.m, g.dtype, g.batch),
+        Gemm(g.name + ".dgrad", g.m, g.k, g.n, g.dtype, g.batch, scales=g.scales),
+        Gemm(g.name + ".wgrad", g.k, g.n, g.m, g.dtype, g.batch, scales=g.scales),
     ]
 
 
@@ -471,11 +471,13 @@ def op_policy_recomputed(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]
     but the attention (SDPA's output is kept) and the matmuls, and of the matmuls every second
     one (the policy keeps the outputs of the 1st, 3rd, ... mm of the layer: q, v, gate and down
     of a Llama; k, o and up run again). A compiled layer (the fused layer's kernels, one QKV and
-    one gate/up GEMM) runs those matmuls as the model's own Linears do."""
+    one gate/up GEMM) runs those matmuls as the model's own Linears do. The policy keeps max's
+    output too: torchao's float8 amaxes are not run again (its casts are)."""
     again = {name for i, (name, _, _) in enumerate(op_policy_matmuls(cfg)) if i % 2}
     mms = [op for op in eager_layer_gemms(cfg, d) if op.name in again]
     rest = [op for op in layer
-            if not isinstance(op, Gemm | Attention | GroupedGemm | Collective)]  # fmt: skip
+            if not isinstance(op, Gemm | Attention | GroupedGemm | Collective)
+            and not (isinstance(op, Reduce) and op.fn == "amax")]  # fmt: skip
     return rest + mms
 
 

@@ -123,3 +123,21 @@ def test_compile_plans_use_pytorchs_data_parallelism():
     n = names(p)
     assert any("allgather" in x for x in n) and "optimizer/update" in n
     assert p.scenario["dp_overlap"] is True  # PyTorch's default, as with eager
+
+
+def test_torchao_float8_scales_each_linear_in_both_directions():
+    p = api.predict(L8, impl="compile", dtype="fp8", recompute="op", **TRAIN)
+    n = names(p)
+    linears = ("attn/q", "attn/k", "attn/v", "attn/out", "mlp/gate", "mlp/up", "mlp/down")
+    for lin in linears:  # each Linear casts its own input, weight and output gradient
+        for step in ("x_amax", "x_cast", "w_amax", "w_cast", "dy_amax", "dy_cast", "xt_cast",
+                     "wt_cast"):  # fmt: skip
+            assert f"{lin}.{step}" in n, (lin, step)
+    assert not any(x.endswith("_quant") for x in n)  # not Transformer Engine's one cast
+    # the policy keeps max's output: the casts run again, the amaxes do not
+    assert "attn/q.x_cast.recompute" in n and "attn/q.x_amax.recompute" not in n
+    dy = p.table[p.table["name"].str.endswith("mlp/down.dy_cast")].iloc[0]
+    assert dy["bytes"] == pytest.approx(8192 * 4096 * (2 + 2 * 1), rel=1e-3)  # read bf16, two fp8
+    # Transformer Engine's fp8 (fused) charges none of it
+    fused = api.predict(L8, impl="fused", dtype="fp8", **TRAIN)
+    assert not any(x.endswith((".x_amax", ".x_cast", ".dy_cast")) for x in names(fused))
