@@ -27,7 +27,6 @@ memory and the profile.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import statistics
 import sys
@@ -39,6 +38,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import e2e_hf  # noqa: E402 (the device scripts' shared helpers)
+
+sys.path.insert(0, str(HERE.parents[1]))
+from gpuperf.measure.layer_wrap import wrap_layers  # noqa: E402
 
 # meta-llama/Llama-3.1-8B config.json, without rope_scaling; the layer count is the probe's.
 LLAMA31_8B = {
@@ -75,57 +77,6 @@ VARIANTS = [  # (name, compile, recompute, float8)
     ("compile_op_fp8_row", True, "op", "rowwise"),
     ("eager_op_fp8_tensor", False, "op", "tensorwise"),
 ]
-
-
-def op_policy():  # noqa: ANN201 (a context_fn for torch.utils.checkpoint)
-    """torchtitan's per-op selective checkpointing (models/llama3/infra/parallelize.py): keep
-    the outputs of matmuls (but every second one), of SDPA and of max; recompute the rest."""
-    import torch
-    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
-
-    ops = torch.ops.aten
-    save = {ops.mm.default, ops.max.default}
-    for name in ("_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
-                 "_scaled_dot_product_cudnn_attention"):  # fmt: skip
-        if hasattr(ops, name):
-            save.add(getattr(ops, name).default)
-
-    def context_fn():  # noqa: ANN202
-        meta: dict[str, int] = collections.defaultdict(int)
-
-        def policy(ctx, func, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-            key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
-            if func == ops.mm.default:
-                meta[key] += 1
-            keep = func in save and not (func == ops.mm.default and meta[key] % 2 == 0)
-            return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
-
-        return create_selective_checkpoint_contexts(policy)
-
-    return context_fn
-
-
-def wrap_layers(model, recompute: str, compile_layers: bool) -> None:  # noqa: ANN001
-    """Checkpoint and/or compile each decoder layer in place, as torchtitan does each block."""
-    import torch
-    from torch.utils.checkpoint import checkpoint
-
-    class Checkpointed(torch.nn.Module):
-        def __init__(self, layer, context_fn) -> None:  # noqa: ANN001
-            super().__init__()
-            self.layer, self.context_fn = layer, context_fn
-
-        def forward(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            extra = {"context_fn": self.context_fn} if self.context_fn else {}
-            return checkpoint(self.layer, *args, use_reentrant=False, **extra, **kwargs)
-
-    layers = model.model.layers
-    for i, layer in enumerate(layers):
-        if recompute != "none":
-            layer = Checkpointed(layer, op_policy() if recompute == "op" else None)
-        if compile_layers:
-            layer = torch.compile(layer)
-        layers[i] = layer
 
 
 def to_float8(model, recipe: str) -> None:  # noqa: ANN001

@@ -31,6 +31,7 @@ EXAMPLES = (
     "  gpuperf validate llama2-7b --impl eager --mode decode --ctx 2048 --format json\n"
     "  gpuperf validate llama3-8b --impl eager --tp 2 --nproc 2 --mode prefill\n"
     "  gpuperf validate llama-1.1b.json --impl eager --mode train --dp 2 --zero 3 --nproc 2\n"
+    "  gpuperf validate llama-1.1b.json --impl compile --recompute op --mode train --seq 4096\n"
     "  gpuperf validate llama3-8b --impl eager --mode train --pp 2 --tp 2 --batch 8 "
     "--micro-batch 1\n"
     "  gpuperf validate llama3-8b --impl eager --mode train --cp 2 --seq 8192 --nproc 2"
@@ -55,11 +56,17 @@ EXAMPLES = (
 )  # fmt: skip
 @click.option(
     "--impl",
-    type=click.Choice(["fused", "eager"]),
+    type=click.Choice(["fused", "eager", "compile"]),
     default="fused",
     show_default=True,
-    help="Kernels as vLLM (fused) or HF eager PyTorch run them; eager adds a whole-layer run.",
+    help="Kernels as vLLM (fused) or HF eager PyTorch run them; eager adds a whole-layer run; "
+    "compile (whole-model training): each decoder layer torch.compile'd, as torchtitan does.",
 )
+@click.option(
+    "--recompute", type=click.Choice(["none", "full", "op"]), default="none", show_default=True,
+    help="Train: each decoder layer checkpointed whole (full) or by torchtitan's per-op "
+    "policy (op).",
+)  # fmt: skip
 @click.option("--batch", type=COUNT, default=1, show_default=True,
               help="Sequences (per data-parallel rank).")  # fmt: skip
 @click.option("--seq", type=COUNT, default=2048, show_default=True)
@@ -123,10 +130,10 @@ EXAMPLES = (
 def validate(
     model: str, mode: str, nproc: int | None, tp: int, dp: int, cp: int, pp: int,
     micro_batch: int | None, zero: str, tp_impl: str, cuda_graphs: bool, iters: int,
-    timeout: float, **kw: Any,
+    timeout: float, recompute: str, **kw: Any,
 ) -> None:  # fmt: skip
     parallel = dict(tp=tp, dp=dp, cp=cp, pp=pp, micro_batch=micro_batch, zero=int(zero),
-                    tp_impl=tp_impl, cuda_graphs=cuda_graphs)  # fmt: skip
+                    tp_impl=tp_impl, cuda_graphs=cuda_graphs, recompute=recompute)  # fmt: skip
     whole = (
         nproc is not None or tp > 1 or dp > 1 or cp > 1 or pp > 1 or mode == "train" or cuda_graphs
     )

@@ -37,7 +37,7 @@ def whole_model(model: str, mode: str, nproc: int | None, parallel: dict[str, An
     pred = None
     if spec is not None:
         keys = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "tp", "dp", "pp",
-                "micro_batch", "zero", "tp_impl", "sequence_parallel")  # fmt: skip
+                "micro_batch", "zero", "tp_impl", "sequence_parallel", "recompute")  # fmt: skip
         kw = {k: getattr(sc, k) for k in keys}
         pred = api.predict(cfg, gpu=spec, dtype=dtype, **kw)
     click.echo(f"running {name} as {what} on {sc.gpus} {dev} rank(s)...", err=True)

@@ -44,7 +44,14 @@ def implementation(sc: Any) -> str:
 
 def _unsupported(sc: Any) -> str:
     checks = [
-        (sc.impl != "eager", "--impl fused (they run Hugging Face's eager kernels: --impl eager)"),
+        (sc.impl == "fused", "--impl fused (they run Hugging Face's modules, eager or "
+         "compiled: --impl eager or compile)"),
+        (sc.dtype not in ("bf16", "fp16", "fp32"), f"--dtype {sc.dtype} (torchao's float8 "
+         "training is measured by benchmarks/device/compile_train_probe.py)"),
+        (sc.recompute == "selective", "--recompute selective (Megatron's; --recompute full "
+         "or op)"),
+        ((sc.recompute != "none" or sc.impl == "compile") and (sc.pp > 1 or sc.cp > 1 or sc.tp > 1),
+         "checkpointed or compiled layers in pipeline, context- or tensor-parallel runs"),
         (sc.mode == "generate", "--mode generate (time prefill and decode steps apart)"),
         (sc.ep > 1, "expert parallelism"),
         (sc.cp > 1 and sc.gpus != sc.cp, "context parallelism beside other parallelism"),
@@ -97,6 +104,8 @@ class ModelRun:
             "ctx": sc.ctx,
             "dtype": sc.dtype,
             "graphs": sc.cuda_graphs,
+            "recompute": sc.recompute,
+            "compile": sc.impl == "compile",
             "iters": self.iters,
             "warmup": self.warmup,
             "check": self.check,

@@ -14,6 +14,10 @@ head-tail load balance and turns SDPA into ring attention, its K and V rotated b
 all-gather; in training the model is wrapped in DDP, whose all-reduce joins the CP ranks'
 gradients). NCCL on GPUs, gloo on CPUs.
 
+Each decoder layer may be checkpointed (spec["recompute"]: full, or torchtitan's per-op policy,
+op) and compiled (spec["compile"]) in place before any wrapping, as torchtitan does its blocks
+(gpuperf.measure.layer_wrap).
+
 Modes: prefill (no_grad, one forward, logits of the last token), decode (one-token steps on a
 DynamicCache holding ctx tokens, growing by one per step; with graphs, a StaticCache captured in
 a CUDA graph), train (forward with the Hugging Face loss, backward, AdamW's default foreach
@@ -94,6 +98,10 @@ def build(spec: dict[str, Any], device: torch.device, rank: int, world: int) -> 
         return model
     with torch.device(device):
         model = causal_lm(cfg).to(dtype)
+    if spec.get("recompute", "none") != "none" or spec.get("compile"):
+        from gpuperf.measure.layer_wrap import wrap_layers
+
+        wrap_layers(model, spec.get("recompute", "none"), bool(spec.get("compile")))
     if impl == "ddp" or (impl == "cp" and spec["mode"] == "train"):
         from torch.nn.parallel import DistributedDataParallel
 

@@ -117,15 +117,17 @@ HOST_RANK_SLOWDOWN = 0.44
 # H100 and an H200 host (train_host.json): six families made tiny, at 2 and 6 layers, so the
 # difference is four layers' host time without the model call's own; each phase's host time per
 # layer over the kernels gpuperf predicts for it, against the same machine's no-grad forward per
-# kernel. A recomputed kernel costs 2.29x a forward kernel (the median of the 12 family-machine
-# pairs, 1.3-6.0; torch.utils.checkpoint's saved-tensor hooks in the recomputation and in the
-# backward that unpacks them), and a checkpointed layer's forward 35.5 kernels' worth more
-# (0.6-70: the checkpoint call's own Python, RNG state, a hook per saved tensor).
+# kernel. A recomputed kernel costs 2.39x a forward kernel (the median of the 12 family-machine
+# pairs; 2.29 while the recomputation was counted to the layer's end, before
+# transformer_train._early_stop; torch.utils.checkpoint's saved-tensor hooks in the
+# recomputation and in the backward that unpacks them), and a checkpointed layer's forward
+# 35.5 kernels' worth more (0.6-70: the checkpoint call's own Python, RNG state, a hook per
+# saved tensor).
 # benchmarks/train_host_fit.py derives both from the files. The same pairs put a forward
 # kernel with autograd at 1.08x a no-grad one and a backward kernel at 1.2-1.5x (0.6-2.5), which
 # whole-model training steps do not bear out (a host-bound Gemma-3-1B step is already
 # predicted 27% slow): both left at 1.
-HOST_RECOMPUTE_FACTOR = 2.29
+HOST_RECOMPUTE_FACTOR = 2.39
 HOST_CKPT_LAYER_KERNELS = 35.5
 # Hugging Face's MoE blocks (router, grouped_mm experts, shared experts) spend more host time per
 # kernel than its dense MLP: measured by benchmarks/device/host_block_probe.py on the H200 host

@@ -435,6 +435,8 @@ def layer_backward(
     redo: list[Op] = []
     if recompute == "full":
         redo = list(layer)
+        if eager or d.compiled:
+            redo = _early_stop(redo)
         for p2p, under in ring_hide(
             d, eager=eager
         ).items():  # the recomputed ring hides as the forward's
@@ -445,6 +447,21 @@ def layer_backward(
         redo = op_policy_recomputed(cfg, d, layer)
     redo = [replace(op, name=op.name + ".recompute") for op in redo]  # type: ignore[call-arg]
     return redo + ops, hide
+
+
+# What a dense layer's forward computes after the last tensor its backward saves.
+_AFTER_LAST_SAVED = frozenset({"mlp/down", "mlp/residual", "residual"})
+
+
+def _early_stop(redo: list[Op]) -> list[Op]:
+    """PyTorch's checkpoint without reentrancy (torch.utils.checkpoint, use_reentrant=False: Hugging
+    Face's gradient checkpointing since transformers 5, and torchtitan's) stops recomputing once
+    every tensor the backward saved is rebuilt: a dense layer's MLP down projection (its output
+    is saved by nothing) and the residual add after it do not run again. Megatron's full
+    recompute runs the whole layer."""
+    if not any(op.name == "mlp/down" and isinstance(op, Gemm) for op in redo):
+        return redo
+    return [op for op in redo if op.name not in _AFTER_LAST_SAVED]
 
 
 def op_policy_matmuls(cfg: ModelConfig) -> list[tuple[str, int, int]]:

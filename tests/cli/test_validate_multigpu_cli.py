@@ -70,6 +70,9 @@ def test_qwen2_runs_as_itself_with_its_qkv_biases(capsys, tmp_path, impl):
         (["--tp", "2", "--tp-impl", "dtensor", "--mode", "decode"], "dtensor"),
         (["--dp", "2", "--mode", "train"], "ddp"),
         (["--dp", "2", "--zero", "3", "--mode", "train"], "fsdp"),
+        # torchtitan's per-op checkpointing inside FSDP2's layers, whole-layer inside DDP's
+        (["--dp", "2", "--zero", "3", "--mode", "train", "--recompute", "op"], "fsdp"),
+        (["--dp", "2", "--mode", "train", "--recompute", "full"], "ddp"),
         # foreach AdamW over HF's tp_plan: DTensors and plain tensors in separate groups
         (["--tp", "2", "--tp-impl", "dtensor", "--mode", "train"], "dtensor"),
     ],
@@ -88,7 +91,10 @@ def test_implementations_run(capsys, tiny, args, what):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--tp", "2", "--impl", "fused"], "eager kernels"),
+        (["--tp", "2", "--impl", "fused"], "--impl eager or compile"),
+        (["--tp", "2", "--mode", "train", "--impl", "eager", "--recompute", "op"],
+         "checkpointed or compiled layers in pipeline"),
+        (["--mode", "train", "--impl", "eager", "--recompute", "selective"], "not one of"),
         (["--tp", "2", "--dp", "2", "--mode", "train", "--impl", "eager"], "tensor and data"),
         (["--tp", "2", "--nproc", "4", "--impl", "eager"], "--nproc 4"),
         (["--cp", "2", "--dp", "2", "--mode", "train", "--impl", "eager", "--seq", "64"],
