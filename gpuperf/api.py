@@ -106,8 +106,8 @@ def predict(
     train (forward + backward + AdamW over batch × seq). impl "eager" issues one kernel per
     PyTorch op (unfused); "compile" (training) runs PyTorch's framework around torch.compile'd
     layers (torchtitan's recipe; recompute="op" is its per-op checkpointing); cuda_graphs
-    replays the step as a graph (cheap launches); attn "math" materializes the attention scores. weight_dtype "int4"/"int8": weight-only quantized GEMMs
-    with `dtype` activations; fp8_scales "tensor"/"row": how dtype="fp8" GEMMs scale; mla
+    replays the step as a graph (cheap launches); attn "math" materializes the attention scores.
+    weight_dtype "int4"/"int8": weight-only quantized GEMMs with `dtype` activations; fp8_scales "tensor"/"row": how dtype="fp8" GEMMs scale; mla
     "naive"/"absorbed": the attention form of an MLA model (auto: what `impl` runs); kv_lengths
     "new" (each eager decode step meets a kv length the process has not met: cuDNN plans it) or
     "seen" (a warmed-up process: no plans).
