@@ -107,10 +107,11 @@ def predict(
     PyTorch op (unfused); "compile" (training) runs PyTorch's framework around torch.compile'd
     layers (torchtitan's recipe; recompute="op" is its per-op checkpointing); cuda_graphs
     replays the step as a graph (cheap launches); attn "math" materializes the attention scores.
-    weight_dtype "int4"/"int8": weight-only quantized GEMMs with `dtype` activations; fp8_scales "tensor"/"row": how dtype="fp8" GEMMs scale; mla
-    "naive"/"absorbed": the attention form of an MLA model (auto: what `impl` runs); kv_lengths
-    "new" (each eager decode step meets a kv length the process has not met: cuDNN plans it) or
-    "seen" (a warmed-up process: no plans).
+    weight_dtype "int4"/"int8": weight-only quantized GEMMs with `dtype` activations;
+    fp8_scales "tensor"/"row": how dtype="fp8" GEMMs scale; mla "naive"/"absorbed": the
+    attention form of an MLA model (auto: what `impl` runs); kv_lengths "new" (each eager
+    decode step meets a kv length the process has not met: cuDNN plans it) or "seen" (a
+    warmed-up process: no plans).
     parallel: the Scenario's tp, pp, dp, cp, ep, micro_batch,
     global_batch, zero, recompute, recompute_modules (with recompute="selective": Megatron's
     --recompute-modules, e.g. ("layernorm", "moe_act")), sequence_parallel, tp_impl,
