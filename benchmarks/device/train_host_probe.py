@@ -9,17 +9,18 @@ kernels) each phase's host clock over the kernels it launches is its host cost p
 profiled Gemma-3-1B step (e2e_trainprof.json) was host-bound under checkpointing (284 ms of
 kernels in 371 ms) where the model, charging every kernel the inference host cost, said 278 ms.
 
-    python3 benchmarks/device/train_host_probe.py OUT_DIR [--families a,b] [--iters N]
+    python3 benchmarks/device/train_host_probe.py OUT_DIR [--families a,b] [--iters N] [--sac]
 
 Writes OUT_DIR/train_host.json: per family (the e2e_hf.py config, made tiny: width 256, at
 two depths, 2 and 6 layers: their difference is four layers' cost without the call's own), per
 phase (inf: the forward under no_grad; fwd: the forward with autograd; bwd; opt: AdamW's step
-and zero_grad; ckpt_fwd and ckpt_bwd under checkpointing) the host time of one call from an
-idle GPU (median of N, samples kept) and the GPU kernels torch.profiler saw (kernels, memsets
-and copies apart, the most frequent names; on these tiny shapes it missed about half of them,
-53 of the 119 gpuperf predicts for a 2-layer Llama's forward, so benchmarks/train_host_fit.py
-divides by the kernels gpuperf predicts instead); the machine's launch costs and its Hugging
-Face probe step (e2e_hf.py), which place it in the host pool.
+and zero_grad; ckpt_fwd and ckpt_bwd under checkpointing; with --sac, sac_fwd and sac_bwd
+under torchtitan's per-op checkpointing instead, into train_host_sac.json) the host time of one
+call from an idle GPU (median of N, samples kept) and the GPU kernels torch.profiler saw
+(kernels, memsets and copies apart, the most frequent names; on these tiny shapes it missed
+about half of them, 53 of the 119 gpuperf predicts for a 2-layer Llama's forward, so
+benchmarks/train_host_fit.py divides by the kernels gpuperf predicts instead); the machine's
+launch costs and its Hugging Face probe step (e2e_hf.py), which place it in the host pool.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import e2e_hf  # noqa: E402  (this folder)
 
@@ -63,8 +65,10 @@ def count_kernels(prof, torch) -> dict:  # noqa: ANN001
             "top": [{"name": n, "count": c} for n, c in top]}  # fmt: skip
 
 
-def probe_family(entry: str, iters: int) -> dict:
-    """`entry`: a model of e2e_hf.CONFIGS and its depth, "name@layers"."""
+def probe_family(entry: str, iters: int, variants: tuple[str, ...] = ("plain", "ckpt")) -> dict:
+    """`entry`: a model of e2e_hf.CONFIGS and its depth, "name@layers". variants: plain, ckpt
+    (gradient_checkpointing_enable), sac (torchtitan's per-op policy on each layer,
+    gpuperf.measure.layer_wrap; run last: it wraps the layers for good)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -104,9 +108,16 @@ def probe_family(entry: str, iters: int) -> dict:
         "seq": SEQ,
         "phases": {},
     }
-    for ckpt in (False, True):
-        if ckpt:
+    for variant in variants:
+        ckpt = variant != "plain"
+        if variant == "ckpt":
             model.gradient_checkpointing_enable()
+        elif variant == "sac":
+            from gpuperf.measure.layer_wrap import wrap_layers
+
+            model.gradient_checkpointing_disable()
+            wrap_layers(model, "op")
+        if ckpt:
             order = ("fwd", "bwd", "opt")
         samples: dict[str, list[float]] = {p: [] for p in order}
         steps: list[float] = []
@@ -123,7 +134,7 @@ def probe_family(entry: str, iters: int) -> dict:
             if i >= 3:
                 steps.append(t_step)
         for phase in ("fwd", "bwd") if ckpt else order:  # AdamW's step is the same either way
-            key = f"ckpt_{phase}" if ckpt else phase
+            key = f"{variant}_{phase}" if ckpt else phase
             sync()
             if phase == "bwd":  # the loss to differentiate, made outside the profile
                 fwd()
@@ -142,7 +153,7 @@ def probe_family(entry: str, iters: int) -> dict:
                 "samples_ms": samples[phase],
                 **count_kernels(prof, torch),
             }
-        out["ckpt_step_host_ms" if ckpt else "step_host_ms"] = statistics.median(steps)
+        out[f"{variant}_step_host_ms" if ckpt else "step_host_ms"] = statistics.median(steps)
     model.gradient_checkpointing_disable()
     state.clear()  # the model, its optimizer and the closures go with this frame
     if e2e_hf.DEV == "cuda":
@@ -156,16 +167,19 @@ def main() -> int:
     ap.add_argument("--families", default=",".join(FAMILIES), help="name@layers,...")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test")
+    ap.add_argument("--sac", action="store_true",
+                    help="plain and per-op checkpointed steps (train_host_sac.json)")  # fmt: skip
     args = ap.parse_args()
     e2e_hf.DEV = args.device
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "train_host.json"
+    path = out_dir / ("train_host_sac.json" if args.sac else "train_host.json")
+    variants = ("plain", "sac") if args.sac else ("plain", "ckpt")
     result = e2e_hf.probe_file(batch=BATCH, seq=SEQ)
     for entry in args.families.split(","):
         t0 = time.time()
         try:
-            run = probe_family(entry, args.iters)
+            run = probe_family(entry, args.iters, variants)
         except Exception as exc:  # noqa: BLE001 - record and go on
             run = {"model": entry, "error": f"{type(exc).__name__}: {exc}",
                    "traceback": traceback.format_exc()[-2000:]}  # fmt: skip
