@@ -1,4 +1,5 @@
-"""The host costs of Hugging Face gradient checkpointing, from train_host_probe.py's files.
+"""The host costs of Hugging Face gradient checkpointing, and of torchtitan's per-op selective
+checkpointing, from train_host_probe.py's files.
 
     python benchmarks/train_host_fit.py [--check]
 
@@ -8,7 +9,10 @@ checkpointing), per kernel gpuperf predicts for those layers, against the same m
 no-grad forward per kernel: a recomputed kernel's factor, a checkpointed layer's extra forward
 cost (in kernels), and for reference the forward's and backward's factors. Prints the table and
 the medians over every family and machine; --check exits 1 unless gpuperf/step/cost.py's
-HOST_RECOMPUTE_FACTOR and HOST_CKPT_LAYER_KERNELS are those medians (to 1%).
+HOST_RECOMPUTE_FACTOR and HOST_CKPT_LAYER_KERNELS are those medians (to 1%). The same from
+train_host_sac.json (the probe's --sac): a checkpointed layer's forward under selective
+checkpointing's dispatch mode over the plain forward, and a recomputed kernel's host cost
+(HOST_SAC_FORWARD_FACTOR, HOST_SAC_RECOMPUTE_FACTOR).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 PHASES = ("inf", "fwd", "bwd", "ckpt_fwd", "ckpt_bwd")
 
 
-def kernels_by_phase(config: dict, name: str, batch: int, seq: int) -> dict[str, int]:
+def kernels_by_phase(config: dict, name: str, batch: int, seq: int,
+                     recompute: str = "full") -> dict[str, int]:  # fmt: skip
     """The kernels gpuperf predicts for a checkpointed eager training step of `config`, by phase:
     forward, backward, recomputation, optimizer (by the ops' names; the count is the same on
     every GPU, the H100 profile only names one)."""
@@ -36,7 +41,7 @@ def kernels_by_phase(config: dict, name: str, batch: int, seq: int) -> dict[str,
 
     cfg = from_hf_dict(config, name=name)
     table = predict(cfg, gpu="h100", mode="train", impl="eager", batch=batch, seq=seq,
-                    recompute="full").table  # fmt: skip
+                    recompute=recompute).table  # fmt: skip
     n = {"fwd": 0, "bwd": 0, "rec": 0, "opt": 0}
     for op in table["name"]:
         last = op.rsplit("/", 1)[-1]
@@ -81,6 +86,36 @@ def pairs(path: Path) -> list[dict]:
     return out
 
 
+def sac_pairs(path: Path) -> list[dict]:
+    """Per family of one train_host_sac.json (per-op checkpointing, torchtitan's policy): how
+    much more a layer's forward costs the host under its dispatch mode (a factor on the plain
+    forward), and a recomputed kernel (in no-grad forward kernels)."""
+    data = read_json_object(path, "results file")
+    by: dict[str, dict[int, dict]] = {}
+    for run in data.get("runs", []):
+        if "phases" in run and "sac_fwd" in run["phases"]:
+            by.setdefault(run["model"], {})[int(run["layers"])] = run
+    out = []
+    for model, runs in sorted(by.items()):
+        if len(runs) < 2:
+            continue
+        lo, hi = min(runs), max(runs)
+        a, b = runs[lo], runs[hi]
+        layers = hi - lo
+        na = kernels_by_phase(a["config"], model, a["batch"], a["seq"], "op")
+        nb = kernels_by_phase(b["config"], model, b["batch"], b["seq"], "op")
+        dn = {k: (nb[k] - na[k]) / layers for k in na}
+        dh = {k: (b["phases"][k]["host_ms"] - a["phases"][k]["host_ms"]) * 1e3 / layers
+              for k in ("inf", "fwd", "bwd", "sac_fwd", "sac_bwd")}  # fmt: skip
+        per_kernel = dh["inf"] / dn["fwd"]
+        out.append({
+            "gpu": path.parent.name, "model": model, "inf_us_per_kernel": per_kernel,
+            "sac_forward": dh["sac_fwd"] / dh["fwd"],
+            "sac_recompute": (dh["sac_bwd"] - dh["bwd"]) / dn["rec"] / per_kernel,
+        })  # fmt: skip
+    return out
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 unless cost.py holds the medians")
@@ -95,11 +130,25 @@ def main(argv: list[str]) -> int:
         print(f"{r['gpu']:16s} {r['model']:12s} " + " ".join(f"{r[k]:18.2f}" for k in keys))
     med = {k: statistics.median(r[k] for r in rows) for k in keys}
     print(f"{'median':29s} " + " ".join(f"{med[k]:18.2f}" for k in keys) + f"  ({len(rows)} pairs)")
+    sac = [r for path in sorted(RESULTS.glob("*/train_host_sac.json")) for r in sac_pairs(path)]
+    sac_keys = ("inf_us_per_kernel", "sac_forward", "sac_recompute")
+    if sac:
+        print(f"\n{'gpu':16s} {'model':12s} " + " ".join(f"{k:>18s}" for k in sac_keys))
+        for r in sac:
+            print(f"{r['gpu']:16s} {r['model']:12s} "
+                  + " ".join(f"{r[k]:18.2f}" for k in sac_keys))  # fmt: skip
+    med_sac = {k: statistics.median(r[k] for r in sac) for k in sac_keys} if sac else {}
+    if sac:
+        print(f"{'median':29s} " + " ".join(f"{med_sac[k]:18.2f}" for k in sac_keys)
+              + f"  ({len(sac)} pairs)")  # fmt: skip
     if args.check:
         from gpuperf.step import cost
 
         want = {"HOST_RECOMPUTE_FACTOR": med["recompute"],
                 "HOST_CKPT_LAYER_KERNELS": med["ckpt_layer_kernels"]}  # fmt: skip
+        if sac:
+            want |= {"HOST_SAC_FORWARD_FACTOR": med_sac["sac_forward"],
+                     "HOST_SAC_RECOMPUTE_FACTOR": med_sac["sac_recompute"]}  # fmt: skip
         bad = [f"{k} is {getattr(cost, k)}, the probes say {v:.3g}" for k, v in want.items()
                if abs(getattr(cost, k) / v - 1) > 0.01]  # fmt: skip
         for line in bad:

@@ -54,6 +54,7 @@ class HostRules:
     moe: float = 1.0  # host cost of an eager MoE block's kernels, in per_kernel units
     recompute: float = 1.0  # host cost of a recomputed kernel, in per_kernel units
     ckpt_layer: float = 0.0  # at the first kernel of a checkpointed layer's forward
+    sac_forward: float = 1.0  # each kernel of a layer's forward under selective checkpointing
 
     @staticmethod
     def of(sc: Scenario | None, gpu: GpuSpec, system: SystemSpec | None = None,
@@ -73,7 +74,10 @@ class HostRules:
         slow = host_slowdown(gpu, ranks_per_host(sc, system))
         dt = float(extra.get("host_dtensor_op_s", HOST_DTENSOR_OP_S)) if dtensor else 0.0
         ckpt = sc.recompute == "full" and sc.impl == "eager" and sc.mode == "train"
+        sac = sc.recompute == "op" and sc.impl == "eager" and sc.mode == "train"
         rec = float(extra.get("host_recompute_factor", HOST_RECOMPUTE_FACTOR)) if ckpt else 1.0
+        if sac:
+            rec = float(extra.get("host_sac_recompute_factor", HOST_SAC_RECOMPUTE_FACTOR))
         layer_k = (
             float(extra.get("host_ckpt_layer_kernels", HOST_CKPT_LAYER_KERNELS)) if ckpt else 0
         )
@@ -86,6 +90,9 @@ class HostRules:
             moe=(moe or HF_MOE_HOST_DEFAULT) if sc.impl == "eager" else 1.0,
             recompute=rec,
             ckpt_layer=slow * p.host_dispatch_s * layer_k,
+            sac_forward=float(extra.get("host_sac_forward_factor", HOST_SAC_FORWARD_FACTOR))
+            if sac
+            else 1.0,
         )
 
 
@@ -129,6 +136,15 @@ HOST_RANK_SLOWDOWN = 0.44
 # predicted 27% slow): both left at 1.
 HOST_RECOMPUTE_FACTOR = 2.39
 HOST_CKPT_LAYER_KERNELS = 35.5
+# torchtitan's per-op selective checkpointing in eager PyTorch (recompute="op"): its
+# TorchDispatchMode runs Python for every operator of a checkpointed layer's forward (the
+# policy, and caching what it keeps) and of the recomputation. Measured on tiny shapes by
+# benchmarks/device/train_host_probe.py --sac (train_host_sac.json, H100 host, four families):
+# a layer's forward costs the host 2.15x the plain forward (1.5-4.5) and a recomputed kernel
+# 3.49x a no-grad forward kernel (2.4-5.7); medians, by benchmarks/train_host_fit.py. Compiled
+# layers run the policy inside the graph and pay neither.
+HOST_SAC_FORWARD_FACTOR = 2.146
+HOST_SAC_RECOMPUTE_FACTOR = 3.486
 # Hugging Face's MoE blocks (router, grouped_mm experts, shared experts) spend more host time per
 # kernel than its dense MLP: measured by benchmarks/device/host_block_probe.py on the H200 host
 # (host_block_probe.json), one block called back to back at one token, host µs per op gpuperf
@@ -467,6 +483,8 @@ class Coster:
         if rules.recompute != 1.0:
             host = [h * rules.recompute if op.name.endswith(".recompute") else h
                     for h, op in zip(host, ops, strict=True)]  # fmt: skip
+        if rules.sac_forward != 1.0 and layered and _is_checkpointed_forward(ops):
+            host = [h * rules.sac_forward for h in host]
         plan_at = -1
         moe, comm, dtensor = rules.moe != 1.0, rules.comm, rules.dtensor
         want_plan = first_step and rules.attn_plan

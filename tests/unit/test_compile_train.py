@@ -141,3 +141,17 @@ def test_torchao_float8_scales_each_linear_in_both_directions():
     # Transformer Engine's fp8 (fused) charges none of it
     fused = api.predict(L8, impl="fused", dtype="fp8", **TRAIN)
     assert not any(x.endswith((".x_amax", ".x_cast", ".dy_cast")) for x in names(fused))
+
+
+def test_selective_checkpointing_costs_the_eager_host_not_the_compiled_one():
+    # its dispatch mode (train_host_sac.json): each forward kernel of a checkpointed layer and
+    # each recomputed one cost the host more in eager PyTorch; compiled layers pay neither
+    small = dict(gpu="h100", mode="train", batch=1, seq=256)
+    eager = [api.predict("llama3.2-1b", impl="eager", recompute=r, **small) for r in ("none", "op")]
+    comp = [
+        api.predict("llama3.2-1b", impl="compile", recompute=r, **small) for r in ("none", "op")
+    ]
+    n_rec = sum(n.endswith(".recompute") for n in eager[1].table["name"])
+    assert n_rec > 0
+    assert eager[1].extra["host_ms"] > 1.8 * eager[0].extra["host_ms"]
+    assert comp[1].extra["host_ms"] < 1.5 * comp[0].extra["host_ms"]
