@@ -56,12 +56,14 @@ def kernels_by_phase(config: dict, name: str, batch: int, seq: int,
     return n
 
 
-def pairs(path: Path) -> list[dict]:
-    """Per family of one file: its per-layer host costs in no-grad forward kernels."""
+def _per_layer(path: Path, phases: tuple[str, ...],
+               recompute: str) -> list[tuple[str, dict, dict]]:  # fmt: skip
+    """Per family of one file probed at two depths and holding `phases`: (model, per-layer
+    kernels gpuperf predicts by phase under `recompute`, per-layer host µs by phase)."""
     data = read_json_object(path, "results file")
     by: dict[str, dict[int, dict]] = {}
     for run in data.get("runs", []):
-        if "phases" in run and "layers" in run:
+        if "layers" in run and all(p in run.get("phases", {}) for p in phases):
             by.setdefault(run["model"], {})[int(run["layers"])] = run
     out = []
     for model, runs in sorted(by.items()):
@@ -70,11 +72,19 @@ def pairs(path: Path) -> list[dict]:
         lo, hi = min(runs), max(runs)
         a, b = runs[lo], runs[hi]
         layers = hi - lo
-        na = kernels_by_phase(a["config"], model, a["batch"], a["seq"])
-        nb = kernels_by_phase(b["config"], model, b["batch"], b["seq"])
+        na = kernels_by_phase(a["config"], model, a["batch"], a["seq"], recompute)
+        nb = kernels_by_phase(b["config"], model, b["batch"], b["seq"], recompute)
         dn = {k: (nb[k] - na[k]) / layers for k in na}
         dh = {k: (b["phases"][k]["host_ms"] - a["phases"][k]["host_ms"]) * 1e3 / layers
-              for k in PHASES}  # fmt: skip
+              for k in phases}  # fmt: skip
+        out.append((model, dn, dh))
+    return out
+
+
+def pairs(path: Path) -> list[dict]:
+    """Per family of one file: its per-layer host costs in no-grad forward kernels."""
+    out = []
+    for model, dn, dh in _per_layer(path, PHASES, "full"):
         per_kernel = dh["inf"] / dn["fwd"]  # µs per kernel of the no-grad forward
         out.append({
             "gpu": path.parent.name, "model": model, "inf_us_per_kernel": per_kernel,
@@ -90,23 +100,8 @@ def sac_pairs(path: Path) -> list[dict]:
     """Per family of one train_host_sac.json (per-op checkpointing, torchtitan's policy): how
     much more a layer's forward costs the host under its dispatch mode (a factor on the plain
     forward), and a recomputed kernel (in no-grad forward kernels)."""
-    data = read_json_object(path, "results file")
-    by: dict[str, dict[int, dict]] = {}
-    for run in data.get("runs", []):
-        if "phases" in run and "sac_fwd" in run["phases"]:
-            by.setdefault(run["model"], {})[int(run["layers"])] = run
     out = []
-    for model, runs in sorted(by.items()):
-        if len(runs) < 2:
-            continue
-        lo, hi = min(runs), max(runs)
-        a, b = runs[lo], runs[hi]
-        layers = hi - lo
-        na = kernels_by_phase(a["config"], model, a["batch"], a["seq"], "op")
-        nb = kernels_by_phase(b["config"], model, b["batch"], b["seq"], "op")
-        dn = {k: (nb[k] - na[k]) / layers for k in na}
-        dh = {k: (b["phases"][k]["host_ms"] - a["phases"][k]["host_ms"]) * 1e3 / layers
-              for k in ("inf", "fwd", "bwd", "sac_fwd", "sac_bwd")}  # fmt: skip
+    for model, dn, dh in _per_layer(path, ("inf", "fwd", "bwd", "sac_fwd", "sac_bwd"), "op"):
         per_kernel = dh["inf"] / dn["fwd"]
         out.append({
             "gpu": path.parent.name, "model": model, "inf_us_per_kernel": per_kernel,

@@ -44,7 +44,7 @@ def predict() -> None:
       gpuperf predict llama3-70b --mode train --system dgx-h100 --nodes 4 --tp 8 --pp 4 \\
           --global-batch 64 --micro-batch 1
       gpuperf predict llama3-8b --mode train --impl eager --dp 8 --zero 3 --system dgx-h100
-      gpuperf predict llama3-8b --mode train --impl compile --recompute op --dp 8 --zero 3 \
+      gpuperf predict llama3-8b --mode train --impl compile --recompute op --dp 8 --zero 3 \\
           --system dgx-h100 --global-batch 16 --seq 8192
       gpuperf predict llama3-8b --mode generate --seq 1024 --new-tokens 256 --by kind
       gpuperf predict gemm 8192 4096 11008 --gpu a100

@@ -138,6 +138,9 @@ def validate(
         nproc is not None or tp > 1 or dp > 1 or cp > 1 or pp > 1 or mode == "train" or cuda_graphs
     )
     if not whole:
+        if recompute != "none":
+            raise InputError("--recompute checkpoints a whole-model training run: add --mode "
+                             "train")  # fmt: skip
         _validate_layer(model, mode, **kw)
         return
     from gpuperf.cli.validate_whole import whole_model

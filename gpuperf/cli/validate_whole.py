@@ -16,7 +16,7 @@ def whole_model(model: str, mode: str, nproc: int | None, parallel: dict[str, An
     """Run MODEL as the plan says under torchrun; print measured beside predicted."""
     from gpuperf import api
     from gpuperf.cli.measure_cmd import gpu_for_prediction, resolve_device
-    from gpuperf.measure.model_run import ModelRun, implementation, run_model
+    from gpuperf.measure.model_run import ModelRun, check_devices, implementation, run_model
     from gpuperf.workloads.config import from_hf_dict, hf_config
     from gpuperf.workloads.scenario import Scenario
 
@@ -40,9 +40,10 @@ def whole_model(model: str, mode: str, nproc: int | None, parallel: dict[str, An
                 "micro_batch", "zero", "tp_impl", "sequence_parallel", "recompute")  # fmt: skip
         kw = {k: getattr(sc, k) for k in keys}
         pred = api.predict(cfg, gpu=spec, dtype=dtype, **kw)
+    run = ModelRun(data, sc, dev, iters=iters, timeout_s=timeout, check=what == "megatron")
+    check_devices(run)  # a model or device it cannot run: one line, before the progress line
     click.echo(f"running {name} as {what} on {sc.gpus} {dev} rank(s)...", err=True)
-    result = run_model(ModelRun(data, sc, dev, iters=iters, timeout_s=timeout,
-                                check=what == "megatron"))  # fmt: skip
+    result = run_model(run)
     out = summary(name, sc, what, result, pred)
     out["warnings"] = warnings + (pred.warnings if pred is not None else [])
     if save:

@@ -141,10 +141,10 @@ HOST_CKPT_LAYER_KERNELS = 35.5
 # policy, and caching what it keeps) and of the recomputation. Measured on tiny shapes by
 # benchmarks/device/train_host_probe.py --sac (train_host_sac.json, H100 host, four families):
 # a layer's forward costs the host 2.15x the plain forward (1.5-4.5) and a recomputed kernel
-# 3.49x a no-grad forward kernel (2.4-5.7); medians, by benchmarks/train_host_fit.py. Compiled
+# 3.56x a no-grad forward kernel (2.5-6.1); medians, by benchmarks/train_host_fit.py. Compiled
 # layers run the policy inside the graph and pay neither.
 HOST_SAC_FORWARD_FACTOR = 2.146
-HOST_SAC_RECOMPUTE_FACTOR = 3.486
+HOST_SAC_RECOMPUTE_FACTOR = 3.562
 # Hugging Face's MoE blocks (router, grouped_mm experts, shared experts) spend more host time per
 # kernel than its dense MLP: measured by benchmarks/device/host_block_probe.py on the H200 host
 # (host_block_probe.json), one block called back to back at one token, host µs per op gpuperf

@@ -185,9 +185,9 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
     if recompute == "full":  # only the layer's input (sequence-parallel: its shard)
         return BYTES[act] * b * s * h / (tp if sp else 1)
     if recompute == "op":  # the input, the kept matmul outputs, the attention's output and LSE
-        from gpuperf.workloads.transformer_train import op_policy_matmuls
+        from gpuperf.workloads.transformer_train import op_policy_split
 
-        kept = sum(out for i, (_, _, out) in enumerate(op_policy_matmuls(cfg)) if i % 2 == 0)
+        kept = sum(out for _, _, out in op_policy_split(cfg)[0])
         return b * s * (BYTES[act] * (h + kept + cfg.heads * cfg.hd) + 4 * cfg.heads) / tp
     full = train_activation_bytes_per_layer(cfg, b, s, act, dropout=cfg.hidden_dropout > 0,
                                             fp8_inputs=fp8)  # fmt: skip

@@ -90,10 +90,10 @@ def recompute_flops_per_token(cfg: Any, sc: Any) -> float:
     b = cfg.param_breakdown()
     if sc.recompute == "selective":
         return _module_flops_per_token(cfg, plan_modules(sc.recompute_plan), attn, b)
-    if sc.recompute == "op":  # torchtitan's per-op policy: every second matmul, no attention
-        from gpuperf.workloads.transformer_train import op_policy_matmuls
+    if sc.recompute == "op":  # torchtitan's per-op policy: the matmuls it does not keep
+        from gpuperf.workloads.transformer_train import op_policy_split
 
-        again = op_policy_matmuls(cfg)[1::2]
+        again = op_policy_split(cfg)[1]
         return 2.0 * cfg.layers * sum(n_in * n_out for _, n_in, n_out in again)
     layers = float(cfg.active_param_count()) - b["embed"] - b["pos_embed"] - b["lm_head"]
     return 2.0 * layers + attn

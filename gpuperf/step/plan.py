@@ -80,10 +80,15 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
         raise InputError(f"recompute modules moe and moe_act recompute an MoE block, and "
                          f"{cfg.name} has no experts")  # fmt: skip
     if (sc.impl == "compile" or sc.recompute == "op") and (cfg.is_moe or cfg.is_mla):
-        what = "impl=compile" if sc.impl == "compile" else "recompute=op"
+        what, instead = (("impl=compile", "--impl eager or fused") if sc.impl == "compile"
+                         else ("recompute=op", "--recompute none or full"))  # fmt: skip
         raise InputError(f"{cfg.name}: {what} is modelled for dense attention layers (measured "
-                         "on Llama); MoE and MLA layers under it are not: use --impl eager or "
-                         "fused")  # fmt: skip
+                         f"on Llama and Qwen3); MoE and MLA layers under it are not: use "
+                         f"{instead}")  # fmt: skip
+    if sc.impl == "compile" and cfg.sdpa_math:
+        raise InputError(f"{cfg.name}: Hugging Face runs its attention as PyTorch's math SDPA "
+                         "(scores materialized), which compiled layers are not modelled with: "
+                         "use --impl eager")  # fmt: skip
     if tp > 1 and cfg.qk_norm_full:  # every rank would need all of q and k first
         raise InputError(f"{cfg.name}: tensor parallelism of q/k norms over whole "
                          "projections (OLMo-2) is not modelled (the q and k gathers before "

@@ -387,7 +387,9 @@ def _host_warning(pred: Prediction, sc: Scenario | None, gpu: GpuSpec, kernels: 
     if sc is None or bound <= HOST_BOUND_WARN:
         return
     d = pred.extra["dispatch_us"] * 1e-6
-    hint = "" if sc.cuda_graphs else "; CUDA graphs (--cuda-graphs) remove most of it"
+    hint = ""
+    if not sc.cuda_graphs and sc.mode != "train":  # training steps are not graphed here
+        hint = "; CUDA graphs (--cuda-graphs) remove most of it"
     more = host - d * kernels
     extra = f", plus {more * 1e3:.3g} ms of other host work" if more > 1e-6 else ""
     plan = pred.extra["attn_plan_ms"] * 1e-3  # what the step was costed with

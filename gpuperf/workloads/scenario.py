@@ -254,8 +254,8 @@ class Scenario:
                              "they need recompute=selective (--recompute selective)")  # fmt: skip
         if self.impl != "fused":
             raise InputError("recompute_modules are Megatron-Core's (--recompute-modules): fused "
-                             "training only; eager PyTorch recomputes whole layers "
-                             "(--recompute full)")  # fmt: skip
+                             "training only; PyTorch recomputes whole layers (--recompute "
+                             "full) or by torchtitan's per-op policy (--recompute op)")  # fmt: skip
         ordered = tuple(m for m in RECOMPUTE_MODULES if m in mods)
         object.__setattr__(self, "recompute_modules", ordered)
 
@@ -317,8 +317,8 @@ class Scenario:
         if self.mode == "train" and self.dtype == "fp8" and self.impl == "eager":
             raise InputError("eager fp8 training (torchao's float8 without torch.compile) scales "
                              "each tensor in many unfused kernels, 2.2x slower than compiled on "
-                             "an H100 (e2e_compile_train.json), and is not modelled: use --impl "
-                             "compile (torchao under torch.compile) or fused (Transformer "
+                             "an H100 (e2e_compile_train.json), and is not modelled: predict "
+                             "--impl compile (torchao under torch.compile) or fused (Transformer "
                              "Engine)")  # fmt: skip
         if self.sequence_parallel and self.impl == "eager":
             raise InputError(

@@ -464,37 +464,55 @@ def _early_stop(redo: list[Op]) -> list[Op]:
     return [op for op in redo if op.name not in _AFTER_LAST_SAVED]
 
 
-def op_policy_matmuls(cfg: ModelConfig) -> list[tuple[str, int, int]]:
-    """The matmuls (torch.mm) of one PyTorch decoder layer's forward, in order: each nn.Linear
-    as the model defines it (Hugging Face's and torchtitan's Llama: q, k, v, o, gate, up, down;
-    one q/k/v or gate/up Linear where the module is one), with its input's and its output's
-    width per token."""
+def op_policy_matmuls(cfg: ModelConfig) -> list[tuple[str, int, int, bool]]:
+    """The matmuls of one PyTorch decoder layer's forward, in order: each nn.Linear as the model
+    defines it (Hugging Face's and torchtitan's Llama: q, k, v, o, gate, up, down; one q/k/v or
+    gate/up Linear where the module is one), with its input's and its output's width per token
+    and whether it has a bias (then it runs as addmm, not mm)."""
     q, kv = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd
     f, h = cfg.intermediate, cfg.hidden
-    attn = [("attn/qkv", h, q + 2 * kv)] if cfg.qkv_fused else [
-        ("attn/q", h, q), ("attn/k", h, kv), ("attn/v", h, kv)]  # fmt: skip
+    qb, lb = cfg.qkv_bias or cfg.linear_bias, cfg.linear_bias
+    attn = [("attn/qkv", h, q + 2 * kv, qb)] if cfg.qkv_fused else [
+        ("attn/q", h, q, qb), ("attn/k", h, kv, qb), ("attn/v", h, kv, qb)]  # fmt: skip
     if cfg.mlp != "gated":
-        mlp = [("mlp/up", h, f)]
+        mlp = [("mlp/up", h, f, lb)]
     elif cfg.gate_up_fused:
-        mlp = [("mlp/gate_up", h, 2 * f)]
+        mlp = [("mlp/gate_up", h, 2 * f, lb)]
     else:
-        mlp = [("mlp/gate", h, f), ("mlp/up", h, f)]
-    return [*attn, ("attn/out", q, h), *mlp, ("mlp/down", f, h)]
+        mlp = [("mlp/gate", h, f, lb), ("mlp/up", h, f, lb)]
+    return [*attn, ("attn/out", q, h, lb), *mlp, ("mlp/down", f, h, lb)]
+
+
+def op_policy_split(
+    cfg: ModelConfig,
+) -> tuple[list[tuple[str, int, int]], list[tuple[str, int, int]]]:
+    """(kept, run again): the layer's matmuls under torchtitan's per-op policy. It keeps the
+    output of every aten.mm but every second one, counting mm alone; a biased Linear runs as
+    aten.addmm, which the policy neither keeps nor counts, so it always runs again."""
+    kept, again, n = [], [], 0
+    for name, n_in, n_out, biased in op_policy_matmuls(cfg):
+        if not biased:
+            n += 1
+        (kept if not biased and n % 2 else again).append((name, n_in, n_out))
+    # the recomputation stops once what the backward saved is rebuilt (_early_stop): nothing
+    # needs the down projection's output, so it does not run again
+    return kept, [a for a in again if a[0] not in _AFTER_LAST_SAVED]
 
 
 def op_policy_recomputed(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
     """What torchtitan's per-op selective checkpointing (models/llama3/infra/parallelize.py,
     `_save_list` and its policy) runs again in a layer's backward: every kernel of the forward
-    but the attention (SDPA's output is kept) and the matmuls, and of the matmuls every second
-    one (the policy keeps the outputs of the 1st, 3rd, ... mm of the layer: q, v, gate and down
-    of a Llama; k, o and up run again). A compiled layer (the fused layer's kernels, one QKV and
-    one gate/up GEMM) runs those matmuls as the model's own Linears do. The policy keeps max's
-    output too: torchao's float8 amaxes are not run again (its casts are)."""
-    again = {name for i, (name, _, _) in enumerate(op_policy_matmuls(cfg)) if i % 2}
+    but the attention (SDPA's output is kept) and the matmuls, and of the matmuls those the
+    policy does not keep (op_policy_split: of a Llama k, o and up). A compiled layer (the fused
+    layer's kernels, one QKV and one gate/up GEMM) runs those matmuls as the model's own Linears
+    do. The policy keeps max's output too: torchao's float8 amaxes are not run again (its casts
+    are)."""
+    again = {name for name, _, _ in op_policy_split(cfg)[1]}
     mms = [op for op in eager_layer_gemms(cfg, d) if op.name in again]
     rest = [op for op in layer
             if not isinstance(op, Gemm | Attention | GroupedGemm | Collective)
-            and not (isinstance(op, Reduce) and op.fn == "amax")]  # fmt: skip
+            and not (isinstance(op, Reduce) and op.fn == "amax")
+            and op.name not in _AFTER_LAST_SAVED]  # fmt: skip
     return rest + mms
 
 

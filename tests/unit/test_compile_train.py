@@ -12,7 +12,7 @@ from gpuperf import api
 from gpuperf.dtypes import BYTES
 from gpuperf.errors import InputError
 from gpuperf.workloads.config import from_hf_dict
-from gpuperf.workloads.transformer_train import op_policy_matmuls
+from gpuperf.workloads.transformer_train import op_policy_matmuls, op_policy_split
 
 # Llama-3.1-8B's width, 8 layers (the shape of benchmarks/results/h100-sxm5-80gb/
 # e2e_compile_train.json)
@@ -74,9 +74,20 @@ def test_op_policy_recomputes_every_second_matmul_and_everything_but_the_attenti
     assert "attn/qkv.recompute" not in names(comp)
 
 
+def test_the_op_policy_counts_mm_alone_so_biased_linears_always_run_again():
+    # Qwen2's q, k and v carry biases: addmm, neither kept nor counted; o, gate, up, down are
+    # the policy's 1st..4th mm, so o and up are kept; down would run again but the
+    # recomputation stops before it (nothing needs its output). GPT-2's every Linear is biased.
+    qwen2 = replace(L8, qkv_bias=True)
+    kept, again = op_policy_split(qwen2)
+    assert [k[0] for k in kept] == ["attn/out", "mlp/up"]
+    assert [a[0] for a in again] == ["attn/q", "attn/k", "attn/v", "mlp/gate"]
+    assert op_policy_split(replace(L8, linear_bias=True))[0] == []
+
+
 def test_op_policy_keeps_the_input_the_odd_matmuls_and_the_attention_output():
     widths = op_policy_matmuls(L8)
-    assert [n for n, _, _ in widths] == ["attn/q", "attn/k", "attn/v", "attn/out", "mlp/gate",
+    assert [w[0] for w in widths] == ["attn/q", "attn/k", "attn/v", "attn/out", "mlp/gate",
                                       "mlp/up", "mlp/down"]  # fmt: skip
     h, q, kv, f = L8.hidden, L8.heads * L8.hd, L8.kv_heads * L8.hd, L8.intermediate
     op = api.predict(L8, impl="eager", recompute="op", **TRAIN).memory["activations"]
@@ -87,7 +98,7 @@ def test_op_policy_keeps_the_input_the_odd_matmuls_and_the_attention_output():
     assert op - full == pytest.approx(L8.layers * kept)
     # Phi-3's one q/k/v and one gate/up Linear: four matmuls, o and down run again
     merged = replace(L8, qkv_fused=True, gate_up_fused=True)
-    assert [n for n, _, _ in op_policy_matmuls(merged)] == ["attn/qkv", "attn/out", "mlp/gate_up",
+    assert [w[0] for w in op_policy_matmuls(merged)] == ["attn/qkv", "attn/out", "mlp/gate_up",
                                                         "mlp/down"]  # fmt: skip
 
 

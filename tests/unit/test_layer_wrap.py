@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from gpuperf.measure.hf_causal import causal_lm  # noqa: E402
 from gpuperf.measure.layer_wrap import wrap_layers  # noqa: E402
 from gpuperf.workloads.config import from_hf_dict  # noqa: E402
-from gpuperf.workloads.transformer_train import op_policy_matmuls  # noqa: E402
+from gpuperf.workloads.transformer_train import op_policy_matmuls, op_policy_split  # noqa: E402
 
 TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -27,16 +27,16 @@ class CountMM(TorchDispatchMode):
         self.n = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        if func == torch.ops.aten.mm.default:
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
             self.n += 1
         return func(*args, **(kwargs or {}))
 
 
-def step(recompute: str, compiled: bool = False) -> tuple[float, list, int]:
-    """(loss, gradients, aten.mm calls) of one forward and backward."""
+def step(recompute: str, compiled: bool = False, config: dict = TINY) -> tuple[float, list, int]:
+    """(loss, gradients, aten.mm and aten.addmm calls) of one forward and backward."""
     from transformers import AutoConfig
 
-    cfg = AutoConfig.for_model(**TINY)
+    cfg = AutoConfig.for_model(**config)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = causal_lm(cfg).float()
@@ -70,5 +70,13 @@ def test_the_op_policy_runs_again_the_matmuls_the_model_charges():
     # stops once the saved tensors are rebuilt: transformer_train._early_stop)
     assert full - plain == layers * (per_layer - 1)
     assert op - plain == layers * (per_layer // 2)  # k, o and up: every second one
+    # Qwen2's biased q, k, v run as addmm, which the policy neither keeps nor counts: they run
+    # again, and of o, gate, up, down the 2nd (the 4th, down, is where the recomputation
+    # stops: op_policy_split)
+    qwen2 = {**TINY, "model_type": "qwen2"}
+    _, _, q_plain = step("none", config=qwen2)
+    _, _, q_op = step("op", config=qwen2)
+    again = op_policy_split(from_hf_dict(qwen2, name="qwen2"))[1]
+    assert q_op - q_plain == layers * len(again) == layers * 4
     with pytest.raises(ValueError, match="recompute must be"):
         wrap_layers(None, "selective")
