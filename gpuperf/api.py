@@ -312,8 +312,8 @@ def search(
         raise unknown_argument(name, inspect.signature(search).parameters)
     if not isinstance(mode, str) or mode not in SEARCH_MODES:
         raise InputError(f"unknown mode {shown(mode)}; expected one of: {', '.join(SEARCH_MODES)}")
-    if not isinstance(impl, str) or impl not in ("fused", "eager"):
-        raise InputError(f"unknown impl {shown(impl)}; expected one of: fused, eager")
+    if not isinstance(impl, str) or impl not in ("fused", "eager", "compile"):
+        raise InputError(f"unknown impl {shown(impl)}; expected one of: fused, eager, compile")
     sizes = {"global_batch": global_batch, "seq": seq, "batch": batch, "ctx": ctx}
     for name, value in sizes.items():
         if value is None:

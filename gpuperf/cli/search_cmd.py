@@ -48,8 +48,11 @@ def _held_options(func: Any) -> Any:
 @click.option(
     "--mode", type=click.Choice(["train", "prefill", "decode"]), default="train", show_default=True
 )
-@click.option("--impl", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
-              help="fused (Megatron / vLLM kernels) or eager PyTorch.")  # fmt: skip
+@click.option("--impl", type=click.Choice(["fused", "eager", "compile"]), default="fused",
+              show_default=True,
+              help="fused (Megatron / vLLM kernels), eager PyTorch, or compile (training: "
+              "torch.compile'd layers in PyTorch's DDP/FSDP2 and pipelines, as torchtitan "
+              "runs them; recomputation none, op or full).")  # fmt: skip
 @click.option(
     "--global-batch",
     type=SIZE,

@@ -31,9 +31,10 @@ if TYPE_CHECKING:
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 ZERO_STAGES = (0, 1, 2, 3)
-# The search's recomputation choices (torchtitan's per-op policy, recompute=op, is a choice of
-# PyTorch-native training the search does not enumerate).
+# The search's recomputation choices: Megatron's selective for fused and eager layers (as it
+# always searched them), torchtitan's per-op policy for compiled ones (impl=compile).
 SEARCH_RECOMPUTE = ("none", "selective", "full")
+COMPILE_RECOMPUTE = ("none", "op", "full")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +174,9 @@ def plan_specs(
     gpn = system.gpus_per_node
     tps = [t for t in _divisors(min(gpus, gpn)) if cfg.heads % t == 0 and gpus % t == 0]
     experts = _divisors(cfg.num_experts) if cfg.is_moe else [1]
+    recomputes = SEARCH_RECOMPUTE
+    if impl == "compile":  # compiled layers: data and pipeline parallelism (Scenario's rule)
+        tps, experts, recomputes = [1], [1], COMPILE_RECOMPUTE
     for tp in tps:
         # Stages need not split the layers evenly (the slowest sets the pace, as Megatron's
         # uneven first and last stages): any pp of at least one layer a stage.
@@ -194,7 +198,7 @@ def plan_specs(
                     if (global_batch // dp) % mb:
                         continue
                     for zero in ZERO_STAGES if dp > 1 else (0,):
-                        for rc in SEARCH_RECOMPUTE:
+                        for rc in recomputes:
                             held = _fixed_for(fixed, tp, dp, ep, rc)
                             for sched, v in schedules:
                                 yield dict(base, global_batch=global_batch, micro_batch=mb,

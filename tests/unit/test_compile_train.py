@@ -166,3 +166,17 @@ def test_selective_checkpointing_costs_the_eager_host_not_the_compiled_one():
     assert n_rec > 0
     assert eager[1].extra["host_ms"] > 1.8 * eager[0].extra["host_ms"]
     assert comp[1].extra["host_ms"] < 1.5 * comp[0].extra["host_ms"]
+
+
+def test_search_over_compiled_layers_tries_data_and_pipeline_plans_with_the_op_policy():
+    from gpuperf.hardware.loader import load_system
+    from gpuperf.step.search import plan_specs
+    from gpuperf.workloads.config import load_model
+
+    specs = list(plan_specs(load_model("llama3-8b"), load_system("dgx-h100"), 16,
+                            global_batch=32, seq=4096, impl="compile"))  # fmt: skip
+    assert specs and {s["tp"] for s in specs} == {1}
+    assert {s["recompute"] for s in specs} == {"none", "op", "full"}
+    res = api.search("llama3-8b", system="dgx-h100", gpus=16, global_batch=32, seq=4096,
+                     impl="compile")  # fmt: skip
+    assert res.ranked and all(r.scenario.impl == "compile" for r in res.ranked)
