@@ -230,7 +230,7 @@ def summary_lines(result: Any) -> list[Text]:
         fits = getattr(result, "fits", True)
         kinds = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in memory.items() if v)
         sc = getattr(result, "scenario", None) or {}
-        if sc.get("mode") == "train" and sc.get("impl") == "eager":  # step.memory._at_the_peak
+        if sc.get("mode") == "train" and sc.get("impl") in ("eager", "compile"):  # _at_the_peak
             kinds = ("at AdamW's step: " if not memory.get("activations")
                      else "at the backward's start: ") + kinds  # fmt: skip
         lines.append(

@@ -187,8 +187,13 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
     if recompute == "op":  # the input, the kept matmul outputs, the attention's output and LSE
         from gpuperf.workloads.transformer_train import op_policy_split
 
-        kept = sum(out for _, _, out in op_policy_split(cfg)[0])
-        return b * s * (BYTES[act] * (h + kept + cfg.heads * cfg.hd) + 4 * cfg.heads) / tp
+        kept = op_policy_split(cfg)[0]
+        # under tensor parallelism (no sequence parallelism in PyTorch layers) the input and the
+        # row-parallel outputs (o, down: all-reduced) are whole on every rank, the rest split
+        whole = h + sum(out for name, _, out in kept if name in ("attn/out", "mlp/down"))
+        split = sum(out for name, _, out in kept if name not in ("attn/out", "mlp/down"))
+        split_b = BYTES[act] * (split + cfg.heads * cfg.hd) + 4 * cfg.heads
+        return b * s * (BYTES[act] * whole + split_b / tp)
     full = train_activation_bytes_per_layer(cfg, b, s, act, dropout=cfg.hidden_dropout > 0,
                                             fp8_inputs=fp8)  # fmt: skip
     if eager:

@@ -96,6 +96,11 @@ def recompute_flops_per_token(cfg: Any, sc: Any) -> float:
         again = op_policy_split(cfg)[1]
         return 2.0 * cfg.layers * sum(n_in * n_out for _, n_in, n_out in again)
     layers = float(cfg.active_param_count()) - b["embed"] - b["pos_embed"] - b["lm_head"]
+    if sc.pytorch:  # PyTorch's checkpoint stops before an unneeded down projection
+        from gpuperf.workloads.transformer_train import down_output_unneeded
+
+        if down_output_unneeded(cfg) and not cfg.layer_pattern:
+            layers -= cfg.layers * cfg.intermediate * cfg.hidden
     return 2.0 * layers + attn
 
 

@@ -85,10 +85,12 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
         raise InputError(f"{cfg.name}: {what} is modelled for dense attention layers (measured "
                          f"on Llama and Qwen3); MoE and MLA layers under it are not: use "
                          f"{instead}")  # fmt: skip
-    if sc.impl == "compile" and cfg.sdpa_math:
+    if (sc.impl == "compile" or sc.recompute == "op") and cfg.sdpa_math:
+        what, instead = (("compiled layers", "--impl eager") if sc.impl == "compile"
+                         else ("per-op checkpointing", "--recompute none or full"))  # fmt: skip
         raise InputError(f"{cfg.name}: Hugging Face runs its attention as PyTorch's math SDPA "
-                         "(scores materialized), which compiled layers are not modelled with: "
-                         "use --impl eager")  # fmt: skip
+                         f"(scores materialized), which {what} are not modelled with: use "
+                         f"{instead}")  # fmt: skip
     if tp > 1 and cfg.qk_norm_full:  # every rank would need all of q and k first
         raise InputError(f"{cfg.name}: tensor parallelism of q/k norms over whole "
                          "projections (OLMo-2) is not modelled (the q and k gathers before "

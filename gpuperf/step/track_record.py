@@ -164,7 +164,7 @@ def for_model(scenario: dict[str, Any], moe: bool, gpu: GpuSpec, gpus: int,
         return _not_measured(UNREADABLE)
     mode = scenario.get("mode")
     train = mode == "train"
-    eager = scenario.get("impl") == "eager"
+    eager = scenario.get("impl") in ("eager", "compile")  # PyTorch's own training
     split = [scenario.get(k, 1) for k in ("tp", "pp", "cp", "ep")]
     if not train and split == [1, 1, 1, 1]:  # inference replicas: each GPU runs the one-GPU step
         gpus = nodes = 1

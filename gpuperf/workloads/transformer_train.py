@@ -449,19 +449,32 @@ def layer_backward(
     return redo + ops, hide
 
 
-# What a dense layer's forward computes after the last tensor its backward saves.
+# What a dense layer's forward may compute after the last tensor its backward saves.
 _AFTER_LAST_SAVED = frozenset({"mlp/down", "mlp/residual", "residual"})
+
+
+def down_output_unneeded(cfg: ModelConfig) -> bool:
+    """Whether nothing the backward saves is computed from a dense layer's down projection: its
+    output goes straight into the residual (no post-norm, as Gemma-2's; no dropout, whose mask
+    the recomputation would rebuild from it)."""
+    return cfg.pre_norm and not cfg.sandwich_norm and not cfg.hidden_dropout > 0 and not cfg.is_moe
 
 
 def _early_stop(redo: list[Op]) -> list[Op]:
     """PyTorch's checkpoint without reentrancy (torch.utils.checkpoint, use_reentrant=False: Hugging
     Face's gradient checkpointing since transformers 5, and torchtitan's) stops recomputing once
-    every tensor the backward saved is rebuilt: a dense layer's MLP down projection (its output
-    is saved by nothing) and the residual add after it do not run again. Megatron's full
+    every tensor the backward saved is rebuilt: a dense layer's MLP down projection and what
+    follows it do not run again, where all that follows is the residual add (and the down
+    projection's own collectives under tensor parallelism); a post-norm or a dropout after it
+    saves a tensor made from its output, and the whole layer runs again. Megatron's full
     recompute runs the whole layer."""
-    if not any(op.name == "mlp/down" and isinstance(op, Gemm) for op in redo):
+    at = [i for i, op in enumerate(redo) if op.name == "mlp/down" and isinstance(op, Gemm)]
+    if not at:
         return redo
-    return [op for op in redo if op.name not in _AFTER_LAST_SAVED]
+    tail = redo[at[-1] + 1 :]
+    if not all(op.name in _AFTER_LAST_SAVED or op.name.startswith("mlp/down.") for op in tail):
+        return redo
+    return redo[: at[-1]]
 
 
 def op_policy_matmuls(cfg: ModelConfig) -> list[tuple[str, int, int, bool]]:
@@ -494,9 +507,11 @@ def op_policy_split(
         if not biased:
             n += 1
         (kept if not biased and n % 2 else again).append((name, n_in, n_out))
-    # the recomputation stops once what the backward saved is rebuilt (_early_stop): nothing
-    # needs the down projection's output, so it does not run again
-    return kept, [a for a in again if a[0] not in _AFTER_LAST_SAVED]
+    # the recomputation stops once what the backward saved is rebuilt (_early_stop): where
+    # nothing needs the down projection's output, it does not run again
+    if down_output_unneeded(cfg):
+        again = [a for a in again if a[0] != "mlp/down"]
+    return kept, again
 
 
 def op_policy_recomputed(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
@@ -509,10 +524,11 @@ def op_policy_recomputed(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]
     are)."""
     again = {name for name, _, _ in op_policy_split(cfg)[1]}
     mms = [op for op in eager_layer_gemms(cfg, d) if op.name in again]
+    stop = down_output_unneeded(cfg)
     rest = [op for op in layer
             if not isinstance(op, Gemm | Attention | GroupedGemm | Collective)
             and not (isinstance(op, Reduce) and op.fn == "amax")
-            and op.name not in _AFTER_LAST_SAVED]  # fmt: skip
+            and not (stop and op.name in _AFTER_LAST_SAVED)]  # fmt: skip
     return rest + mms
 
 

@@ -180,3 +180,43 @@ def test_search_over_compiled_layers_tries_data_and_pipeline_plans_with_the_op_p
     res = api.search("llama3-8b", system="dgx-h100", gpus=16, global_batch=32, seq=4096,
                      impl="compile")  # fmt: skip
     assert res.ranked and all(r.scenario.impl == "compile" for r in res.ranked)
+
+
+def test_early_stop_only_where_nothing_after_the_down_projection_is_saved():
+    # Gemma-2's post-norm and GPT-3's dropout save tensors made from the down projection's
+    # output: the whole layer runs again; under TP its all-reduce goes with it
+    def again(model: str, **kw: object) -> set[str]:
+        p = api.predict(model, gpu="h100", mode="train", impl="eager", recompute="full",
+                        seq=512, **kw)  # fmt: skip
+        return {n[: -len(".recompute")] for n in names(p) if n.endswith(".recompute")}
+
+    assert "mlp/down" not in again("llama3-8b")
+    assert "mlp/down" in again("gemma2-9b") and "mlp/down" in again("gpt3-175b")
+    tp = again("llama3-8b", system="dgx-h100", tp=2)
+    assert not any(n.startswith("mlp/down") for n in tp)
+    # HFU: the recomputed FLOPs without the down projection PyTorch skips (Megatron reruns it)
+    from gpuperf.step.mfu import recompute_flops_per_token
+    from gpuperf.workloads.scenario import Scenario
+
+    def redo(impl: str) -> float:
+        return recompute_flops_per_token(L8, Scenario(mode="train", impl=impl, recompute="full"))
+
+    assert redo("fused") - redo("eager") == pytest.approx(
+        2 * L8.layers * L8.hidden * L8.intermediate
+    )
+    assert redo("compile") == redo("eager")
+
+
+def test_op_memory_keeps_the_input_and_row_parallel_outputs_whole_under_tp():
+    one = api.predict("llama3-8b", gpu="h100", mode="train", impl="eager", recompute="op",
+                      seq=4096, batch=8)  # fmt: skip
+    two = api.predict("llama3-8b", system="dgx-h100", mode="train", impl="eager", tp=2,
+                      recompute="op", seq=4096, batch=8)  # fmt: skip
+    full1 = api.predict("llama3-8b", gpu="h100", mode="train", impl="eager", recompute="full",
+                        seq=4096, batch=8)  # fmt: skip
+    full2 = api.predict("llama3-8b", system="dgx-h100", mode="train", impl="eager", tp=2,
+                        recompute="full", seq=4096, batch=8)  # fmt: skip
+    kept1 = one.memory["activations"] - full1.memory["activations"]
+    kept2 = two.memory["activations"] - full2.memory["activations"]
+    # down's output (whole) stays, q, v, gate, the attention output and LSE halve
+    assert kept1 / 2 < kept2 < kept1
