@@ -50,21 +50,10 @@ LLAMA31_8B = {
     "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
 }  # fmt: skip
 
-# Qwen/Qwen3-8B config.json (q/k norms), and meta-llama/Llama-3.2-3B's (tied embeddings), for
-# runs the model was not written on.
-QWEN3_8B = {
-    "model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288,
-    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
-    "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
-}  # fmt: skip
-LLAMA32_3B = {
-    "model_type": "llama", "hidden_size": 3072, "intermediate_size": 8192,
-    "num_hidden_layers": 28, "num_attention_heads": 24, "num_key_value_heads": 8,
-    "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": True,
-}  # fmt: skip
-MODELS = {"llama3.1-8b": LLAMA31_8B, "qwen3-8b": QWEN3_8B, "llama3.2-3b": LLAMA32_3B}
+# For runs the model was not written on: Qwen3-8B (q/k norms) and Llama-3.2-3B (tied
+# embeddings), as e2e_hf.py builds them.
+MODELS = {"llama3.1-8b": LLAMA31_8B, "qwen3-8b": e2e_hf.load_config("qwen3-8b"),
+          "llama3.2-3b": e2e_hf.LLAMA_3B}  # fmt: skip
 
 VARIANTS = [  # (name, compile, recompute, float8)
     ("eager", False, "none", ""),
