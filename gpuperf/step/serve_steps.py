@@ -270,8 +270,8 @@ class StepTimer:
         all the step's queries against all of it; a sliding-window layer also scatters the
         step's new keys and values into what it gathered (_SCATTER_BYTES)."""
         from gpuperf.dtypes import BYTES
-        from gpuperf.perfmodel.ops import Attention, Copy, Elementwise
-        from gpuperf.workloads.transformer_layers import repeat_kv_ops
+        from gpuperf.perfmodel.ops import Attention, Copy
+        from gpuperf.workloads.transformer_layers import contiguous_kv_ops, repeat_kv_ops
 
         past = n_dec * ctx_mean + sum(p for _, p in chunks)
         keys = past + sum(c for c, _ in chunks)  # the cache and the step's own tokens
@@ -301,8 +301,9 @@ class StepTimer:
         if kvh > 1 and op.heads != kvh:
             t += sum(self._kernel_s(coster, k) for k in repeat_kv_ops(full, kv))
         elif kvh > 1 and not repeated:
-            copy = Elementwise("attn/k_contiguous", "copy", full, 1, 1, kv, generic=True)
-            t += 2 * self._kernel_s(coster, copy)
+            t += sum(
+                self._kernel_s(coster, k) for k in contiguous_kv_ops(full, kv, "attn/{}_contiguous")
+            )
         q = max(1, n_dec + sum(c for c, _ in chunks))
         return t + self._kernel_s(
             coster,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from gpuperf.dtypes import BYTES
 from gpuperf.perfmodel.ops import P2P, Attention, Collective, Copy, Elementwise, Op
+from gpuperf.workloads.transformer_layers import contiguous_kv_ops
 
 if TYPE_CHECKING:
     from gpuperf.workloads.comm_ops import Hide
@@ -55,8 +56,7 @@ def _gather_kv(d: Dims, sfx: str = "") -> list[Op]:
     b = n_kv * BYTES[a]
     g = d.g
     return [
-        _ew(f"k_contiguous{sfx}", "copy", n_kv, a, generic=True),
-        _ew(f"v_contiguous{sfx}", "copy", n_kv, a, generic=True),
+        *contiguous_kv_ops(n_kv, a, PREFIX + "{}_contiguous" + sfx),
         _kv_cat(d, 0, sfx),
         Collective(f"{PREFIX}kv_allgather{sfx}", "allgather", 2 * b * g.cp, g.cp, a, g.cp_nodes),
     ]

@@ -215,6 +215,13 @@ def repeat_kv_ops(full: int, kv: DType) -> list[Op]:
     return [Elementwise(f"attn/repeat_{t}", "repeat_kv", full, 1, 1, kv, None, 0.0) for t in "kv"]
 
 
+def contiguous_kv_ops(numel: int, kv: DType, name: str = "{}_contiguous") -> list[Op]:
+    """K and V, handed over as transposed views, each made contiguous (`numel` elements): a
+    copy through PyTorch's non-vectorized kernel (PyTorch's ring attention, cp_torch; cuDNN's
+    SDPA on a paged cache's gathered K and V, serve_steps). `name` formats "k" and "v"."""
+    return [Elementwise(name.format(t), "copy", numel, 1, 1, kv, None, 1.0, True) for t in "kv"]
+
+
 def math_attention(d: Dims, dropout: bool = False) -> list[Op]:
     """Attention before FlashAttention (Megatron's unfused path, HF's eager attention): K and V
     repeated to every query head (GQA), S = Q Kᵀ as a batched GEMM, one fused scale-mask-softmax
