@@ -99,8 +99,8 @@ def recompute_flops_per_token(cfg: Any, sc: Any) -> float:
     if sc.pytorch:  # PyTorch's checkpoint stops before an unneeded down projection
         from gpuperf.workloads.transformer_train import down_output_unneeded
 
-        if down_output_unneeded(cfg) and not cfg.layer_pattern:
-            layers -= cfg.layers * cfg.intermediate * cfg.hidden
+        if down_output_unneeded(cfg) and not cfg.layer_pattern:  # the dense layers' down
+            layers -= cfg.blocks("-") * cfg.intermediate * cfg.hidden
     return 2.0 * layers + attn
 
 

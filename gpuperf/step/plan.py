@@ -59,6 +59,27 @@ def check_hybrid(cfg: ModelConfig, sc: Scenario) -> None:
                          f"{cfg.mamba_groups} groups")  # fmt: skip
 
 
+def check_compiled_layers(cfg: ModelConfig, sc: Scenario) -> None:
+    """Compiled layers and torchtitan's per-op policy are modelled for dense attention layers
+    on a fused SDPA (measured on Llama and Qwen3): refuse MoE and MLA layers and Hugging Face's
+    math SDPA (its scores materialized) under either."""
+    if sc.impl != "compile" and sc.recompute != "op":
+        return
+    if cfg.is_moe or cfg.is_mla:
+        layers = "MoE and MLA layers"
+    elif cfg.sdpa_math:
+        layers = "Hugging Face's math SDPA (its attention scores materialized)"
+    else:
+        return
+    what, instead = (("impl=compile", "--impl eager") if sc.impl == "compile"
+                     else ("recompute=op", "--recompute none or full"))  # fmt: skip
+    if sc.impl == "compile" and not cfg.sdpa_math:
+        instead = "--impl eager or fused"
+    raise InputError(f"{cfg.name}: {what} is modelled for dense attention layers on a fused "
+                     f"SDPA (measured on Llama and Qwen3), not for {layers}: use "
+                     f"{instead}")  # fmt: skip
+
+
 def check_model(cfg: ModelConfig, sc: Scenario) -> None:
     """Raise InputError when the model cannot be split as `sc` says."""
     tp = sc.tp
@@ -79,18 +100,7 @@ def check_model(cfg: ModelConfig, sc: Scenario) -> None:
     if {"moe", "moe_act"} & set(mods) and not cfg.is_moe:
         raise InputError(f"recompute modules moe and moe_act recompute an MoE block, and "
                          f"{cfg.name} has no experts")  # fmt: skip
-    if (sc.impl == "compile" or sc.recompute == "op") and (cfg.is_moe or cfg.is_mla):
-        what, instead = (("impl=compile", "--impl eager or fused") if sc.impl == "compile"
-                         else ("recompute=op", "--recompute none or full"))  # fmt: skip
-        raise InputError(f"{cfg.name}: {what} is modelled for dense attention layers (measured "
-                         f"on Llama and Qwen3); MoE and MLA layers under it are not: use "
-                         f"{instead}")  # fmt: skip
-    if (sc.impl == "compile" or sc.recompute == "op") and cfg.sdpa_math:
-        what, instead = (("compiled layers", "--impl eager") if sc.impl == "compile"
-                         else ("per-op checkpointing", "--recompute none or full"))  # fmt: skip
-        raise InputError(f"{cfg.name}: Hugging Face runs its attention as PyTorch's math SDPA "
-                         f"(scores materialized), which {what} are not modelled with: use "
-                         f"{instead}")  # fmt: skip
+    check_compiled_layers(cfg, sc)
     if tp > 1 and cfg.qk_norm_full:  # every rank would need all of q and k first
         raise InputError(f"{cfg.name}: tensor parallelism of q/k norms over whole "
                          "projections (OLMo-2) is not modelled (the q and k gathers before "

@@ -436,7 +436,7 @@ def layer_backward(
     if recompute == "full":
         redo = list(layer)
         if eager or d.compiled:
-            redo = _early_stop(redo)
+            redo = _early_stop(cfg, redo)
         for p2p, under in ring_hide(
             d, eager=eager
         ).items():  # the recomputed ring hides as the forward's
@@ -449,32 +449,34 @@ def layer_backward(
     return redo + ops, hide
 
 
-# What a dense layer's forward may compute after the last tensor its backward saves.
-_AFTER_LAST_SAVED = frozenset({"mlp/down", "mlp/residual", "residual"})
+# What a dense layer's forward may compute after the last tensor its backward saves: the
+# residual add, Falcon's sum of the parallel attention and MLP outputs, Granite's scaling by its
+# residual multiplier (a Python float: its backward saves nothing).
+_AFTER_LAST_SAVED = frozenset({"mlp/down", "mlp/residual", "mlp/residual_sum",
+                               "mlp/residual_scale", "residual"})  # fmt: skip
 
 
 def down_output_unneeded(cfg: ModelConfig) -> bool:
-    """Whether nothing the backward saves is computed from a dense layer's down projection: its
-    output goes straight into the residual (no post-norm, as Gemma-2's; no dropout, whose mask
-    the recomputation would rebuild from it)."""
-    return cfg.pre_norm and not cfg.sandwich_norm and not cfg.hidden_dropout > 0 and not cfg.is_moe
+    """Whether nothing the backward saves is computed from a dense layer's MLP down projection:
+    its output goes straight into the residual (no post-norm, as Gemma-2's; no dropout, whose
+    mask the recomputation would rebuild from it). The one rule for where PyTorch's checkpoint
+    stops (_early_stop); an MoE layer's experts are not a dense down projection, and an MoE
+    model's dense layers (DeepSeek's first ones) follow it."""
+    return cfg.pre_norm and not cfg.sandwich_norm and not cfg.hidden_dropout > 0
 
 
-def _early_stop(redo: list[Op]) -> list[Op]:
+def _early_stop(cfg: ModelConfig, redo: list[Op]) -> list[Op]:
     """PyTorch's checkpoint without reentrancy (torch.utils.checkpoint, use_reentrant=False: Hugging
     Face's gradient checkpointing since transformers 5, and torchtitan's) stops recomputing once
-    every tensor the backward saved is rebuilt: a dense layer's MLP down projection and what
-    follows it do not run again, where all that follows is the residual add (and the down
-    projection's own collectives under tensor parallelism); a post-norm or a dropout after it
-    saves a tensor made from its output, and the whole layer runs again. Megatron's full
-    recompute runs the whole layer."""
+    every tensor the backward saved is rebuilt: where nothing saved is made from a dense layer's
+    MLP down projection (down_output_unneeded), the down projection and what follows it (the
+    residual add, and under tensor parallelism the down projection's own collectives) do not
+    run again; a post-norm or a dropout after it saves a tensor made from its output, and the
+    whole layer runs again. Megatron's full recompute runs the whole layer."""
+    if not down_output_unneeded(cfg):
+        return redo
     at = [i for i, op in enumerate(redo) if op.name == "mlp/down" and isinstance(op, Gemm)]
-    if not at:
-        return redo
-    tail = redo[at[-1] + 1 :]
-    if not all(op.name in _AFTER_LAST_SAVED or op.name.startswith("mlp/down.") for op in tail):
-        return redo
-    return redo[: at[-1]]
+    return redo[: at[-1]] if at else redo
 
 
 def op_policy_matmuls(cfg: ModelConfig) -> list[tuple[str, int, int, bool]]:

@@ -220,3 +220,39 @@ def test_op_memory_keeps_the_input_and_row_parallel_outputs_whole_under_tp():
     kept2 = two.memory["activations"] - full2.memory["activations"]
     # down's output (whole) stays, q, v, gate, the attention output and LSE halve
     assert kept1 / 2 < kept2 < kept1
+
+
+def test_the_early_stop_rule_matches_every_layer_it_is_applied_to():
+    # down_output_unneeded(cfg) is the one rule for where PyTorch's checkpoint stops: where it
+    # holds, a layer's forward after its down projection is the residual add (and the down
+    # projection's collectives) alone; where it does not, something after it is saved (a
+    # post-norm, a dropout); an MoE model's dense first layers (DeepSeek's) follow it too
+    import json
+    from pathlib import Path
+
+    from gpuperf.workloads.config import from_hf_dict, load_model, preset_names
+    from gpuperf.workloads.transformer_train import _AFTER_LAST_SAVED, down_output_unneeded
+
+    hf = Path(__file__).parent / "data" / "hf_configs"
+    cfgs = [load_model(n) for n in preset_names()]
+    cfgs += [from_hf_dict(json.loads(f.read_text()), name=f.stem) for f in sorted(hf.glob("*"))]
+    checked = {True: 0, False: 0}
+    for cfg in cfgs:
+        if cfg.layer_pattern:  # hybrids: not every block has an MLP
+            continue
+        for impl in ("eager", "compile"):
+            try:
+                p = api.predict(cfg, gpu="h100", mode="train", impl=impl, seq=256)
+            except InputError:  # compile refuses MoE, MLA and math-SDPA models
+                continue
+            rows = list(p.table["name"])
+            first_bwd = next(i for i, n in enumerate(rows) if ".bwd" in n or ".dgrad" in n)
+            fwd = [n[3:] for n in rows[:first_bwd] if n.startswith("L0/")]
+            downs = [i for i, n in enumerate(fwd) if n == "mlp/down"]
+            if not downs:  # an MoE layer: no dense down projection to stop before
+                continue
+            tail = fwd[downs[-1] + 1 :]
+            plain = all(n in _AFTER_LAST_SAVED or n.startswith("mlp/down.") for n in tail)
+            assert down_output_unneeded(cfg) == plain, (cfg.name, impl, tail)
+            checked[plain] += 1
+    assert checked[True] >= 20 and checked[False] >= 4
