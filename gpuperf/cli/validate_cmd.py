@@ -42,10 +42,11 @@ EXAMPLES = (
     help="Measure MODEL beside its prediction. Without --nproc: every distinct op of one layer "
     "(plus embedding, final norm and lm_head); ops with no single PyTorch kernel are listed as "
     "skipped; with --impl eager one whole eager decoder layer also runs end to end. With "
-    "--nproc N: the whole model (a Hugging Face Llama with random weights, eager kernels) runs "
-    "as the plan says under torchrun on N GPUs -- DDP (--dp), FSDP2 (--dp --zero 3), DTensor "
-    "(--tp --tp-impl dtensor), Megatron-style TP (--tp), a 1F1B pipeline (--pp, with "
-    "--micro-batch) or PyTorch's context parallelism (--cp, ring attention) -- and the step "
+    "--nproc N: the whole model (a Hugging Face model of its family with random weights, eager "
+    "or compiled kernels) runs as the plan says under torchrun on N GPUs -- DDP (--dp), FSDP2 "
+    "(--dp --zero 3); for Llama, Mistral and Qwen2 also DTensor (--tp --tp-impl dtensor), "
+    "Megatron-style TP (--tp), a 1F1B pipeline (--pp, with --micro-batch) or PyTorch's "
+    "context parallelism (--cp, ring attention) -- and the step "
     "time (the slowest rank, median of --iters) and peak memory per GPU are printed beside "
     "the prediction.\n\n" + EXAMPLES
 )

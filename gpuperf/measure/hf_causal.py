@@ -1,12 +1,18 @@
-"""The Hugging Face causal LM class of a config (whole-model runs build Llama, Mistral and Qwen2:
-the same module names, so Megatron-style sharding and pipeline stages apply to each; Qwen2 keeps
-its q, k and v biases)."""
+"""The Hugging Face causal LM of a config, and its decoder layers.
+
+Run whole (one GPU, DDP, FSDP2), a model may be of any family transformers builds as a causal LM
+(`can_build`): those runs touch only its decoder layers (`decoder_layers`: checkpointed,
+compiled, sharded each). The runs that split modules by name (Megatron-style tensor
+parallelism, pipeline stages, Hugging Face's tp_plan as the worker wires it, context
+parallelism) build FAMILIES only: Llama, Mistral and Qwen2 share those names (Qwen2 keeps its
+q, k and v biases)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 FAMILIES = ("llama", "mistral", "qwen2")
+WHOLE = ("single", "ddp", "fsdp")  # model_run's implementations that run the model whole
 
 
 def causal_lm(cfg: Any) -> Any:  # noqa: ANN401 (a transformers config and model)
@@ -15,3 +21,23 @@ def causal_lm(cfg: Any) -> Any:  # noqa: ANN401 (a transformers config and model
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     return MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)](cfg)
+
+
+def can_build(model_type: str) -> bool:
+    """Whether the installed transformers has a causal LM for config.json's `model_type`."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
+def decoder_layers(model: Any) -> Any:  # noqa: ANN401 (a torch.nn.ModuleList)
+    """The ModuleList of a causal LM's decoder layers: its base model's `layers` (Llama and most
+    families) or `h` (GPT-2, GPT-BigCode, Falcon)."""
+    import torch
+
+    base = getattr(model, "base_model", model)
+    for name in ("layers", "h"):
+        layers = getattr(base, name, None)
+        if isinstance(layers, torch.nn.ModuleList):
+            return layers
+    raise ValueError(f"{type(model).__name__} has no decoder layers as `layers` or `h`")

@@ -63,7 +63,9 @@ def wrap_layers(model: Any, recompute: str = "none", compile_layers: bool = Fals
             extra = {"context_fn": self.context_fn} if self.context_fn else {}
             return checkpoint(self.layer, *args, use_reentrant=False, **extra, **kwargs)
 
-    layers = model.model.layers
+    from gpuperf.measure.hf_causal import decoder_layers
+
+    layers = decoder_layers(model)
     for i, layer in enumerate(layers):
         if recompute != "none":
             layer = Checkpointed(layer, op_policy() if recompute == "op" else None)

@@ -117,7 +117,7 @@ def check_devices(run: ModelRun) -> None:
     """EnvironmentUnavailable when torch, transformers or the GPUs are missing."""
     try:
         import torch
-        import transformers  # noqa: F401
+        import transformers
     except ImportError as exc:
         raise EnvironmentUnavailable(
             f"whole-model runs need torch and transformers ({exc.name} is missing)"
@@ -140,13 +140,18 @@ def check_devices(run: ModelRun) -> None:
 
         name = str(run.config.get("model_type", "the model"))
         check_ring_window(from_hf_dict(run.config, name=name), run.scenario)
-    from gpuperf.measure.hf_causal import FAMILIES
+    from gpuperf.measure.hf_causal import FAMILIES, WHOLE, can_build
 
-    if run.config.get("model_type") not in (*FAMILIES, None):
-        raise InputError(
-            f"whole-model runs build Hugging Face Llama-family models, not "
-            f"{run.config.get('model_type')!r}"
-        )
+    kind, impl = run.config.get("model_type"), implementation(run.scenario)
+    if kind is None:
+        return
+    if impl in WHOLE and not can_build(kind):
+        raise InputError(f"transformers {transformers.__version__} has no causal LM for "
+                         f"model_type {kind!r}")  # fmt: skip
+    if impl not in WHOLE and kind not in FAMILIES:
+        raise InputError(f"the {impl} run splits Llama-family modules by name "
+                         f"({', '.join(FAMILIES)}), not {kind!r}'s: run it whole (one GPU, "
+                         "--dp, or --dp --zero 3)")  # fmt: skip
 
 
 def stages(log: Path) -> str:

@@ -1,4 +1,5 @@
-"""One rank of a whole-model run under torchrun: a Hugging Face Llama (random weights) as an
+"""One rank of a whole-model run under torchrun: a Hugging Face causal LM (random weights; a
+Llama-family one where modules are split by name, gpuperf.measure.hf_causal) as an
 implementation people run, timed step by step. Started by gpuperf.measure.model_run.
 
     python -m torch.distributed.run --nproc-per-node N -m gpuperf.measure.model_worker \\
@@ -112,7 +113,9 @@ def build(spec: dict[str, Any], device: torch.device, rank: int, world: int) -> 
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh(device.type, (world,))
-        for layer in model.model.layers:
+        from gpuperf.measure.hf_causal import decoder_layers
+
+        for layer in decoder_layers(model):
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
     return model

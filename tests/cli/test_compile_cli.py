@@ -50,6 +50,6 @@ def test_validate_refuses_recompute_outside_whole_model_training(capsys, tmp_pat
                                 "vocab_size": 256, "max_position_embeddings": 64}))  # fmt: skip
     refused(capsys, "validate", str(tiny), "--impl", "eager", "--mode", "prefill", "--recompute",
             "op", "--device", "cpu", match="--recompute checkpoints a whole-model")  # fmt: skip
-    # a family whole-model runs do not build: one line, no progress line before it
-    refused(capsys, "validate", "mixtral-8x7b", "--mode", "train", "--impl", "eager", "--nproc",
-            "1", "--device", "cpu", match="Llama-family")  # fmt: skip
+    # a family the split runs do not build: one line, no progress line before it
+    refused(capsys, "validate", "mixtral-8x7b", "--mode", "train", "--impl", "eager", "--tp",
+            "2", "--nproc", "2", "--device", "cpu", match="splits Llama-family")  # fmt: skip

@@ -152,3 +152,40 @@ def test_a_timed_out_run_says_where_each_rank_was(tmp_path):
     assert stages(log) == "rank 0: graph capture, rank 1: build"
     log.write_text("torchrun: nothing yet\n")
     assert stages(log) == "no rank started"
+
+
+SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+         "max_position_embeddings": 256, "pad_token_id": 0}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "family, args, what",
+    [
+        ("qwen3", ["--dp", "2", "--zero", "3", "--mode", "train"], "fsdp"),  # q/k norms
+        ("gemma2", ["--dp", "2", "--mode", "train", "--recompute", "full"], "ddp"),
+        ("phi3", ["--nproc", "1", "--mode", "prefill"], "single"),  # fused qkv, gate/up
+        ("gpt2", ["--nproc", "1", "--mode", "decode"], "single"),  # its layers are `h`
+    ],
+)  # fmt: skip
+def test_other_families_run_whole(capsys, tmp_path, family, args, what):
+    """Run whole (one GPU, DDP, FSDP2), a model of any family transformers builds runs as
+    itself, its decoder layers checkpointed and sharded each."""
+    config = {"model_type": family, **SMALL}
+    if family == "gpt2":
+        config = {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2,
+                  "vocab_size": 256, "n_positions": 256}  # fmt: skip
+    path = tmp_path / f"{family}.json"
+    path.write_text(json.dumps(config))
+    code, out, err = run(capsys, str(path), *args, *FAST)
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["implementation"] == what and all(s > 0 for s in r["samples_ms"])
+
+
+def test_a_family_transformers_cannot_build_is_refused(capsys, tiny, monkeypatch):
+    from gpuperf.measure import hf_causal
+
+    monkeypatch.setattr(hf_causal, "can_build", lambda kind: False)
+    code, _, err = run(capsys, tiny, "--dp", "2", "--mode", "train", *FAST)
+    assert code == 2 and "has no causal LM for model_type 'llama'" in err

@@ -80,3 +80,33 @@ def test_the_op_policy_runs_again_the_matmuls_the_model_charges():
     assert q_op - q_plain == layers * len(again) == layers * 4
     with pytest.raises(ValueError, match="recompute must be"):
         wrap_layers(None, "selective")
+
+
+SMALL = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+             num_hidden_layers=2, vocab_size=256, max_position_embeddings=64)  # fmt: skip
+
+
+def _family(name: str) -> dict:
+    import json
+    from pathlib import Path
+
+    from gpuperf.workloads.config import PRESET_DIR
+
+    path = Path(__file__).parent / "data" / "hf_configs" / f"{name}.json"
+    d = json.loads((path if path.exists() else PRESET_DIR / f"{name}.json").read_text())
+    return {**{k: v for k, v in d.items() if not k.startswith("_")}, **SMALL}
+
+
+@pytest.mark.parametrize("name", ["falcon-7b", "granite-3.1-8b", "gemma2-9b", "qwen3-32b"])
+def test_full_recompute_stops_before_the_down_projection_where_the_model_says(name):
+    # PyTorch's checkpoint stops once the saved tensors are rebuilt: after Falcon's parallel sum
+    # and Granite's residual multiplier nothing is saved (the down projection does not run
+    # again); Gemma-2's post-norm saves its input (the whole layer runs again)
+    from gpuperf.workloads.transformer_train import down_output_unneeded
+
+    config = _family(name)
+    cfg = from_hf_dict(config, name=name)
+    _, _, plain = step("none", config=config)
+    _, _, full = step("full", config=config)
+    per_layer = len(op_policy_matmuls(cfg)) - down_output_unneeded(cfg)
+    assert full - plain == config["num_hidden_layers"] * per_layer
