@@ -176,15 +176,44 @@ def attention_core(d: Dims, name: str = "attn/core", window: int = 0,
                      dropout=dropout)  # fmt: skip
 
 
-def sliding_sdpa(d: Dims, window: int, name: str = "attn/core") -> Attention:
+def sliding_sdpa(d: Dims, window: int, name: str = "attn/core",
+                 dropout: bool = False) -> Attention:  # fmt: skip
     """Hugging Face's sliding-window attention through SDPA: once the keys outnumber the window
     the window is a dense boolean mask (is_causal off), so the kernel computes every (query,
     key) pair of the square and masks them; a decode step's cache holds the window alone."""
     kv = min(d.kv_len, window) if d.decode else d.kv_len
     if kv < window:
-        return attention_core(d, name)
+        return attention_core(d, name, dropout=dropout)
     return Attention(name, d.batch, d.heads, d.kv_heads, d.q_len, kv, d.head_dim, d.decode,
-                     d.act, d.kv, mask=True, window=window if d.decode else 0)  # fmt: skip
+                     d.act, d.kv, mask=True, window=window if d.decode else 0,
+                     dropout=dropout)  # fmt: skip
+
+
+def hf_masked_sdpa(cfg: ModelConfig, d: Dims, window: int) -> list[Op]:
+    """Hugging Face's attention where it hands SDPA a mask (eager, or compiled: the module's own
+    code): a sliding window (sliding_sdpa), or a causal mask built where is_causal would do
+    (cfg.sdpa_mask: Falcon), which SDPA makes additive first; [] where SDPA runs causal without
+    one (or context parallelism's ring, or the materialized form, runs it). SDPA applies the
+    module's attention dropout in training either way; with a mask GQA's K and V reach it
+    repeated to every query head."""
+    if d.g.cp != 1 or d.attn != "flash":
+        return []
+    dropout = d.train and cfg.attention_dropout > 0
+    if window:
+        core = sliding_sdpa(d, window, dropout=dropout)
+        ops: list[Op] = []
+    elif cfg.sdpa_mask:
+        core = Attention("attn/core", d.batch, d.heads, d.kv_heads, d.q_len, d.kv_len,
+                         d.head_dim, True, d.act, d.kv, mask=True, dropout=dropout)  # fmt: skip
+        ops = bool_mask_ops(d)
+    else:
+        return []
+    if core.mask and 1 < d.kv_heads < d.heads:
+        # With a mask HF does not use SDPA's GQA (use_gqa_in_sdpa): K and V are repeated to
+        # every query head first (one K/V head repeats as a view, as static_cache_attention)
+        ops += repeat_kv_ops(d.batch * d.heads * core.kv_len * d.head_dim, d.kv)
+        core = replace(core, kv_heads=d.heads)
+    return [*ops, core]
 
 
 def torch_ring(d: Dims, eager: bool) -> bool:
@@ -423,7 +452,10 @@ def fused_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
         ops.append(_ew("attn/rope", "rope", n, d.act, flops=3.0))
     if d.cache:
         ops.append(Copy("attn/kv_write", T * 2 * d.kv_heads * hd * BYTES[d.kv], d.kv))
-    ops += attention_ops(d, d.train and cfg.attention_dropout > 0, _window(cfg, kind))
+    window = _window(cfg, kind)
+    # Compiled layers run Hugging Face's attention: SDPA with the mask HF hands it, if any.
+    masked = hf_masked_sdpa(cfg, d, window) if d.compiled else []
+    ops += masked or attention_ops(d, d.train and cfg.attention_dropout > 0, window)
     _gemm(ops, d, "attn/out", T, h, d.heads * hd)
     return ops + comm_ops.row_out(d, "attn/out")
 
@@ -651,19 +683,16 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
             kv_bytes = d.batch * d.kv_heads * hd * (BYTES[d.kv] * past + BYTES[a] * d.q_len)
             ops.append(Copy("attn/cache_k", kv_bytes, d.kv))
             ops.append(Copy("attn/cache_v", kv_bytes, d.kv))
+        masked = hf_masked_sdpa(cfg, d, window)
         if math:
             ops += sdpa_math_fp32(d)
-        elif window and d.g.cp == 1 and d.attn == "flash":
-            if d.decode and d.kv_len >= window:
+        elif masked:
+            if window and d.decode and d.kv_len >= window:
                 # The window is a slice of the concatenated cache: SDPA gets contiguous copies.
                 win = d.batch * d.kv_heads * hd * window * BYTES[d.kv]
                 ops.append(Copy("attn/window_k", win, d.kv))
                 ops.append(Copy("attn/window_v", win, d.kv))
-            ops.append(sliding_sdpa(d, window))
-        elif cfg.sdpa_mask and d.g.cp == 1 and d.attn == "flash":
-            ops += bool_mask_ops(d)
-            ops.append(Attention("attn/core", d.batch, d.heads, d.kv_heads, d.q_len, d.kv_len,
-                                 hd, True, d.act, d.kv, mask=True))  # fmt: skip
+            ops += masked
         else:  # SDPA takes the module's attention dropout in training (GPT-2's attn_pdrop)
             ops += attention_ops(d, d.train and cfg.attention_dropout > 0, eager=True)
     _gemm(ops, d, "attn/out", T, h, d.heads * hd)

@@ -294,8 +294,9 @@ def _derived_backward(cfg: ModelConfig, d: Dims, layer: list[Op]) -> list[Op]:
             out += cp_torch.backward(d)
         else:
             out += fused_backward(op) + bias_grad(cfg, op, a)
-        if isinstance(op, Attention) and op.name == "attn/core" and not (cfg.kv_broadcast or ring):
-            out += _gqa_grad_sums(d)
+        if (isinstance(op, Attention) and op.name == "attn/core" and op.kv_heads < op.heads
+                and not (cfg.kv_broadcast or ring)):  # fmt: skip
+            out += _gqa_grad_sums(d)  # (K and V repeated before a masked SDPA: the repeat's)
         shared = _SHARED_INPUT.get(op.name)
         if isinstance(op, Gemm) and shared and shared[1] in names:
             out.append(_ew(shared[0], "add", op.m * op.k, a, 2))

@@ -256,3 +256,29 @@ def test_the_early_stop_rule_matches_every_layer_it_is_applied_to():
             assert down_output_unneeded(cfg) == plain, (cfg.name, impl, tail)
             checked[plain] += 1
     assert checked[True] >= 20 and checked[False] >= 4
+
+
+def test_compiled_layers_run_hugging_faces_attention_with_its_mask():
+    # Phi-3-mini's 2,047-token window is shorter than the sequence: HF hands SDPA a mask, and a
+    # compiled layer runs the module's own SDPA call (measured: e2e_validate_families.json)
+    import json
+    from pathlib import Path
+
+    hf = Path(__file__).parent / "data" / "hf_configs"
+    phi3 = from_hf_dict(json.loads((hf / "phi-3-mini-4k-instruct.json").read_text()), name="phi3")
+
+    def core(cfg: object, **kw: object) -> str:
+        p = api.predict(cfg, gpu="h200", mode="train", batch=2, **kw)
+        return p.table.set_index("name").loc["L0/attn/core", "shape"]
+
+    for impl in ("eager", "compile"):
+        assert core(phi3, impl=impl, seq=2048).endswith("mask")
+        assert "mask" not in core(phi3, impl=impl, seq=1024)  # within the window: causal
+    # with a mask GQA's K and V are repeated to every query head first (use_gqa_in_sdpa)
+    p = api.predict("mistral-7b", gpu="h100", mode="train", impl="compile", seq=8192)
+    names = set(p.table["name"])
+    assert {"L0/attn/repeat_k", "L0/attn/repeat_v"} <= names
+    assert "L0/attn/core.dk_sum" not in names
+    # SDPA applies the module's attention dropout under a mask as well (StarCoder2's 0.1)
+    sc2 = from_hf_dict(json.loads((hf / "starcoder2-7b.json").read_text()), name="sc2")
+    assert core(sc2, impl="eager", seq=2048).endswith("dropout")
