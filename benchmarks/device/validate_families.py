@@ -27,21 +27,31 @@ sys.path.insert(0, str(ROOT))
 from gpuperf.fileio import write_text  # noqa: E402
 
 CONFIGS = ROOT / "tests" / "unit" / "data" / "hf_configs"
-FAMILIES = {  # name: config file
+PRESETS = ROOT / "gpuperf" / "workloads" / "presets"
+FAMILIES = {  # name: config file (a bundled test config, else a preset)
     "granite": "granite-3.1-8b",
     "phi3": "phi-3-mini-4k-instruct",
     "starcoder2": "starcoder2-7b",
     "olmo2": "olmo2-7b",
+    "mistral": "mistral-7b",  # v0.1: a 4,096-token window
+    "gemma3": "gemma-3-4b-pt",  # 1,024-token windows on five layers of six
 }
 VARIANTS = [("eager", "full"), ("compile", "none"), ("compile", "op"), ("eager", "op"),
             ("compile", "full")]  # fmt: skip
-LAYERS, BATCH, SEQ = 8, 2, 2048
+LAYERS, BATCH, SEQ = 8, 2, 2048  # the defaults
 
 
-def config(path: Path, out: Path) -> Path:
+def source(fam: str) -> Path:
+    path = CONFIGS / f"{FAMILIES[fam]}.json"
+    return path if path.exists() else PRESETS / f"{FAMILIES[fam]}.json"
+
+
+def config(path: Path, out: Path, layers: int) -> Path:
     d = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
-    d["num_hidden_layers"] = LAYERS
-    dest = out / f"{path.stem}-{LAYERS}l.json"
+    if "text_config" in d:  # a multimodal checkpoint's language model (Gemma-3)
+        d = {**d["text_config"], "model_type": d["text_config"].get("model_type", d["model_type"])}
+    d["num_hidden_layers"] = layers
+    dest = out / f"{path.stem}-{layers}l.json"
     write_text(dest, json.dumps(d, indent=1))
     return dest
 
@@ -59,21 +69,28 @@ def main() -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--only", default=",".join(FAMILIES))
     ap.add_argument("--budget-s", type=float, default=540.0)
+    ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--batch", type=int, default=BATCH)
+    ap.add_argument("--seq", type=int, default=SEQ)
+    ap.add_argument("--variants", default=",".join(f"{i}:{r}" for i, r in VARIANTS),
+                    help="impl:recompute pairs")  # fmt: skip
+    ap.add_argument("--name", default="e2e_validate_families.json")
     args = ap.parse_args()
+    variants = [tuple(v.split(":")) for v in args.variants.split(",")]
     out = args.out
     (out / "configs").mkdir(parents=True, exist_ok=True)
-    dest = out / "e2e_validate_families.json"
+    dest = out / args.name
     result: dict = {
-        "note": f"gpuperf validate CONFIG --mode train --nproc 1 --batch {BATCH} --seq {SEQ} "
-        f"(each family's config with {LAYERS} layers, random bf16 weights), predictions "
-        "committed before the run (benchmarks/device/validate_families.py)",
+        "note": f"gpuperf validate CONFIG --mode train --nproc 1 --batch {args.batch} --seq "
+        f"{args.seq} (each family's config with {args.layers} layers, random bf16 weights), "
+        "predictions committed before the run (benchmarks/device/validate_families.py)",
         "env": env(),
         "runs": [],
     }
     start = time.monotonic()
     for fam in args.only.split(","):
-        cfg = config(CONFIGS / f"{FAMILIES[fam]}.json", out / "configs")
-        for impl, rc in VARIANTS:
+        cfg = config(source(fam), out / "configs", args.layers)
+        for impl, rc in variants:
             tag = f"{fam} {impl} {rc}"
             if time.monotonic() - start > args.budget_s:
                 result.setdefault("skipped", []).append(tag)
@@ -81,15 +98,15 @@ def main() -> int:
             save = out / "runs" / f"{fam}_{impl}_{rc}.json"
             save.parent.mkdir(exist_ok=True)
             cmd = [sys.executable, "-m", "gpuperf", "validate", str(cfg), "--mode", "train",
-                   "--nproc", "1", "--impl", impl, "--recompute", rc, "--batch", str(BATCH),
-                   "--seq", str(SEQ), "--format", "json", "--save", str(save)]  # fmt: skip
+                   "--nproc", "1", "--impl", impl, "--recompute", rc, "--batch", str(args.batch),
+                   "--seq", str(args.seq), "--format", "json", "--save", str(save)]  # fmt: skip
             t0 = time.monotonic()
             p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=240)
             wall = time.monotonic() - t0
             if p.returncode == 0 and save.exists():
                 run = json.loads(save.read_text())
                 run = run["runs"][0] if "runs" in run else run
-                run["model"] = f"{FAMILIES[fam]}-{LAYERS}l"
+                run["model"] = f"{FAMILIES[fam]}-{args.layers}l"
                 run["wall_s"] = wall
                 peak = run.get("peak_memory_bytes")  # per rank: the accuracy tables' GiB
                 if peak:
