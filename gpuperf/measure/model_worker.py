@@ -64,6 +64,12 @@ def _config(d: dict[str, Any]) -> Any:
     return cfg
 
 
+def _vocab(spec: dict[str, Any]) -> int:
+    """The model's vocabulary, as transformers builds it (a config.json may leave it to the
+    family's default, as Gemma-3's text config does)."""
+    return int(_config(spec["config"]).vocab_size)
+
+
 def _dtype(name: str) -> torch.dtype:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
@@ -139,7 +145,7 @@ def _inner(model: Any) -> Any:
 
 def step_fn(model: Any, spec: dict[str, Any], device: torch.device) -> Any:
     """A function that runs one step of spec["mode"] (module docstring)."""
-    vocab, b = spec["config"]["vocab_size"], spec["batch"]
+    vocab, b = _vocab(spec), spec["batch"]
     mode = spec["mode"]
     gen = torch.Generator(device="cpu").manual_seed(1)
     if spec["impl"] == "pipeline":
@@ -193,7 +199,7 @@ def _cp_step(model: Any, spec: dict[str, Any], device: torch.device, gen: Any) -
     from torch.distributed.tensor.experimental import context_parallel
 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    vocab, b, mode = spec["config"]["vocab_size"], spec["batch"], spec["mode"]
+    vocab, b, mode = _vocab(spec), spec["batch"], spec["mode"]
     ids = torch.randint(0, vocab, (b, spec["seq"]), generator=gen).to(device)
     if mode == "prefill":
         _inner(model).eval()
@@ -218,7 +224,7 @@ def _cp_step(model: Any, spec: dict[str, Any], device: torch.device, gen: Any) -
 
 def _pipeline_step(pipe: Any, spec: dict[str, Any], device: torch.device, gen: Any) -> Any:
     """A pipeline's step: every micro-batch through the stages (1F1B and AdamW in training)."""
-    vocab, mb = spec["config"]["vocab_size"], spec["micro_batch"]
+    vocab, mb = _vocab(spec), spec["micro_batch"]
     ids = [torch.randint(0, vocab, (mb, spec["seq"]), generator=gen).to(device)
            for _ in range(pipe.m)]  # fmt: skip
     if spec["mode"] == "prefill":
@@ -239,7 +245,7 @@ def _decode(model: Any, spec: dict[str, Any], device: torch.device, gen: Any) ->
     from transformers import DynamicCache, StaticCache
 
     inner = _inner(model)
-    vocab, b, ctx = spec["config"]["vocab_size"], spec["batch"], spec["ctx"]
+    vocab, b, ctx = _vocab(spec), spec["batch"], spec["ctx"]
     ids = torch.randint(0, vocab, (b, ctx), generator=gen).to(device)
     tok = torch.randint(0, vocab, (b, 1), generator=gen).to(device)
     if not spec.get("graphs"):

@@ -65,7 +65,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(spec.get("seed", 0))
     model = _model(spec["config"], spec.get("dtype", "bf16"), torch)
     reqs = spec["requests"]
-    prompts = _prompts(reqs, spec["config"]["vocab_size"], spec.get("seed", 0))
+    prompts = _prompts(reqs, model.config.vocab_size, spec.get("seed", 0))
     osl = max(int(r[2]) for r in reqs)
     cb = {"allow_block_sharing": False, "scheduler_type": "fifo", **spec.get("cb", {})}
     cbc = ContinuousBatchingConfig(**cb)

@@ -166,6 +166,8 @@ SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         ("gemma2", ["--dp", "2", "--mode", "train", "--recompute", "full"], "ddp"),
         ("phi3", ["--nproc", "1", "--mode", "prefill"], "single"),  # fused qkv, gate/up
         ("gpt2", ["--nproc", "1", "--mode", "decode"], "single"),  # its layers are `h`
+        # windows shorter than the sequence; no vocab_size: the family's default
+        ("gemma3_text", ["--nproc", "1", "--mode", "train"], "single"),
     ],
 )  # fmt: skip
 def test_other_families_run_whole(capsys, tmp_path, family, args, what):
@@ -175,6 +177,9 @@ def test_other_families_run_whole(capsys, tmp_path, family, args, what):
     if family == "gpt2":
         config = {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2,
                   "vocab_size": 256, "n_positions": 256}  # fmt: skip
+    if family == "gemma3_text":
+        config = {k: v for k, v in config.items() if k != "vocab_size"}
+        config.update(head_dim=16, sliding_window=16)
     path = tmp_path / f"{family}.json"
     path.write_text(json.dumps(config))
     code, out, err = run(capsys, str(path), *args, *FAST)
