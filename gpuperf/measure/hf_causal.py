@@ -30,6 +30,28 @@ def can_build(model_type: str) -> bool:
     return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 
+def whole_refusal(config: dict[str, Any]) -> str | None:
+    """Why a whole-model run cannot build this config.json as itself (None: it can): no causal
+    LM for its model_type, a multimodal checkpoint (its language model is the text config), or
+    a class without PyTorch's SDPA, which the runs use."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    kind = config.get("model_type")
+    if kind is None:
+        return None
+    if not can_build(kind):
+        return f"transformers {transformers.__version__} has no causal LM for model_type {kind!r}"
+    if isinstance(config.get("text_config"), dict):
+        text = config["text_config"].get("model_type", "its text model's")
+        return (f"{kind!r} is a multimodal checkpoint: give its text config (model_type "
+                f"{text}) to run the language model")  # fmt: skip
+    cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[kind], None)
+    if cls is not None and not getattr(cls, "_supports_sdpa", True):
+        return f"{cls.__name__} does not run PyTorch's SDPA, which whole-model runs use"
+    return None
+
+
 def decoder_layers(model: Any) -> Any:  # noqa: ANN401 (a torch.nn.ModuleList)
     """The ModuleList of a causal LM's decoder layers: its base model's `layers` (Llama and most
     families) or `h` (GPT-2, GPT-BigCode, Falcon)."""

@@ -117,7 +117,7 @@ def check_devices(run: ModelRun) -> None:
     """EnvironmentUnavailable when torch, transformers or the GPUs are missing."""
     try:
         import torch
-        import transformers
+        import transformers  # noqa: F401
     except ImportError as exc:
         raise EnvironmentUnavailable(
             f"whole-model runs need torch and transformers ({exc.name} is missing)"
@@ -140,14 +140,15 @@ def check_devices(run: ModelRun) -> None:
 
         name = str(run.config.get("model_type", "the model"))
         check_ring_window(from_hf_dict(run.config, name=name), run.scenario)
-    from gpuperf.measure.hf_causal import FAMILIES, WHOLE, can_build
+    from gpuperf.measure import hf_causal
+    from gpuperf.measure.hf_causal import FAMILIES, WHOLE
 
     kind, impl = run.config.get("model_type"), implementation(run.scenario)
     if kind is None:
         return
-    if impl in WHOLE and not can_build(kind):
-        raise InputError(f"transformers {transformers.__version__} has no causal LM for "
-                         f"model_type {kind!r}")  # fmt: skip
+    why = hf_causal.whole_refusal(run.config) if impl in WHOLE else None
+    if why:
+        raise InputError(why)
     if impl not in WHOLE and kind not in FAMILIES:
         raise InputError(f"the {impl} run splits Llama-family modules by name "
                          f"({', '.join(FAMILIES)}), not {kind!r}'s: run it whole (one GPU, "

@@ -235,9 +235,9 @@ def eager_saved_extra(cfg: ModelConfig, act: DType, seq: int) -> float:
       probabilities of every (query, key) pair (_safe_softmax's output, which P·V reads too)
       and the fp32 q, k and v of its products (k and v stay stride-0 views of the shared
       head), in place of the fused kernel's 16-bit q, k, v and log-sum-exp;
-    - a sliding-window layer past its window (the keys outnumber it) hands SDPA a mask, which
-      SDPA keeps as a 16-bit additive bias of every (query, key) pair, and K and V repeated to
-      every query head (repeat_kv: SDPA's GQA is used only without a mask);
+    - a sliding-window layer whose keys reach its window (HF skips the mask below it) hands
+      SDPA a mask, which SDPA keeps as a 16-bit additive bias of every (query, key) pair, and K
+      and V repeated to every query head (repeat_kv: SDPA's GQA is used only without a mask);
     - the grouped_mm experts keep, per routed copy, the gathered token and the masked down
       output besides the fused count's expert intermediates, and a fourth of their width
       (the gate/up output is kept whole through its masked copy).
@@ -274,7 +274,7 @@ def eager_saved_extra(cfg: ModelConfig, act: DType, seq: int) -> float:
         extra += dense * 3 * e * f
     if cfg.sdpa_math:
         extra += 4 * cfg.heads * seq + 4 * q + 8 * kv - e * (q + 2 * kv) - 4 * cfg.heads
-    elif cfg.sliding_layers and seq > cfg.sliding_window:
+    elif cfg.sliding_layers and seq >= cfg.sliding_window:
         # past its window a sliding layer hands SDPA a mask: SDPA keeps it as a 16-bit additive
         # bias of every (query, key) pair, and K and V reach it repeated to every query head
         share = len(cfg.sliding_layers) / cfg.layers

@@ -477,7 +477,19 @@ def _early_stop(cfg: ModelConfig, redo: list[Op]) -> list[Op]:
     if not down_output_unneeded(cfg):
         return redo
     at = [i for i, op in enumerate(redo) if op.name == "mlp/down" and isinstance(op, Gemm)]
-    return redo[: at[-1]] if at else redo
+    if not at:
+        return redo
+
+    # What runs after it is left out too (the residual add, its collectives), but not what
+    # the backward saved that happens to come later in the list: torchao's float8 casts,
+    # appended after the layer's kernels, the down projection's own included.
+    def unneeded(op: Op) -> bool:
+        return op.name in _AFTER_LAST_SAVED or (
+            op.name.startswith("mlp/down.") and isinstance(op, Collective)
+        )
+
+    after = [op for op in redo[at[-1] + 1 :] if not unneeded(op)]
+    return redo[: at[-1]] + after
 
 
 def op_policy_matmuls(cfg: ModelConfig) -> list[tuple[str, int, int, bool]]:

@@ -194,3 +194,15 @@ def test_a_family_transformers_cannot_build_is_refused(capsys, tiny, monkeypatch
     monkeypatch.setattr(hf_causal, "can_build", lambda kind: False)
     code, _, err = run(capsys, tiny, "--dp", "2", "--mode", "train", *FAST)
     assert code == 2 and "has no causal LM for model_type 'llama'" in err
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ("gpt-oss-20b", "does not run PyTorch's SDPA"),  # HF runs its sinks eagerly
+        ("tests/unit/data/hf_configs/gemma-3-4b-pt.json", "give its text config"),
+    ],
+)
+def test_whole_runs_refuse_what_they_cannot_build_as_itself(capsys, model, message):
+    code, _, err = run(capsys, model, "--nproc", "1", "--mode", "train", *FAST)
+    assert code == 2 and message in err and "Traceback" not in err

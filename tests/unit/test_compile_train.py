@@ -282,3 +282,20 @@ def test_compiled_layers_run_hugging_faces_attention_with_its_mask():
     # SDPA applies the module's attention dropout under a mask as well (StarCoder2's 0.1)
     sc2 = from_hf_dict(json.loads((hf / "starcoder2-7b.json").read_text()), name="sc2")
     assert core(sc2, impl="eager", seq=2048).endswith("dropout")
+
+
+def test_full_recompute_of_float8_layers_stops_before_the_down_matmul_but_recasts():
+    # torchao's float8 casts come after the layer's kernels in its list; the backward saved their
+    # outputs (the down projection's fp8 inputs too), so they run again while the down matmul
+    # and the residual add do not
+    p = api.predict("llama3-8b", gpu="h100", mode="train", impl="compile", dtype="fp8",
+                    seq=4096, batch=2, recompute="full")  # fmt: skip
+    again = {n[3 : -len(".recompute")] for n in p.table["name"]
+             if n.startswith("L0/") and n.endswith(".recompute")}  # fmt: skip
+    fwd = {
+        n[3:]
+        for n in p.table["name"]
+        if n.startswith("L0/") and n.endswith((".x_amax", ".x_cast", ".w_amax", ".w_cast"))
+    }
+    assert len(fwd) == 28 and fwd <= again
+    assert "mlp/down" not in again and "mlp/gate_up" in again
