@@ -114,7 +114,8 @@ class ModelRun:
 
 
 def check_devices(run: ModelRun) -> None:
-    """EnvironmentUnavailable when torch, transformers or the GPUs are missing."""
+    """EnvironmentUnavailable when torch, transformers or the GPUs are missing; InputError for a
+    model the run cannot build (gpuperf.measure.hf_causal)."""
     try:
         import torch
         import transformers  # noqa: F401
@@ -129,7 +130,8 @@ def check_devices(run: ModelRun) -> None:
                 f"{run.nproc} GPUs needed, {have} present"
                 + ("; use --device cpu" if not have else "")  # fmt: skip
             )
-    if implementation(run.scenario) == "cp":
+    impl = implementation(run.scenario)
+    if impl == "cp":
         if run.device != "cuda":
             raise EnvironmentUnavailable(
                 "PyTorch's context parallelism runs on CUDA GPUs only (its ring attention wraps "
@@ -141,18 +143,16 @@ def check_devices(run: ModelRun) -> None:
         name = str(run.config.get("model_type", "the model"))
         check_ring_window(from_hf_dict(run.config, name=name), run.scenario)
     from gpuperf.measure import hf_causal
-    from gpuperf.measure.hf_causal import FAMILIES, WHOLE
 
-    kind, impl = run.config.get("model_type"), implementation(run.scenario)
-    if kind is None:
-        return
-    why = hf_causal.whole_refusal(run.config) if impl in WHOLE else None
-    if why:
-        raise InputError(why)
-    if impl not in WHOLE and kind not in FAMILIES:
+    kind = run.config.get("model_type")
+    if impl in hf_causal.WHOLE:
+        why = hf_causal.whole_refusal(run.config)
+        if why:
+            raise InputError(why)
+    elif kind not in (*hf_causal.FAMILIES, None):
         raise InputError(f"the {impl} run splits Llama-family modules by name "
-                         f"({', '.join(FAMILIES)}), not {kind!r}'s: run it whole (one GPU, "
-                         "--dp, or --dp --zero 3)")  # fmt: skip
+                         f"({', '.join(hf_causal.FAMILIES)}), not {kind!r}'s: run it whole "
+                         "(one GPU, --dp, or --dp --zero 3)")  # fmt: skip
 
 
 def stages(log: Path) -> str:

@@ -71,10 +71,10 @@ def check_compiled_layers(cfg: ModelConfig, sc: Scenario) -> None:
         layers = "Hugging Face's math SDPA (its attention scores materialized)"
     else:
         return
-    what, instead = (("impl=compile", "--impl eager") if sc.impl == "compile"
-                     else ("recompute=op", "--recompute none or full"))  # fmt: skip
-    if sc.impl == "compile" and not cfg.sdpa_math:
-        instead = "--impl eager or fused"
+    if sc.impl == "compile":
+        what, instead = "impl=compile", "--impl eager" + ("" if cfg.sdpa_math else " or fused")
+    else:
+        what, instead = "recompute=op", "--recompute none or full"
     raise InputError(f"{cfg.name}: {what} is modelled for dense attention layers on a fused "
                      f"SDPA (measured on Llama and Qwen3), not for {layers}: use "
                      f"{instead}")  # fmt: skip

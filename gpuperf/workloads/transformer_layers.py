@@ -683,10 +683,9 @@ def _eager_attention(cfg: ModelConfig, d: Dims, kind: LayerKind) -> list[Op]:
             kv_bytes = d.batch * d.kv_heads * hd * (BYTES[d.kv] * past + BYTES[a] * d.q_len)
             ops.append(Copy("attn/cache_k", kv_bytes, d.kv))
             ops.append(Copy("attn/cache_v", kv_bytes, d.kv))
-        masked = hf_masked_sdpa(cfg, d, window)
         if math:
             ops += sdpa_math_fp32(d)
-        elif masked:
+        elif masked := hf_masked_sdpa(cfg, d, window):
             if window and d.decode and d.kv_len >= window:
                 # The window is a slice of the concatenated cache: SDPA gets contiguous copies.
                 win = d.batch * d.kv_heads * hd * window * BYTES[d.kv]
