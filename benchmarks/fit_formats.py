@@ -38,6 +38,7 @@ FILES = (
     "grouped_gemm_bwd.json",
     "grouped_gemm_fp8.json",
     "attention_masked_prefill.json",
+    "attention_masked_train.json",
     "train_kernels.json",
     "eager_ew.json",
     "partial_rope.json",

@@ -11,7 +11,10 @@ never been timed alone. This times, for shapes of those models and around them:
   call), bf16, the mask as HF builds it: causal, and inside the window where there is one
   (key > query - window), shape (batch, 1, q, kv);
 - with dropout_p where the family trains with attention dropout (StarCoder2);
-- the kernels each call ran (torch.profiler), and the whole call with events.
+- the kernels each call ran (torch.profiler), and the whole call with events. A row's
+  measured_ms is the attention's own kernels (cuDNN's, with their helpers); SDPA's conversion
+  of the boolean mask to an additive one (two fills and a where, gpuperf's attn/mask ops) is
+  kept apart in detail.mask_us.
 
     python3 benchmarks/device/masked_attention_probe.py OUT_DIR
 
@@ -48,7 +51,17 @@ SHAPES = [(1, 32, 8192, 128, 4096, 0.0), (2, 32, 4096, 128, 2048, 0.0),
           (8, 32, 1024, 128, 512, 0.0), (1, 32, 2048, 128, 1024, 0.0),
           (2, 16, 8192, 128, 4096, 0.0), (1, 64, 4096, 128, 2048, 0.0),
           (4, 32, 1024, 64, 256, 0.0), (1, 32, 8192, 128, 0, 0.0),
-          (4, 24, 2048, 128, 0, 0.0), (2, 32, 4096, 96, 2047, 0.1)]  # fmt: skip
+          (4, 24, 2048, 128, 0, 0.0), (2, 32, 4096, 96, 2047, 0.1),
+          # more of the head dims and dropout that fit apart: Gemma-2-9B (16 heads of 256, window
+          # 4,096), Gemma-3-12B (16 of 256, 1,024), dropout at head dims 64-256
+          (1, 16, 8192, 256, 4096, 0.0), (4, 8, 2048, 256, 1024, 0.0),
+          (1, 32, 4096, 256, 1024, 0.0), (8, 12, 1024, 64, 512, 0.0),
+          (2, 32, 4096, 64, 2048, 0.0), (1, 32, 4096, 128, 2048, 0.1),
+          (4, 16, 2048, 64, 1024, 0.1), (2, 36, 2048, 128, 1024, 0.1),
+          (1, 24, 8192, 128, 4096, 0.1), (8, 12, 1024, 64, 512, 0.1),
+          (2, 8, 4096, 256, 1024, 0.1), (1, 48, 4096, 128, 2048, 0.1),
+          (2, 16, 8192, 128, 4096, 0.1), (2, 24, 4096, 128, 2048, 0.1),
+          (4, 32, 2048, 128, 1024, 0.1), (8, 16, 1024, 96, 512, 0.1)]  # fmt: skip
 
 
 def hf_mask(torch, b: int, s: int, window: int):  # noqa: ANN001, ANN201
@@ -59,6 +72,11 @@ def hf_mask(torch, b: int, s: int, window: int):  # noqa: ANN001, ANN201
     if window:
         keep &= k > q - window
     return keep[None, None].expand(b, 1, s, s).contiguous()
+
+
+def _converts(kernel: str) -> bool:
+    """A kernel of SDPA's conversion of the boolean mask (fills of 0 and -inf, a where)."""
+    return "FillFunctor" in kernel or "where_kernel" in kernel
 
 
 def _shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: ANN001
@@ -84,11 +102,12 @@ def _shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: ANN001
     for backward, fn in ((False, fwd), (True, bwd)):
         t = time_fn(fn, "cuda", budget)
         calls = kernel_calls(torch, fn)
-        us = statistics.median(sum(u for _, u in c) for c in calls)
+        us = statistics.median(sum(u for n, u in c if not _converts(n)) for c in calls)
+        mask_us = statistics.median(sum(u for n, u in c if _converts(n)) for c in calls)
         op = Attention(f"sdpa_mask/{tag}" + ("/bwd" if backward else ""), b, H, H, s, s, d,
                        False, "bf16", mask=True, backward=backward, dropout=p > 0)  # fmt: skip
         rows.append(_row(op, us, t.median_s * 1e3, {
-            "window": window, "dropout_p": p,
+            "window": window, "dropout_p": p, "mask_us": mask_us,
             "kernels": [(short_name(n), round(u, 2)) for n, u in calls[-1]]}))  # fmt: skip
         print(f"{op.name:40s} {us:9.1f} us (events {t.median_s * 1e6:9.1f})", flush=True)
     return rows

@@ -50,8 +50,15 @@ _EXACT_TILES = 4096  # past this many query tiles the causal block count uses it
 PARTIAL_BYTES = 4  # split-KV partial outputs and backward dQ accumulators are fp32
 # A masked prefill's pair rate over the unmasked kernel's: on an H200, 8192 tokens, 32 heads,
 # 3.39 ms masked (causal or full alike) against 1.61 ms unmasked and full (fit_formats.py fits
-# it per profile from attention_masked_prefill.json; other GPUs take this).
+# it per profile from attention_masked_prefill.json and attention_masked_train.json; other GPUs
+# take this). The masked backward has its own (attn_mask_bwd_eff): cuDNN's masked bprop kernel
+# on an H100, 8192 tokens, 32 heads of 128, took 9.0 ms against 2.6 ms causal and unmasked.
+# A kernel wider than 128 (head dim 256: Gemma's) loses more to the mask, forward and backward
+# alike: attn_mask_wide of the others' pace (on an H100 the masked d256 kernels ran 24% longer
+# than one pace for every head dim said, the d128 ones 7% shorter).
 ATTN_MASK_EFF = 0.48
+ATTN_MASK_BWD_EFF = 0.48
+ATTN_MASK_WIDE = 1.0
 # A masked call of several queries (Hugging Face's paged|sdpa step: every query of the step
 # against every gathered key; a masked prefill) runs cuDNN's masked forward kernel: one CTA per
 # (batch, head, query tile), no split-KV, each CTA streaming its head's K/V block by block at
@@ -65,6 +72,8 @@ ATTN_MASK_EFF = 0.48
 # Dropout inside the kernel draws a Philox random number per pair (forward, and again backward):
 # special-function operations it adds per pair where a profile has not fitted attn_dropout_ops.
 ATTN_DROPOUT_OPS = 1.0
+# The masked backward's draws (attn_mask_bwd_dropout_ops): 0 takes the unmasked backward's.
+ATTN_MASK_BWD_DROPOUT_OPS = 0.0
 ATTN_MASK_CALL_S = 19.0e-6
 ATTN_MASK_BLOCK_S = 0.662e-6
 ATTN_MASK_SM_BW = 30.5e9
@@ -118,8 +127,14 @@ def dropout_ops(op: Attention, gpu: GpuSpec) -> float:
     where a profile has not fitted it."""
     if not op.dropout:
         return 0.0
-    fwd = float(gpu.params.extra.get("attn_dropout_ops", ATTN_DROPOUT_OPS))
-    return float(gpu.params.extra.get("attn_bwd_dropout_ops", fwd)) if op.backward else fwd
+    extra = gpu.params.extra
+    fwd = float(extra.get("attn_dropout_ops", ATTN_DROPOUT_OPS))
+    if not op.backward:
+        return fwd
+    bwd = float(extra.get("attn_bwd_dropout_ops", fwd))
+    if op.mask and op.q_len > 1:  # cuDNN's masked backward kernel draws at its own cost
+        return float(extra.get("attn_mask_bwd_dropout_ops", ATTN_MASK_BWD_DROPOUT_OPS or bwd))
+    return bwd
 
 
 def kernel_head_dim(d: int, arch: str) -> int:
@@ -131,17 +146,33 @@ def kernel_head_dim(d: int, arch: str) -> int:
     return -(-d // 32) * 32
 
 
-def _hw(op: Attention, gpu: GpuSpec, mm_eff: float = 1.0) -> _Hw:
+def mask_eff(op: Attention, gpu: GpuSpec) -> float:
+    """The pace of a masked kernel's main loop over the unmasked one's: attn_mask_eff forward,
+    attn_mask_bwd_eff backward, times attn_mask_wide for a kernel wider than 128 (module
+    constants where a profile has not fitted them)."""
+    extra = gpu.params.extra
+    if op.backward:
+        eff = float(extra.get("attn_mask_bwd_eff", ATTN_MASK_BWD_EFF))
+    else:
+        eff = float(extra.get("attn_mask_eff", ATTN_MASK_EFF))
+    if kernel_head_dim(max(op.head_dim, op.vdim), gpu.arch) > 128:
+        eff *= float(extra.get("attn_mask_wide", ATTN_MASK_WIDE))
+    return eff
+
+
+def _hw(op: Attention, gpu: GpuSpec, loop_eff: float = 1.0) -> _Hw:
+    """The pair rate; `loop_eff` slows the main loop's matmuls and dropout draws (a mask's
+    loads and selects run in the same instruction stream), not the exp beside them."""
     p = gpu.params
     eff = p.attn_bwd_eff if op.backward else p.attn_eff
     overlap = p.attn_exp_overlap
     dims = kernel_head_dim(op.head_dim, gpu.arch) + kernel_head_dim(op.vdim, gpu.arch)
     mm_flops = (5.0 if op.backward else 2.0) * dims
     exp_rate = gpu.sms * gpu.boost_clock_mhz * 1e6 * SFU_PER_CLK_PER_SM
-    t_mm = mm_flops / (matmul_peak(gpu, op.dtype) * mm_eff)
+    t_mm = mm_flops / (matmul_peak(gpu, op.dtype) * loop_eff)
     t_exp = softmax_ops(op, gpu) / exp_rate
     # Serial (FA2) pays both; an overlapping kernel (FA3, cuDNN on Hopper) pays the larger.
-    t_serial = t_mm + t_exp + dropout_ops(op, gpu) / exp_rate
+    t_serial = t_mm + t_exp + dropout_ops(op, gpu) / (exp_rate * loop_eff)
     t_pair = gpu.sms * (t_serial - overlap * min(t_mm, t_exp)) / eff
     bw = p.mem_eff * gpu.hbm_bw
     return _Hw(
@@ -172,12 +203,13 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
         rows, units, causal = op.q_len, op.batch * op.heads, op.causal
     masked = op.mask and not packed
     if masked:
-        # An explicit mask in prefill (Hugging Face's sliding window, a padded batch): the kernel
-        # visits every block of the square and applies the mask in each, causal or not, at
-        # attn_mask_eff of the unmasked rate (measured: attention_masked_prefill.json).
-        # The mask slows the matmul pipeline; the softmax beside it keeps its pace.
+        # An explicit mask in prefill and training (Hugging Face's sliding window, a padded
+        # batch): the kernel visits every block of the square, whatever the window, and applies
+        # the mask in each, its main loop at mask_eff of the unmasked pace (measured:
+        # attention_masked_prefill.json, attention_masked_train.json: a 4,096-token window over
+        # 8,192 keys took what the causal mask did). The softmax beside it keeps its pace.
         causal = False
-        hw = _hw(op, gpu, float(gpu.params.extra.get("attn_mask_eff", ATTN_MASK_EFF)))
+        hw = _hw(op, gpu, mask_eff(op, gpu))
     br = BLOCK_M if rows >= BLOCK_M else BLOCK_M_DECODE
     bn = BLOCK_N
     if op.backward:

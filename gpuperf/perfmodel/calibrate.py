@@ -89,6 +89,9 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "grouped_gemm_fp8_wide_eff": (0.1, 1.0),
     "grouped_wgrad_overlap": (0.0, 1.0),
     "attn_mask_eff": (0.1, 1.0),
+    "attn_mask_bwd_eff": (0.1, 1.0),
+    "attn_mask_wide": (0.2, 1.5),
+    "attn_mask_bwd_dropout_ops": (0.1, 20.0),
     "attn_softmax_ops": (0.5, 8.0),
     "attn_bwd_eff": (0.2, 1.0),
     "attn_bwd_softmax_ops": (0.5, 16.0),
@@ -284,6 +287,11 @@ def _plain_attention(op: Op) -> bool:
     return isinstance(op, Attention) and not (op.mask or op.dropout) and op.q_len > 16
 
 
+def _masked(op: Op) -> bool:
+    """A fused attention call of several queries with an explicit mask (cuDNN's masked kernels)."""
+    return isinstance(op, Attention) and op.mask and op.q_len > 1
+
+
 def _quant_dense(op: Op) -> bool:
     """cuBLASLt's fp8 (per-tensor scales) and int8 kernels."""
     return (
@@ -327,19 +335,22 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
         ("attn_softmax_ops",),
         lambda op: _plain_attention(op) and not op.backward and op.head_dim <= 64,
     ),
-    (("attn_mask_eff",), lambda op: isinstance(op, Attention) and op.mask and op.q_len > 1),
     (
         ("attn_bwd_eff", "attn_bwd_softmax_ops", "attn_bwd_fill_blocks"),
         lambda op: _plain_attention(op) and op.backward,
     ),
     (
         ("attn_dropout_ops",),
-        lambda op: isinstance(op, Attention) and op.dropout and not op.backward,
+        lambda op: isinstance(op, Attention) and op.dropout and not op.mask and not op.backward,
     ),
     (
         ("attn_bwd_dropout_ops",),
-        lambda op: isinstance(op, Attention) and op.dropout and op.backward,
+        lambda op: isinstance(op, Attention) and op.dropout and not op.mask and op.backward,
     ),
+    # a mask's pace, forward and backward, on the unmasked kernels' terms (dropout's included)
+    (("attn_mask_eff", "attn_mask_wide"), lambda op: _masked(op) and not op.backward),
+    (("attn_mask_bwd_eff",), lambda op: _masked(op) and op.backward and not op.dropout),
+    (("attn_mask_bwd_dropout_ops",), lambda op: _masked(op) and op.backward and op.dropout),
     # torch's _foreach ops (AdamW), and the dropout kernels of eager modules
     (("foreach_launch_s",), lambda op: isinstance(op, Elementwise) and op.foreach),
     (("issue_dropout",), lambda op: isinstance(op, Elementwise) and op.fn == "dropout"),

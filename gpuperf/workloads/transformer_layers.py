@@ -201,7 +201,7 @@ def hf_masked_sdpa(cfg: ModelConfig, d: Dims, window: int) -> list[Op]:
     dropout = d.train and cfg.attention_dropout > 0
     if window:
         core = sliding_sdpa(d, window, dropout=dropout)
-        ops: list[Op] = []
+        ops: list[Op] = bool_mask_ops(d, kv_len=core.kv_len) if core.mask else []
     elif cfg.sdpa_mask:
         core = Attention("attn/core", d.batch, d.heads, d.kv_heads, d.q_len, d.kv_len,
                          d.head_dim, True, d.act, d.kv, mask=True, dropout=dropout)  # fmt: skip
@@ -576,11 +576,13 @@ def eager_rope(name: str, d: Dims, heads: int, dim: int | None = None,
     return ops
 
 
-def bool_mask_ops(d: Dims, name: str = "attn/mask") -> list[Op]:
-    """SDPA given a boolean mask makes it additive first (where(mask, 0, -inf)): the two
-    scalars become tensors on the GPU (two fills), then a where over the mask."""
+def bool_mask_ops(d: Dims, name: str = "attn/mask", kv_len: int = 0) -> list[Op]:
+    """SDPA given a boolean mask makes it additive first (where(mask, 0, -inf), in the query's
+    dtype): the two scalars become tensors on the GPU (two fills), then a where over the mask
+    of `kv_len` keys (d.kv_len where 0)."""
     ops: list[Op] = [_ew(f"{name}_{v}", "fill", 1, d.act, flops=0.0) for v in ("zero", "neg_inf")]
-    ops.append(_ew(f"{name}_where", "where", d.batch * d.q_len * d.kv_len, "int8", out="fp32"))
+    keys = kv_len or d.kv_len
+    ops.append(_ew(f"{name}_where", "where", d.batch * d.q_len * keys, "int8", out=d.act))
     return ops
 
 
