@@ -91,6 +91,7 @@ OP_PARAMS: dict[str, tuple[float, float]] = {
     "attn_mask_eff": (0.1, 1.0),
     "attn_mask_bwd_eff": (0.1, 1.0),
     "attn_mask_wide": (0.2, 1.5),
+    "attn_mask_dropout_ops": (0.1, 20.0),
     "attn_mask_bwd_dropout_ops": (0.1, 20.0),
     "attn_softmax_ops": (0.5, 8.0),
     "attn_bwd_eff": (0.2, 1.0),
@@ -347,9 +348,13 @@ LATE: tuple[tuple[tuple[str, ...], Callable[[Op], bool]], ...] = (
         ("attn_bwd_dropout_ops",),
         lambda op: isinstance(op, Attention) and op.dropout and not op.mask and op.backward,
     ),
-    # a mask's pace, forward and backward, on the unmasked kernels' terms (dropout's included)
-    (("attn_mask_eff", "attn_mask_wide"), lambda op: _masked(op) and not op.backward),
+    # a mask's pace, forward and backward, on the unmasked kernels' terms; then its dropout
+    (
+        ("attn_mask_eff", "attn_mask_wide"),
+        lambda op: _masked(op) and not (op.backward or op.dropout),
+    ),
     (("attn_mask_bwd_eff",), lambda op: _masked(op) and op.backward and not op.dropout),
+    (("attn_mask_dropout_ops",), lambda op: _masked(op) and not op.backward and op.dropout),
     (("attn_mask_bwd_dropout_ops",), lambda op: _masked(op) and op.backward and op.dropout),
     # torch's _foreach ops (AdamW), and the dropout kernels of eager modules
     (("foreach_launch_s",), lambda op: isinstance(op, Elementwise) and op.foreach),
