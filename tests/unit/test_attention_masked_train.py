@@ -114,3 +114,15 @@ def test_a_sliding_windows_boolean_mask_is_made_additive_in_the_querys_dtype():
     assert {"L0/attn/mask_zero", "L0/attn/mask_neg_inf"} <= set(past)
     inside = {o.name for o in build_ops(cfg, Scenario(mode="prefill", seq=2048, impl="eager"))}
     assert "L0/attn/mask_where" not in inside
+
+
+def test_the_h100s_rerun_after_the_fit_is_held_out_and_within_ten_percent():
+    """attention_masked_train_held.json: the probe run again on an H100 after the fit (its
+    predictions committed first), 16 shapes more, every row held out."""
+    data = json.loads((RESULTS / "h100-sxm5-80gb" / "attention_masked_train_held.json").read_text())
+    assert data["split"] == "held-out"
+    spec = load_gpu("h100")
+    errs = [abs(attention_time(op_from_dict(r["op"]), spec).time / (r["measured_ms"] * 1e-3) - 1)
+            for r in data["rows"]]  # fmt: skip
+    assert len(errs) == 72
+    assert statistics.median(errs) < 0.06
