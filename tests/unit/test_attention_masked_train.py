@@ -16,6 +16,7 @@ from gpuperf.perfmodel.attention import attention_time
 from gpuperf.perfmodel.calibrate import is_calibration, with_params
 from gpuperf.perfmodel.ops import Attention
 from gpuperf.perfmodel.ops_io import op_from_dict
+from gpuperf.perfmodel.roofline import op_time
 from gpuperf.workloads.config import load_model
 from gpuperf.workloads.scenario import Scenario
 from gpuperf.workloads.transformer import build_ops
@@ -49,6 +50,9 @@ def test_held_out_masked_kernels_with_dropout_within_fifteen_percent(gpu, folder
     errs = _held_out(gpu, folder, lambda op: op.dropout)
     assert len(errs) >= 6
     assert statistics.median(abs(e) for e in errs) < 0.15
+    # Head dim 128 (StarCoder2's) within 16% each; 64 and 256 stray further (README)
+    wide = _held_out(gpu, folder, lambda op: op.dropout and op.head_dim == 128)
+    assert wide and max(abs(e) for e in wide) < 0.16
 
 
 def _op(d: int = 128, backward: bool = False, dropout: bool = False) -> Attention:
@@ -88,19 +92,40 @@ def test_masked_dropout_draws_at_its_own_cost():
     assert attention_time(causal, more).time == attention_time(causal, h200).time
 
 
-def test_a_window_covers_the_whole_square_under_the_mask():
-    """Measured: a 4,096-token window over 8,192 keys took what the causal mask did (H100:
-    2.95 and 2.91 ms); the model charges the masked prefill with no window cut."""
-    rows = json.loads((RESULTS / "h100-sxm5-80gb" / "attention_masked_train.json").read_text())
-    by = {r["name"]: r["measured_ms"] for r in rows["rows"]}
-    windowed, causal = (by["sdpa_mask/b1/h32/s8192/d128/w4096"],
-                        by["sdpa_mask/b1/h32/s8192/d128/w0"])  # fmt: skip
-    assert abs(windowed / causal - 1) < 0.05
+def test_the_mask_conversion_is_charged_near_what_the_probe_measured():
+    """SDPA's two fills and where, as the layer lists them, against the kernels the probe kept
+    apart (detail.mask_us) beside each masked forward: PyTorch's generic (non-vectorized)
+    elementwise kernel, within 35% (the vectorized one was charged at 30-63% of it)."""
     cfg = load_model("mistral-7b")
-    ops = {o.name: o for o in build_ops(cfg, Scenario(mode="prefill", seq=8192, impl="eager"))}
-    core = ops["L0/attn/core"]
-    assert core.mask and core.window == 0
-    assert core.kv_heads == core.heads  # K and V repeated
+    for gpu, folder in GPUS:
+        spec = load_gpu(gpu)
+        rows = json.loads((RESULTS / folder / "attention_masked_train.json").read_text())["rows"]
+        for r in rows:
+            op = op_from_dict(r["op"])
+            if op.backward or op.dropout:
+                continue
+            sc = Scenario(mode="prefill", batch=op.batch, seq=op.q_len, impl="eager")
+            ops = [o for o in build_ops(cfg, sc) if o.name.startswith("L0/attn/mask_")]
+            if op.q_len < 4096:  # inside Mistral's window HF passes no mask
+                assert not ops
+                continue
+            t = sum(op_time(o, spec).time for o in ops)
+            assert abs(t / (r["detail"]["mask_us"] * 1e-6) - 1) < 0.35, (gpu, r["name"])
+
+
+def test_a_single_query_and_unmasked_calls_keep_their_models():
+    """The mask's new parameters move masked calls of several queries only: a masked decode
+    (one query, the split-KV kernel) and unmasked calls take none of them."""
+    h200 = load_gpu("h200")
+    moved = with_params(h200, attn_mask_eff=0.2, attn_mask_bwd_eff=0.2, attn_mask_wide=0.3,
+                        attn_mask_dropout_ops=15.0, attn_mask_bwd_dropout_ops=15.0)  # fmt: skip
+    for op in (Attention("a", 8, 16, 16, 1, 8192, 256, False, "bf16", mask=True),
+               Attention("a", 1, 32, 32, 4096, 4096, 256, True, "bf16", dropout=True),
+               Attention("a", 1, 32, 32, 4096, 4096, 256, True, "bf16", backward=True,
+                         dropout=True)):  # fmt: skip
+        assert attention_time(op, moved).time == attention_time(op, h200).time
+    fwd = _op(dropout=True)
+    assert attention_time(fwd, moved).time > 1.5 * attention_time(fwd, h200).time
 
 
 def test_a_sliding_windows_boolean_mask_is_made_additive_in_the_querys_dtype():
