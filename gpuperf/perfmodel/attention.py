@@ -122,6 +122,12 @@ def softmax_ops(op: Attention, gpu: GpuSpec) -> float:
     return float(gpu.params.extra.get(key, 1.0))
 
 
+def masked_call(op: Attention) -> bool:
+    """A call of several queries with an explicit mask: cuDNN's masked kernels (a single
+    query with a mask is the split-KV decode kernel)."""
+    return op.mask and op.q_len > 1
+
+
 def dropout_ops(op: Attention, gpu: GpuSpec) -> float:
     """What dropout adds to a pair, in special-function operations: the random number is integer
     work that overlaps neither the matmuls nor the exp, so it adds to the pair whatever binds
@@ -131,7 +137,7 @@ def dropout_ops(op: Attention, gpu: GpuSpec) -> float:
     if not op.dropout:
         return 0.0
     extra = gpu.params.extra
-    if op.mask and op.q_len > 1:  # cuDNN's masked kernels draw at their own cost
+    if masked_call(op):  # cuDNN's masked kernels draw at their own cost
         if op.backward:
             return float(extra.get("attn_mask_bwd_dropout_ops", ATTN_MASK_BWD_DROPOUT_OPS))
         return float(extra.get("attn_mask_dropout_ops", ATTN_MASK_DROPOUT_OPS))
@@ -197,7 +203,7 @@ def attention_time(op: Attention, gpu: GpuSpec) -> OpTime:
     group = max(1, op.heads // max(1, op.kv_heads))
     # A masked call of several queries is cuDNN's masked kernel: a tile per head, no packing
     # of the query heads that share a KV head, no split-KV (ATTN_MASK_CALL_S).
-    streamed = op.mask and op.q_len > 1 and not op.backward
+    streamed = masked_call(op) and not op.backward
     packed = op.q_len < BLOCK_M and not op.backward and not streamed
     if packed:  # all query heads of one KV head share a tile; all of them see (nearly) all keys
         rows, units, causal = op.q_len * group, op.batch * op.kv_heads, False

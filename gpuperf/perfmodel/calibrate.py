@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gpuperf.hardware.spec import GpuSpec, ModelParams
+from gpuperf.perfmodel.attention import masked_call
 from gpuperf.perfmodel.gemm_quant import is_rowwise_fp8
 from gpuperf.perfmodel.op_classes import MB16, misaligned, op_class  # noqa: F401 (cal.op_class)
 from gpuperf.perfmodel.ops import (
@@ -289,8 +290,8 @@ def _plain_attention(op: Op) -> bool:
 
 
 def _masked(op: Op) -> bool:
-    """A fused attention call of several queries with an explicit mask (cuDNN's masked kernels)."""
-    return isinstance(op, Attention) and op.mask and op.q_len > 1
+    """A fused attention call on cuDNN's masked kernels (attention.masked_call)."""
+    return isinstance(op, Attention) and masked_call(op)
 
 
 def _quant_dense(op: Op) -> bool:
