@@ -81,6 +81,7 @@ def forward_saved(path: Path, seq: int, impl: str, listing: bool) -> dict:
     from gpuperf.measure.hf_causal import causal_lm
     from gpuperf.measure.layer_wrap import wrap_layers
 
+    torch._dynamo.reset()  # each case compiles afresh (no recompile limit carried over)
     cfg = AutoConfig.from_pretrained(str(path))
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
@@ -90,7 +91,7 @@ def forward_saved(path: Path, seq: int, impl: str, listing: bool) -> dict:
     wrap_layers(model, "none", compile_layers=impl == "compile")
     ids = torch.randint(0, cfg.vocab_size, (1, seq), device="cuda")
     for _ in range(2):  # compilation and the allocator's warm-up
-        model(input_ids=ids, labels=ids).loss.backward()
+        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
         model.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     gc.collect()
@@ -99,7 +100,7 @@ def forward_saved(path: Path, seq: int, impl: str, listing: bool) -> dict:
         torch.cuda.memory._record_memory_history(max_entries=200000)
         old = _alive(torch)
     torch.cuda.reset_peak_memory_stats()
-    out = model(input_ids=ids, labels=ids)
+    out = model(input_ids=ids, labels=ids, use_cache=False)
     torch.cuda.synchronize()
     after = torch.cuda.memory_allocated()
     peak = torch.cuda.max_memory_allocated()
