@@ -73,7 +73,7 @@ def _alive(torch) -> dict[int, dict]:  # noqa: ANN001
     return blocks
 
 
-def forward_saved(path: Path, seq: int, impl: str, listing: bool) -> dict:
+def forward_saved(path: Path, seq: int, impl: str, listing: bool, recompute: str = "none") -> dict:
     """Bytes alive after one training forward of the config at `path` (less before it)."""
     import torch
     from transformers import AutoConfig
@@ -88,7 +88,7 @@ def forward_saved(path: Path, seq: int, impl: str, listing: bool) -> dict:
     with torch.device("cuda"):
         model = causal_lm(cfg).to(torch.bfloat16)
     model.train()
-    wrap_layers(model, "none", compile_layers=impl == "compile")
+    wrap_layers(model, recompute, compile_layers=impl == "compile")
     ids = torch.randint(0, cfg.vocab_size, (1, seq), device="cuda")
     for _ in range(2):  # compilation and the allocator's warm-up
         model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
@@ -126,9 +126,16 @@ def main() -> int:
     ap.add_argument("--only", default=",".join(CASES))
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--budget-s", type=float, default=480.0)
+    ap.add_argument(
+        "--recompute",
+        default="none",
+        choices=("none", "op", "full"),
+        help="each layer checkpointed so (gpuperf.measure.layer_wrap)",
+    )
+    ap.add_argument("--name", default="saved_memory.json")
     args = ap.parse_args()
     (args.out / "configs").mkdir(parents=True, exist_ok=True)
-    dest = args.out / "saved_memory.json"
+    dest = args.out / args.name
     result: dict = {"note": __doc__.split("\n\n")[1].replace("\n", " "), "env": vf.env(),
                     "cases": []}  # fmt: skip
     start = time.monotonic()
@@ -142,9 +149,9 @@ def main() -> int:
             t0 = time.monotonic()
             try:
                 one = forward_saved(vf.config(vf.source(fam), args.out / "configs", 1),
-                                    int(seq), impl, False)  # fmt: skip
+                                    int(seq), impl, False, args.recompute)  # fmt: skip
                 two = forward_saved(vf.config(vf.source(fam), args.out / "configs", 2),
-                                    int(seq), impl, True)  # fmt: skip
+                                    int(seq), impl, True, args.recompute)  # fmt: skip
             except Exception:  # noqa: BLE001 (one case's failure is recorded, the rest go on)
                 result.setdefault("failed", []).append(
                     {"case": tag, "error": traceback.format_exc().splitlines()[-3:]}
@@ -154,7 +161,7 @@ def main() -> int:
             layer = two["forward_bytes"] - one["forward_bytes"]
             result["cases"].append({
                 "family": fam, "config": vf.FAMILIES[fam], "seq": int(seq), "batch": 1,
-                "impl": impl, "layer_saved_bytes": layer,
+                "impl": impl, "recompute": args.recompute, "layer_saved_bytes": layer,
                 "one_layer": {k: v for k, v in one.items() if k != "tensors"},
                 "two_layers": {k: v for k, v in two.items() if k != "tensors"},
                 "two_layers_tensors": two["tensors"], "wall_s": time.monotonic() - t0,

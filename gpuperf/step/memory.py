@@ -175,11 +175,11 @@ def _hybrid_saved_by_block(cfg: ModelConfig) -> dict[str, float]:
 
 
 def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: bool, act: DType,
-                     attn: str, recompute: str, fp8: bool = False,
-                     eager: bool = False) -> float:  # fmt: skip
+                     attn: str, recompute: str, fp8: bool = False, eager: bool = False,
+                     compiled: bool = False) -> float:  # fmt: skip
     """Bytes one layer keeps for backward for one micro-batch of `b` sequences of `seq` tokens
     on one GPU (fp8: the GEMMs' inputs kept in fp8; eager: Hugging Face's modules, which keep
-    more: eager_saved_extra)."""
+    more: eager_saved_extra; compiled: those modules compiled, compiled_saved_extra)."""
     s = seq // cp
     h = cfg.hidden
     if recompute == "full":  # only the layer's input (sequence-parallel: its shard)
@@ -198,6 +198,8 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
                                             fp8_inputs=fp8)  # fmt: skip
     if eager:
         full += b * s * eager_saved_extra(cfg, act, s)
+    elif compiled:
+        full += b * s * compiled_saved_extra(cfg, act, s)
     modules = plan_modules(recompute)
     norms, rest = _recomputed_per_token(cfg, modules, act, fp8) if modules else (0.0, 0.0)
     full -= (norms + rest) * b * s
@@ -274,11 +276,55 @@ def eager_saved_extra(cfg: ModelConfig, act: DType, seq: int) -> float:
         extra += dense * 3 * e * f
     if cfg.sdpa_math:
         extra += 4 * cfg.heads * seq + 4 * q + 8 * kv - e * (q + 2 * kv) - 4 * cfg.heads
-    elif cfg.sliding_layers and seq >= cfg.sliding_window:
-        # past its window a sliding layer hands SDPA a mask: SDPA keeps it as a 16-bit additive
-        # bias of every (query, key) pair, and K and V reach it repeated to every query head
+    else:
+        extra += _module_saved_extra(cfg, e, seq)
+        if cfg.qkv_fused and cfg.positions == "rope":
+            # q rotated from a slice of the projection is laid out head-major, so SDPA's output
+            # is too, and o_proj reads a contiguous copy of it: both kept
+            extra += e * q
+    return float(extra)
+
+
+def _module_saved_extra(cfg: ModelConfig, e: int, seq: int) -> float:
+    """Bytes per token (the mean over layers) that a Hugging Face layer's module code makes its
+    backward keep, eager or compiled alike (no fusion removes them; measured by
+    benchmarks/device/saved_memory_probe.py, saved_memory.json):
+    - past its window a sliding layer hands SDPA a mask: SDPA keeps it as a 16-bit additive
+      bias of every (query, key) pair, and K and V reach it repeated to every query head;
+    - one q/k/v projection (Phi-3's qkv_proj, GPT-NeoX's query_key_value) whose q and k are
+      rotated: V is a view of the projection's output and keeps all of it alive, its q and k
+      parts beside the rotated copies (autograd's saved-tensor hooks see V's own size only)."""
+    q, kv = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd
+    extra = 0.0
+    if cfg.sliding_layers and seq >= cfg.sliding_window:
         share = len(cfg.sliding_layers) / cfg.layers
         extra += share * e * (seq + 2 * (q - kv))
+    if cfg.qkv_fused and cfg.positions == "rope":
+        extra += e * (q + kv)
+    return extra
+
+
+def compiled_saved_extra(cfg: ModelConfig, act: DType, seq: int) -> float:
+    """Bytes per token a Hugging Face layer compiled whole (impl=compile: Inductor partitions
+    forward and backward by min-cut, rebuilding cheap pointwise results rather than keeping
+    them) keeps beyond the fused count of train_activation_bytes_per_layer, the mean over
+    layers, as benchmarks/device/saved_memory_probe.py found on an H100 (saved_memory.json:
+    Mistral-7B, StarCoder2-7B and Gemma-3-4B at 8K tokens, Phi-3-mini at 4K, to 1 MiB a layer):
+    - what the module code makes any backward keep (_module_saved_extra: a sliding window's
+      mask and repeated K/V, a rotated q/k/v projection's whole output);
+    - q/k norms (Qwen3, Gemma-3 per head; OLMo-2 over the projection): their inputs, the q and
+      k projections' outputs, 16-bit;
+    - norms after the blocks as well as before (Gemma-2/3): the attention and MLP outputs are
+      the post-norms' inputs, kept, and the residual between the blocks is rebuilt from them:
+      one more hidden-width tensor than the fused count's. Hybrids (Mamba-2) run fused only: 0."""
+    if cfg.layer_pattern or cfg.sdpa_math:
+        return 0.0
+    e = BYTES[act]
+    extra = _module_saved_extra(cfg, e, seq)
+    if cfg.qk_norm or cfg.qk_norm_full:
+        extra += e * (cfg.heads + cfg.kv_heads) * cfg.hd
+    if cfg.sandwich_norm and cfg.pre_norm:
+        extra += e * cfg.hidden
     return float(extra)
 
 
@@ -447,11 +493,13 @@ def _shared_terms(cfg: ModelConfig, act: DType, impl: str, recompute: str, b: in
 
     eager = impl != "fused"
     modules = impl == "eager"  # Hugging Face's eager modules, and what they save
+    compiled = impl == "compile"  # those modules compiled
     pb = BYTES[act]
     gb = grad_bytes(act, eager, grad_dtype)
     rebuilt = 0.0
     if recompute in ("full", "op"):  # a layer's backward rebuilds what it did not keep
-        rebuilt = _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none", fp8, modules)
+        rebuilt = _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none", fp8, modules,
+                                   compiled)  # fmt: skip
         if recompute == "op":
             rebuilt -= _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "op", fp8, modules)
     if modules and cfg.sdpa_math:  # a layer's backward: the gradients of P and of the scores
@@ -466,7 +514,8 @@ def _shared_terms(cfg: ModelConfig, act: DType, impl: str, recompute: str, b: in
         * per_logit
     )
     return (pb, gb, optimizer_bytes_per_param(pb, eager, gb),
-            _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute, fp8, modules),
+            _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute, fp8, modules,
+                             compiled),
             rebuilt,
             float(head))  # fmt: skip
 

@@ -1,0 +1,67 @@
+"""What one Hugging Face decoder layer keeps for its backward on an H100, eager and with the layer
+compiled (benchmarks/device/saved_memory_probe.py: the bytes alive after a 2-layer model's
+training forward less a 1-layer model's, saved_memory.json), beside the memory model's count
+(memory._saved_per_layer): a sliding window's mask and repeated K/V past it, Phi-3's fused q/k/v
+projection, Gemma-3's q/k norms and sandwich norms."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuperf.step.memory import _saved_per_layer, compiled_saved_extra, eager_saved_extra
+from gpuperf.workloads.config import from_hf_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULT = ROOT / "benchmarks" / "results" / "h100-sxm5-80gb" / "saved_memory.json"
+CONFIGS = [
+    ROOT / "tests" / "unit" / "data" / "hf_configs",
+    ROOT / "gpuperf" / "workloads" / "presets",
+]
+CASES = json.loads(RESULT.read_text())["cases"]
+
+
+def _config(name: str, layers: int):  # noqa: ANN202 (a ModelConfig)
+    """The probe's model: the family's config.json with `layers` layers (its text model's for a
+    multimodal checkpoint), as benchmarks/device/validate_families.config writes it."""
+    path = next(p / f"{name}.json" for p in CONFIGS if (p / f"{name}.json").exists())
+    d = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
+    if "text_config" in d:
+        d = {**d["text_config"], "model_type": d["text_config"].get("model_type", d["model_type"])}
+    return from_hf_dict({**d, "num_hidden_layers": layers}, name=f"{name}-{layers}l")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['family']}-{c['seq']}-{c['impl']}")
+def test_one_layer_keeps_what_was_measured(case):
+    cfg = _config(case["config"], 2)
+    eager = case["impl"] == "eager"
+    predicted = _saved_per_layer(cfg, case["batch"], case["seq"], 1, 1, False, "bf16", "flash",
+                                 "none", False, eager, not eager)  # fmt: skip
+    assert predicted == pytest.approx(case["layer_saved_bytes"], rel=0.005)
+
+
+def test_the_file_measured_every_family_both_ways():
+    got = {(c["family"], c["impl"]) for c in CASES}
+    for fam in ("mistral", "starcoder2", "gemma3", "phi3"):
+        assert {(fam, "eager"), (fam, "compile")} <= got
+
+
+def test_a_window_below_its_length_adds_nothing_compiled():
+    """Below its window Mistral hands SDPA no mask: the compiled layer keeps the fused count."""
+    cfg = _config("mistral-7b", 2)
+    assert compiled_saved_extra(cfg, "bf16", 2048) == 0.0
+    assert compiled_saved_extra(cfg, "bf16", 8192) == 2 * (8192 + 2 * (4096 - 1024))
+
+
+def test_fused_qkv_keeps_its_projection_eager_and_compiled():
+    """Phi-3: V, a view of qkv_proj's output, keeps its q and k parts alive either way; eager
+    also keeps the attention output's contiguous copy (o_proj's input)."""
+    cfg = _config("phi-3-mini-4k-instruct", 2)
+    q = kv = 3072
+    window = 2 * 4096  # its 2,047-token window is a 16-bit mask at 4,096 tokens
+    assert compiled_saved_extra(cfg, "bf16", 4096) == window + 2 * (q + kv)
+    rope_free = _config("starcoder", 2)  # GPT-BigCode's c_attn: no rotation, q, k, v all views
+    assert rope_free.qkv_fused and compiled_saved_extra(rope_free, "bf16", 2048) == 0.0
+    assert eager_saved_extra(cfg, "bf16", 4096) > compiled_saved_extra(cfg, "bf16", 4096)
