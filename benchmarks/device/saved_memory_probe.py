@@ -44,6 +44,25 @@ CASES = [  # family:seq (windows: phi3 2047, mistral 4096, starcoder2 4096, gemm
     "gemma3:8192",
     "phi3:4096",
 ]
+# Small configs of the fused q/k/v layouts the families above leave out (hidden 1024, 16 heads,
+# random weights): Falcon's new decoder (K and V picked from the projection by a list index),
+# GPT-NeoX with parallel and with sequential residual (a quarter of each head rotated), Phi-3
+# with half of each head rotated.
+_SMALL = {"hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 512}
+SYNTHETIC = {
+    "falcon_new": {**_SMALL, "model_type": "falcon", "num_kv_heads": 4,
+                   "new_decoder_architecture": True, "parallel_attn": True, "alibi": False,
+                   "bias": False, "attention_dropout": 0.0, "hidden_dropout": 0.0},
+    "neox_parallel": {**_SMALL, "model_type": "gpt_neox", "intermediate_size": 4096,
+                      "rotary_pct": 0.25, "use_parallel_residual": True,
+                      "attention_dropout": 0.0, "hidden_dropout": 0.0},
+    "neox_sequential": {**_SMALL, "model_type": "gpt_neox", "intermediate_size": 4096,
+                        "rotary_pct": 0.25, "use_parallel_residual": False,
+                        "attention_dropout": 0.0, "hidden_dropout": 0.0},
+    "phi3_partial": {**_SMALL, "model_type": "phi3", "num_key_value_heads": 4,
+                     "intermediate_size": 4096, "partial_rotary_factor": 0.5,
+                     "pad_token_id": 0, "sliding_window": None},
+}  # fmt: skip
 IMPLS = ("compile", "eager")
 KEEP_FRAMES = 4
 MIN_LISTED = 1 << 20  # tensors of at least this many bytes are listed
@@ -61,6 +80,18 @@ def _frames(block: dict) -> list[str]:
         if len(out) >= KEEP_FRAMES:
             break
     return out
+
+
+def _config(fam: str, out: Path, layers: int) -> tuple[Path, dict]:
+    """The case's config.json with `layers` layers: a family's (validate_families) or a small
+    SYNTHETIC one; and its contents."""
+    if fam not in SYNTHETIC:
+        path = vf.config(vf.source(fam), out, layers)
+        return path, json.loads(path.read_text())
+    d = {**SYNTHETIC[fam], "num_hidden_layers": layers}
+    path = out / f"{fam}-{layers}l.json"
+    write_text(path, json.dumps(d, indent=1))
+    return path, d
 
 
 def _alive(torch) -> dict[int, dict]:  # noqa: ANN001
@@ -148,10 +179,10 @@ def main() -> int:
                 continue
             t0 = time.monotonic()
             try:
-                one = forward_saved(vf.config(vf.source(fam), args.out / "configs", 1),
-                                    int(seq), impl, False, args.recompute)  # fmt: skip
-                two = forward_saved(vf.config(vf.source(fam), args.out / "configs", 2),
-                                    int(seq), impl, True, args.recompute)  # fmt: skip
+                one_path, _ = _config(fam, args.out / "configs", 1)
+                two_path, hf = _config(fam, args.out / "configs", 2)
+                one = forward_saved(one_path, int(seq), impl, False, args.recompute)
+                two = forward_saved(two_path, int(seq), impl, True, args.recompute)
             except Exception:  # noqa: BLE001 (one case's failure is recorded, the rest go on)
                 result.setdefault("failed", []).append(
                     {"case": tag, "error": traceback.format_exc().splitlines()[-3:]}
@@ -160,7 +191,8 @@ def main() -> int:
                 continue
             layer = two["forward_bytes"] - one["forward_bytes"]
             result["cases"].append({
-                "family": fam, "config": vf.FAMILIES[fam], "seq": int(seq), "batch": 1,
+                "family": fam, "config": vf.FAMILIES.get(fam, fam), "seq": int(seq), "batch": 1,
+                "hf_config": hf,
                 "impl": impl, "recompute": args.recompute, "layer_saved_bytes": layer,
                 "one_layer": {k: v for k, v in one.items() if k != "tensors"},
                 "two_layers": {k: v for k, v in two.items() if k != "tensors"},
