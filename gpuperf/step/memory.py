@@ -278,29 +278,45 @@ def eager_saved_extra(cfg: ModelConfig, act: DType, seq: int) -> float:
         extra += 4 * cfg.heads * seq + 4 * q + 8 * kv - e * (q + 2 * kv) - 4 * cfg.heads
     else:
         extra += _module_saved_extra(cfg, e, seq)
-        if cfg.qkv_fused and cfg.positions == "rope":
+        if _view_of_projection(cfg):
             # q rotated from a slice of the projection is laid out head-major, so SDPA's output
             # is too, and o_proj reads a contiguous copy of it: both kept
             extra += e * q
     return float(extra)
 
 
+def _view_of_projection(cfg: ModelConfig) -> bool:
+    """Whether V is a view of one q/k/v projection's output whose q and k are rotated into new
+    tensors (Phi-3's qkv_proj, GPT-NeoX's query_key_value; not Falcon's new decoder, which picks
+    K and V out by a list index, copies; not GPT-2's c_attn, whose q, k and v stay views)."""
+    return cfg.qkv_fused and cfg.positions == "rope" and not cfg.kv_list_index
+
+
 def _module_saved_extra(cfg: ModelConfig, e: int, seq: int) -> float:
     """Bytes per token (the mean over layers) that a Hugging Face layer's module code makes its
-    backward keep, eager or compiled alike (no fusion removes them; measured by
-    benchmarks/device/saved_memory_probe.py, saved_memory.json):
-    - past its window a sliding layer hands SDPA a mask: SDPA keeps it as a 16-bit additive
-      bias of every (query, key) pair, and K and V reach it repeated to every query head;
-    - one q/k/v projection (Phi-3's qkv_proj, GPT-NeoX's query_key_value) whose q and k are
-      rotated: V is a view of the projection's output and keeps all of it alive, its q and k
-      parts beside the rotated copies (autograd's saved-tensor hooks see V's own size only)."""
+    backward keep beyond the fused count, eager or compiled alike (no fusion removes them;
+    measured by benchmarks/device/saved_memory_probe.py, saved_memory.json and
+    saved_memory_layouts.json):
+    - a mask handed to SDPA (a sliding layer past its window; Falcon's causal mask, where
+      is_causal would do): SDPA keeps it as a 16-bit additive bias of every (query, key) pair,
+      and K and V reach it repeated to every query head (repeat_kv; Falcon's new decoder picks
+      them out of its projection for every query head itself, mask or not);
+    - one q/k/v projection whose q and k are rotated (_view_of_projection): V keeps the whole
+      output alive, its q and k parts beside the rotated copies;
+    - parallel attention and MLP with a norm each (GPT-NeoX, Falcon's new decoder): both norms
+      read the layer's input, one tensor where the fused count has two norm inputs."""
     q, kv = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd
-    extra = 0.0
-    if cfg.sliding_layers and seq >= cfg.sliding_window:
-        share = len(cfg.sliding_layers) / cfg.layers
-        extra += share * e * (seq + 2 * (q - kv))
-    if cfg.qkv_fused and cfg.positions == "rope":
+    masked = 0.0  # the share of layers that hand SDPA a mask
+    if cfg.sdpa_mask:
+        masked = 1.0
+    elif cfg.sliding_layers and seq >= cfg.sliding_window:
+        masked = len(cfg.sliding_layers) / cfg.layers
+    repeated = 1.0 if cfg.kv_list_index else masked
+    extra = e * (masked * seq + repeated * 2 * (q - kv))
+    if _view_of_projection(cfg):
         extra += e * (q + kv)
+    if cfg.parallel_residual and not cfg.shared_input_norm:
+        extra -= e * cfg.hidden
     return extra
 
 
@@ -309,9 +325,11 @@ def compiled_saved_extra(cfg: ModelConfig, act: DType, seq: int) -> float:
     forward and backward by min-cut, rebuilding cheap pointwise results rather than keeping
     them) keeps beyond the fused count of train_activation_bytes_per_layer, the mean over
     layers, as benchmarks/device/saved_memory_probe.py found on an H100 (saved_memory.json:
-    Mistral-7B, StarCoder2-7B and Gemma-3-4B at 8K tokens, Phi-3-mini at 4K, to 1 MiB a layer):
-    - what the module code makes any backward keep (_module_saved_extra: a sliding window's
-      mask and repeated K/V, a rotated q/k/v projection's whole output);
+    Mistral-7B, StarCoder2-7B and Gemma-3-4B at 8K tokens, Phi-3-mini at 4K, to 1 MiB a layer;
+    saved_memory_layouts.json: small Falcon, GPT-NeoX and part-rotary Phi-3 layers):
+    - what the module code makes any backward keep (_module_saved_extra: a mask handed to SDPA
+      and K/V repeated for it, a rotated q/k/v projection's whole output, one input for two
+      parallel norms), and o_proj's contiguous copy of SDPA's output where q is part-rotated;
     - q/k norms (Qwen3, Gemma-3 per head; OLMo-2 over the projection): their inputs, the q and
       k projections' outputs, 16-bit;
     - norms after the blocks as well as before (Gemma-2/3): the attention and MLP outputs are
@@ -321,6 +339,10 @@ def compiled_saved_extra(cfg: ModelConfig, act: DType, seq: int) -> float:
         return 0.0
     e = BYTES[act]
     extra = _module_saved_extra(cfg, e, seq)
+    if _view_of_projection(cfg) and cfg.rotary_frac < 1:
+        # a part-rotated q is put back together by a cat, head-major: o_proj's input is a
+        # contiguous copy of SDPA's output, as in eager (a wholly rotated q Inductor lays out)
+        extra += e * cfg.heads * cfg.hd
     if cfg.qk_norm or cfg.qk_norm_full:
         extra += e * (cfg.heads + cfg.kv_heads) * cfg.hd
     if cfg.sandwich_norm and cfg.pre_norm:
