@@ -86,7 +86,8 @@ def _config(fam: str, out: Path, layers: int) -> tuple[Path, dict]:
     """The case's config.json with `layers` layers: a family's (validate_families) or a small
     SYNTHETIC one; and its contents."""
     if fam not in SYNTHETIC:
-        path = vf.config(vf.source(fam), out, layers)
+        src = vf.source(fam) if fam in vf.FAMILIES else vf.CONFIGS / f"{fam}.json"
+        path = vf.config(src, out, layers)
         return path, json.loads(path.read_text())
     d = {**SYNTHETIC[fam], "num_hidden_layers": layers}
     path = out / f"{fam}-{layers}l.json"
@@ -138,17 +139,48 @@ def forward_saved(path: Path, seq: int, impl: str, listing: bool, recompute: str
     tensors = []
     if listing:
         new = {a: b for a, b in _alive(torch).items() if a not in old}
-        torch.cuda.memory._record_memory_history(enabled=None)
         for b in sorted(new.values(), key=lambda b: -b["size"]):
             if b["size"] >= MIN_LISTED:
                 tensors.append({"size": b["size"], "requested": b.get("requested_size"),
                                 "frames": _frames(b)})  # fmt: skip
+        torch.cuda.memory._record_memory_history(enabled=None)
+    backward: dict = {}
+    if listing:  # the backward's peak above the forward's end, and what was alive at it
+        torch.cuda.memory._record_memory_history(max_entries=400000)
+        torch.cuda.reset_peak_memory_stats()
     out.loss.backward()
+    if listing:
+        torch.cuda.synchronize()
+        backward = _backward_peak(torch, torch.cuda.max_memory_allocated() - after)
+        torch.cuda.memory._record_memory_history(enabled=None)
     del out, model, ids
     gc.collect()
     torch.cuda.empty_cache()
     return {"forward_bytes": after - before, "forward_peak_bytes": peak - before,
-            "tensors": tensors}  # fmt: skip
+            "tensors": tensors, "backward": backward}  # fmt: skip
+
+
+def _backward_peak(torch, peak_bytes: int) -> dict:  # noqa: ANN001
+    """The backward's peak above the forward's end (bytes), and the tensors it had allocated
+    that were alive at that moment, from the allocator's trace (largest first)."""
+    trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    live: dict[int, dict] = {}
+    cur = top = 0
+    at_top: list[dict] = []
+    for ev in trace:
+        if ev["action"] == "alloc":
+            live[ev["addr"]] = ev
+            cur += ev["size"]
+            if cur > top:
+                top, at_top = cur, list(live.values())
+        elif ev["action"] in ("free_requested", "free") and ev["addr"] in live:
+            cur -= live.pop(ev["addr"])["size"]
+    listed = [
+        {"size": e["size"], "frames": _frames(e)}
+        for e in sorted(at_top, key=lambda e: -e["size"])
+        if e["size"] >= MIN_LISTED
+    ]
+    return {"peak_bytes": peak_bytes, "traced_peak_bytes": top, "tensors": listed}
 
 
 def main() -> int:
@@ -194,9 +226,10 @@ def main() -> int:
                 "family": fam, "config": vf.FAMILIES.get(fam, fam), "seq": int(seq), "batch": 1,
                 "hf_config": hf,
                 "impl": impl, "recompute": args.recompute, "layer_saved_bytes": layer,
-                "one_layer": {k: v for k, v in one.items() if k != "tensors"},
-                "two_layers": {k: v for k, v in two.items() if k != "tensors"},
-                "two_layers_tensors": two["tensors"], "wall_s": time.monotonic() - t0,
+                "one_layer": {k: v for k, v in one.items() if k not in ("tensors", "backward")},
+                "two_layers": {k: v for k, v in two.items() if k not in ("tensors", "backward")},
+                "two_layers_tensors": two["tensors"], "two_layers_backward": two["backward"],
+                "wall_s": time.monotonic() - t0,
             })  # fmt: skip
             print(f"{tag:24s} one layer keeps {layer / 2**20:8.1f} MiB "
                   f"({time.monotonic() - t0:.0f} s)")  # fmt: skip
