@@ -524,9 +524,13 @@ def _shared_terms(cfg: ModelConfig, act: DType, impl: str, recompute: str, b: in
                                    compiled)  # fmt: skip
         if recompute == "op":
             rebuilt -= _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "op", fp8, modules)
-    if modules and cfg.sdpa_math:  # a layer's backward: the gradients of P and of the scores
-        s = seq // cp  # beside the saved P, fp32 each (sdpa_math_fp32)
-        rebuilt += 8 * cfg.heads / tp * s * s * b
+    if modules and cfg.sdpa_math:
+        # a layer's backward holds three fp32 (query, key) tensors at once beside the saved P
+        # (sdpa_math_fp32's backward on CUDA: P's gradient, _safe_softmax's and the scores';
+        # measured on an H100, saved_memory_falcon.json: its peak 3.2 such tensors above the
+        # forward's end, where two had been counted)
+        s = seq // cp
+        rebuilt += 12 * cfg.heads / tp * s * s * b
     per_logit = loss_bytes_per_logit(cfg, act, eager)
     head = (
         b

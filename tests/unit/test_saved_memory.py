@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.step.memory import _saved_per_layer, compiled_saved_extra, eager_saved_extra
+from gpuperf.step.memory import (
+    _saved_per_layer,
+    _shared_terms,
+    compiled_saved_extra,
+    eager_saved_extra,
+)
 from gpuperf.workloads.config import from_hf_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +39,9 @@ CASES += [
 # Mistral-7B's compiled layer under the per-op policy keeps 64 MiB (its down projection's
 # output) fewer than the eager one the policy's model follows: Inductor's graph alternates the
 # matmuls it keeps differently (the other families' seven-matmul layers match).
+# Falcon-7B's eager layer (math SDPA, fp32 probabilities), with its backward's peak
+FALCON = json.loads((RESULTS / "saved_memory_falcon.json").read_text())["cases"]
+CASES += [{"recompute": "none", **c} for c in FALCON]
 # Falcon's compiled new-decoder layer keeps 1.5% (1 MiB at 2,048 tokens) more than counted.
 KNOWN_MISS = {("mistral", 8192, "compile", "op"), ("falcon_new", 2048, "compile", "none")}
 
@@ -102,3 +110,16 @@ def test_falcon_copies_k_and_v_and_hands_sdpa_its_mask():
     assert cfg.kv_list_index and cfg.sdpa_mask and not cfg.shared_input_norm
     q, kv, h, seq = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd, cfg.hidden, 2048
     assert compiled_saved_extra(cfg, "bf16", seq) == 2 * (seq + 2 * (q - kv)) - 2 * h
+
+
+def test_math_sdpa_backward_peak_is_three_fp32_score_tensors():
+    """Falcon-7B's eager backward (math SDPA in fp32) peaked 3.2 fp32 (query, key) tensors above
+    the forward's end on an H100: the model rebuilds three, not the two it counted."""
+    (case,) = FALCON
+    cfg = _config(case["config"], 2)
+    seq, peak = case["seq"], case["two_layers_backward"]["peak_bytes"]
+    rebuilt = _shared_terms(cfg, "bf16", "eager", "none", 1, seq, 1, 1, False, "flash", "auto",
+                            False, 1)[4]  # fmt: skip
+    assert rebuilt == 12 * cfg.heads * seq * seq
+    assert rebuilt == pytest.approx(peak, rel=0.10)
+    assert 8 * cfg.heads * seq * seq < 0.7 * peak  # the two tensors counted before
