@@ -420,13 +420,26 @@ def multigpu_table(runs: Sequence[MultiGpuRun], gpu: GpuSpec) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def memory_columns(p: Any, peak_bytes: float | None, where: str) -> dict[str, Any]:
-    """A run's peak memory, predicted (the breakdown's total) beside measured, and its class."""
+def memory_columns(p: Any, peak_bytes: float | None, where: str,
+                   predicted: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """A run's peak memory, predicted (the breakdown's total, or `predicted` bytes where the
+    run measured more or less than the step) beside measured, and its class."""
     if peak_bytes is None:
         return {"mem_class": None, "mem_ratio": None}
     mode = "training" if p.scenario.get("mode") == "train" else "inference"
-    return {"mem_class": f"peak memory, {mode} ({where})",
-            "mem_ratio": sum(p.memory.values()) / peak_bytes}  # fmt: skip
+    total = sum(p.memory.values()) if predicted is None else predicted
+    return {"mem_class": f"peak memory, {mode} ({where})", "mem_ratio": total / peak_bytes}
+
+
+def e2e_measured_memory(p: Any, prefill: Any = None) -> float:
+    """The bytes benchmarks/device/e2e_hf.py's peak covers, as gpuperf predicts them: its
+    prefill runs keep no cache (use_cache=False: the step's memory less its KV cache); its
+    decode runs build their cache by a prefill of batch x ctx tokens inside the measured window
+    (the larger of that prefill, `prefill`, and the decode step)."""
+    if p.scenario.get("mode") == "prefill":
+        return sum(p.memory.values()) - p.memory.get("kv_cache", 0.0)
+    step = sum(p.memory.values())
+    return step if prefill is None else max(step, sum(prefill.memory.values()))
 
 
 def memory_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -482,6 +495,10 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec, with_host: bool = True) -> p
             "cuda_graphs": bool(sc.get("cuda_graphs")),
         }
         p = predict(cfg, gpu=gpu, **kw)
+        filled = None  # a decode run's cache, prefilled in the measured window
+        if sc["mode"] == "decode" and r.peak_bytes is not None:
+            pre = {k: v for k, v in kw.items() if k not in ("ctx", "kv_lengths", "cuda_graphs")}
+            filled = predict(cfg, gpu=gpu, **{**pre, "mode": "prefill", "seq": sc["ctx"]})
         if r.source not in hosts:  # one machine per file: its host once
             hosts[r.source] = (
                 on_e2e_host(gpu, r.launch_us, r.attn_plan_s, r.hf) if with_host else None
@@ -506,7 +523,9 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec, with_host: bool = True) -> p
                 "ratio": p.total_ms / (r.measured_s * 1e3),
                 "host_ratio": None if p_host is None else p_host / (r.measured_s * 1e3),
                 "source": r.source,
-                **memory_columns(p, r.peak_bytes, "one GPU, Hugging Face"),
+                **memory_columns(
+                    p, r.peak_bytes, "one GPU, Hugging Face", e2e_measured_memory(p, filled)
+                ),  # fmt: skip
             }
         )
     return pd.DataFrame(rows)

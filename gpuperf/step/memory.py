@@ -406,8 +406,13 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
         mlp = k * (h + 3 * fe / tp) + 3 * cfg.shared_intermediate_size / tp
     else:
         mlp = (3 * f if cfg.mlp == "gated" else 2 * f) / tp
-    if sc.attn == "math":  # each query's scores and probabilities over every key, per head
-        attn += 2 * cfg.heads / tp * (sc.ctx + 1 if sc.mode == "decode" else sc.seq)
+    keys = sc.ctx + 1 if sc.mode == "decode" else sc.seq
+    if cfg.sdpa_math and sc.impl == "eager" and sc.cp == 1 and sc.attn == "flash":
+        # the Hugging Face module runs PyTorch's math SDPA (transformer_layers.sdpa_math_fp32):
+        # fp32 scores and probabilities of every (query, key) pair, per head
+        attn += 4 * cfg.heads / tp * keys
+    elif sc.attn == "math":  # each query's scores and probabilities over every key, per head
+        attn += 2 * cfg.heads / tp * keys
     rows = mb if sc.mode in ("prefill", "generate") else T
     return float(b * T * (2 * h + max(attn, mlp))
                  + 4 * rows * vocab_shard(cfg.vocab, _logits_tp(sc), sc.impl, False))  # fmt: skip

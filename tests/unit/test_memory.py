@@ -270,3 +270,28 @@ def test_dtensor_keeps_the_embedding_and_the_logits_whole_on_every_rank():
     assert t_dt["activations"] - t_meg["activations"] == pytest.approx(
         32768 * 14 * cfg.vocab * 3 / 4
     )
+
+
+def test_e2e_peaks_are_compared_with_what_the_run_held():
+    """e2e_hf.py's prefill keeps no cache (use_cache=False); its decode builds the cache by a
+    prefill of batch x ctx inside the measured window: the larger of the two is compared."""
+    from gpuperf import api
+    from gpuperf.perfmodel.accuracy import e2e_measured_memory
+
+    pre = api.predict("qwen3-32b", gpu="h100", mode="prefill", batch=64, seq=1024, impl="eager")
+    dec = api.predict("qwen3-32b", gpu="h100", mode="decode", batch=64, ctx=1024, impl="eager")
+    assert pre.memory["kv_cache"] > 0
+    assert e2e_measured_memory(pre) == sum(pre.memory.values()) - pre.memory["kv_cache"]
+    assert e2e_measured_memory(dec) == sum(dec.memory.values())
+    # 65,536 prompt tokens through the MLP outweigh one decode token per sequence
+    assert e2e_measured_memory(dec, pre) == sum(pre.memory.values()) > sum(dec.memory.values())
+
+
+def test_math_sdpa_keeps_fp32_scores_in_eager_inference_only():
+    """Falcon-7B's Hugging Face attention runs PyTorch's math SDPA: its fp32 scores and
+    probabilities are the prefill's working set; a serving engine's fused kernel has none."""
+    cfg = load_model("tests/unit/data/hf_configs/falcon-7b.json")
+    eager = memory_breakdown(cfg, Scenario(mode="prefill", seq=2048, impl="eager"))
+    fused = memory_breakdown(cfg, Scenario(mode="prefill", seq=2048, impl="fused"))
+    scores = 2 * 4 * cfg.heads * 2048 * 2048  # two fp32 (query, key) tensors
+    assert eager["activations"] > scores > 10 * fused["activations"]
