@@ -412,8 +412,11 @@ def multigpu_table(runs: Sequence[MultiGpuRun], gpu: GpuSpec) -> pd.DataFrame:
                 "measured_ms": r.measured_ms,
                 "ratio": p.total_ms / r.measured_ms,
                 "source": r.source,
-                **memory_columns(
-                    p, r.peak_bytes, "parallel plans" if r.gpus > 1 else "one GPU, Hugging Face"
+                **memory_columns(  # its prefills keep no cache either (model_worker)
+                    p,
+                    r.peak_bytes,
+                    "parallel plans" if r.gpus > 1 else "one GPU, Hugging Face",
+                    e2e_measured_memory(p) if r.scenario.get("mode") == "prefill" else None,
                 ),
             }
         )
@@ -432,10 +435,11 @@ def memory_columns(p: Any, peak_bytes: float | None, where: str,
 
 
 def e2e_measured_memory(p: Any, prefill: Any = None) -> float:
-    """The bytes benchmarks/device/e2e_hf.py's peak covers, as gpuperf predicts them: its
-    prefill runs keep no cache (use_cache=False: the step's memory less its KV cache); its
-    decode runs build their cache by a prefill of batch x ctx tokens inside the measured window
-    (the larger of that prefill, `prefill`, and the decode step)."""
+    """The bytes a measured run's peak covers, as gpuperf predicts them: prefill runs keep no
+    cache (benchmarks/device/e2e_hf.py's and gpuperf.measure.model_worker's run
+    use_cache=False: the step's memory less its KV cache); e2e_hf.py's decode runs build their
+    cache by a prefill of batch x ctx tokens inside the measured window (the larger of that
+    prefill, `prefill`, and the decode step; model_worker's build it before the window)."""
     if p.scenario.get("mode") == "prefill":
         return sum(p.memory.values()) - p.memory.get("kv_cache", 0.0)
     step = sum(p.memory.values())
