@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from gpuperf.errors import InputError
+from gpuperf.step.memory import measured_window_bytes
 
 
 def whole_model(model: str, mode: str, nproc: int | None, parallel: dict[str, Any], iters: int,
@@ -83,7 +84,8 @@ def summary(name: str, sc: Any, what: str, result: dict[str, Any], pred: Any) ->
         out.update(
             predicted_ms=pred.total_ms,
             error_pct=100 * (pred.total_ms / measured - 1),
-            predicted_memory_bytes=sum(pred.memory.values()),
+            # what the run holds: its prefill keeps no cache (use_cache=False)
+            predicted_memory_bytes=measured_window_bytes(pred),
             predicted_host_ms=pred.extra.get("host_ms"),
             predicted_breakdown_ms=pred.extra.get("breakdown_ms", {}),
             gpu_profile=pred.gpu,

@@ -33,6 +33,7 @@ from gpuperf.perfmodel.host_pool import (
 )
 from gpuperf.perfmodel.ops_io import op_from_dict
 from gpuperf.perfmodel.roofline import op_time
+from gpuperf.step.memory import measured_window_bytes
 from gpuperf.step.track_record import e2e_class, plan_class
 
 # Median |predicted/measured - 1| targets on held-out shapes (the project's accuracy issue).
@@ -86,6 +87,9 @@ class E2ERun:
     attn_plan_s: float | None = None  # that machine's cuDNN plan of a new attention shape
     hf: tuple[HfStep, ...] = ()  # that machine's hf_probe steps (host_pool.hf_steps)
     peak_bytes: float | None = None  # torch.cuda.max_memory_allocated over the run, if taken
+    # a decode run whose cache was prefilled inside the peak's window (e2e_hf.py's, whose note
+    # names the cache it grew or replayed; gpuperf validate's are built before it)
+    cache_in_window: bool = False
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -212,6 +216,7 @@ def load_e2e(files: Iterable[Path]) -> list[E2ERun]:
                         plan_s,
                         hf,
                         _peak(run.get("peak_mem_gib"), 2**30, path),
+                        "Cache" in run.get("note", ""),
                     )
                 )
     return out
@@ -416,7 +421,7 @@ def multigpu_table(runs: Sequence[MultiGpuRun], gpu: GpuSpec) -> pd.DataFrame:
                     p,
                     r.peak_bytes,
                     "parallel plans" if r.gpus > 1 else "one GPU, Hugging Face",
-                    e2e_measured_memory(p) if r.scenario.get("mode") == "prefill" else None,
+                    measured_window_bytes(p) if r.scenario.get("mode") == "prefill" else None,
                 ),
             }
         )
@@ -432,18 +437,6 @@ def memory_columns(p: Any, peak_bytes: float | None, where: str,
     mode = "training" if p.scenario.get("mode") == "train" else "inference"
     total = sum(p.memory.values()) if predicted is None else predicted
     return {"mem_class": f"peak memory, {mode} ({where})", "mem_ratio": total / peak_bytes}
-
-
-def e2e_measured_memory(p: Any, prefill: Any = None) -> float:
-    """The bytes a measured run's peak covers, as gpuperf predicts them: prefill runs keep no
-    cache (benchmarks/device/e2e_hf.py's and gpuperf.measure.model_worker's run
-    use_cache=False: the step's memory less its KV cache); e2e_hf.py's decode runs build their
-    cache by a prefill of batch x ctx tokens inside the measured window (the larger of that
-    prefill, `prefill`, and the decode step; model_worker's build it before the window)."""
-    if p.scenario.get("mode") == "prefill":
-        return sum(p.memory.values()) - p.memory.get("kv_cache", 0.0)
-    step = sum(p.memory.values())
-    return step if prefill is None else max(step, sum(prefill.memory.values()))
 
 
 def memory_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -500,7 +493,7 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec, with_host: bool = True) -> p
         }
         p = predict(cfg, gpu=gpu, **kw)
         filled = None  # a decode run's cache, prefilled in the measured window
-        if sc["mode"] == "decode" and r.peak_bytes is not None:
+        if sc["mode"] == "decode" and r.peak_bytes is not None and r.cache_in_window:
             pre = {k: v for k, v in kw.items() if k not in ("ctx", "kv_lengths", "cuda_graphs")}
             filled = predict(cfg, gpu=gpu, **{**pre, "mode": "prefill", "seq": sc["ctx"]})
         if r.source not in hosts:  # one machine per file: its host once
@@ -528,7 +521,7 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec, with_host: bool = True) -> p
                 "host_ratio": None if p_host is None else p_host / (r.measured_s * 1e3),
                 "source": r.source,
                 **memory_columns(
-                    p, r.peak_bytes, "one GPU, Hugging Face", e2e_measured_memory(p, filled)
+                    p, r.peak_bytes, "one GPU, Hugging Face", measured_window_bytes(p, filled)
                 ),  # fmt: skip
             }
         )

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuperf.dtypes import BYTES, DType
 from gpuperf.perfmodel.ops import INT4_GROUP
@@ -409,8 +409,8 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
     keys = sc.ctx + 1 if sc.mode == "decode" else sc.seq
     if cfg.sdpa_math and sc.impl == "eager" and sc.cp == 1 and sc.attn == "flash":
         # the Hugging Face module runs PyTorch's math SDPA (transformer_layers.sdpa_math_fp32):
-        # fp32 scores and probabilities of every (query, key) pair, per head
-        attn += 4 * cfg.heads / tp * keys
+        # fp32 scores and probabilities of every (query, key) pair, per head (in elements of b)
+        attn += 8 / b * cfg.heads / tp * keys
     elif sc.attn == "math":  # each query's scores and probabilities over every key, per head
         attn += 2 * cfg.heads / tp * keys
     rows = mb if sc.mode in ("prefill", "generate") else T
@@ -596,3 +596,15 @@ def over(breakdown: dict[str, float], capacity: float) -> str:
     parts = ", ".join(f"{k} {fmt_bytes(v)}" for v, k in terms)
     return (f"needs {fmt_bytes(total_bytes(breakdown))} per GPU of {fmt_bytes(capacity)} usable; "
             f"{terms[0][1]} alone is {fmt_bytes(terms[0][0])} ({parts})")  # fmt: skip
+
+
+def measured_window_bytes(p: Any, prefill: Any = None) -> float:
+    """The bytes a measured run's peak covers, from prediction `p`'s memory: prefill runs keep no
+    cache (benchmarks/device/e2e_hf.py's and gpuperf.measure.model_worker's run
+    use_cache=False: the step's memory less its KV cache); e2e_hf.py's decode runs build their
+    cache by a prefill of batch x ctx tokens inside the measured window (the larger of that
+    prefill, `prefill`, and the decode step; model_worker's build it before the window)."""
+    if p.scenario.get("mode") == "prefill":
+        return sum(p.memory.values()) - p.memory.get("kv_cache", 0.0)
+    step = sum(p.memory.values())
+    return step if prefill is None else max(step, sum(prefill.memory.values()))

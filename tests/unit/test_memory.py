@@ -276,15 +276,15 @@ def test_e2e_peaks_are_compared_with_what_the_run_held():
     """e2e_hf.py's prefill keeps no cache (use_cache=False); its decode builds the cache by a
     prefill of batch x ctx inside the measured window: the larger of the two is compared."""
     from gpuperf import api
-    from gpuperf.perfmodel.accuracy import e2e_measured_memory
+    from gpuperf.step.memory import measured_window_bytes
 
     pre = api.predict("qwen3-32b", gpu="h100", mode="prefill", batch=64, seq=1024, impl="eager")
     dec = api.predict("qwen3-32b", gpu="h100", mode="decode", batch=64, ctx=1024, impl="eager")
     assert pre.memory["kv_cache"] > 0
-    assert e2e_measured_memory(pre) == sum(pre.memory.values()) - pre.memory["kv_cache"]
-    assert e2e_measured_memory(dec) == sum(dec.memory.values())
+    assert measured_window_bytes(pre) == sum(pre.memory.values()) - pre.memory["kv_cache"]
+    assert measured_window_bytes(dec) == sum(dec.memory.values())
     # 65,536 prompt tokens through the MLP outweigh one decode token per sequence
-    assert e2e_measured_memory(dec, pre) == sum(pre.memory.values()) > sum(dec.memory.values())
+    assert measured_window_bytes(dec, pre) == sum(pre.memory.values()) > sum(dec.memory.values())
 
 
 def test_math_sdpa_keeps_fp32_scores_in_eager_inference_only():
@@ -295,3 +295,6 @@ def test_math_sdpa_keeps_fp32_scores_in_eager_inference_only():
     fused = memory_breakdown(cfg, Scenario(mode="prefill", seq=2048, impl="fused"))
     scores = 2 * 4 * cfg.heads * 2048 * 2048  # two fp32 (query, key) tensors
     assert eager["activations"] > scores > 10 * fused["activations"]
+    # the scores are fp32 whatever the model's dtype: an fp32 model holds the same bytes of them
+    fp32 = memory_breakdown(cfg, Scenario(mode="prefill", seq=2048, impl="eager", dtype="fp32"))
+    assert fp32["activations"] - eager["activations"] < 0.5 * scores
