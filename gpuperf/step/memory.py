@@ -212,6 +212,8 @@ def _saved_per_layer(cfg: ModelConfig, b: int, seq: int, cp: int, tp: int, sp: b
     replicated = BYTES[act] * b * s * 2 * h + (1 if fp8 else BYTES[act]) * b * s * 2 * h
     # the recomputed norms' outputs were among the GEMM inputs kept whole on every rank
     replicated -= min(norms, (1 if fp8 else BYTES[act]) * 2 * h) * b * s
+    if eager or compiled:  # a mask and parallel norms' input are whole on every rank too
+        replicated += b * s * _whole_on_every_rank(cfg, BYTES[act], s)
     return replicated + (full - replicated) / tp
 
 
@@ -292,6 +294,27 @@ def _view_of_projection(cfg: ModelConfig) -> bool:
     return cfg.qkv_fused and cfg.positions == "rope" and not cfg.kv_list_index
 
 
+def _masked_share(cfg: ModelConfig, seq: int) -> float:
+    """The share of layers that hand SDPA a mask at `seq` tokens: Falcon's causal mask, or a
+    sliding layer's past its window."""
+    if cfg.sdpa_mask:
+        return 1.0
+    if cfg.sliding_layers and seq >= cfg.sliding_window:
+        return len(cfg.sliding_layers) / cfg.layers
+    return 0.0
+
+
+def _whole_on_every_rank(cfg: ModelConfig, e: int, seq: int) -> float:
+    """Of _module_saved_extra, the bytes per token that tensor parallelism does not split: the
+    mask (one [b, 1, s, s] bias whatever the heads) and the one input of two parallel norms."""
+    if cfg.sdpa_math or cfg.layer_pattern:
+        return 0.0
+    whole = e * _masked_share(cfg, seq) * seq
+    if cfg.parallel_residual and not cfg.shared_input_norm:
+        whole -= e * cfg.hidden
+    return whole
+
+
 def _module_saved_extra(cfg: ModelConfig, e: int, seq: int) -> float:
     """Bytes per token (the mean over layers) that a Hugging Face layer's module code makes its
     backward keep beyond the fused count, eager or compiled alike (no fusion removes them;
@@ -306,11 +329,7 @@ def _module_saved_extra(cfg: ModelConfig, e: int, seq: int) -> float:
     - parallel attention and MLP with a norm each (GPT-NeoX, Falcon's new decoder): both norms
       read the layer's input, one tensor where the fused count has two norm inputs."""
     q, kv = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd
-    masked = 0.0  # the share of layers that hand SDPA a mask
-    if cfg.sdpa_mask:
-        masked = 1.0
-    elif cfg.sliding_layers and seq >= cfg.sliding_window:
-        masked = len(cfg.sliding_layers) / cfg.layers
+    masked = _masked_share(cfg, seq)
     repeated = 1.0 if cfg.kv_list_index else masked
     extra = e * (masked * seq + repeated * 2 * (q - kv))
     if _view_of_projection(cfg):

@@ -123,3 +123,19 @@ def test_math_sdpa_backward_peak_is_three_fp32_score_tensors():
     assert rebuilt == 12 * cfg.heads * seq * seq
     assert rebuilt == pytest.approx(peak, rel=0.10)
     assert 8 * cfg.heads * seq * seq < 0.7 * peak  # the two tensors counted before
+
+
+def test_tensor_parallel_ranks_each_keep_the_whole_mask():
+    """Under tensor parallelism each rank's SDPA gets its heads and the whole [b, 1, s, s] mask:
+    the mask is not split, the repeated K and V are."""
+    from dataclasses import replace
+
+    cfg = _config("mistral-7b", 2)
+    plain = replace(cfg, sliding_window=0, sliding_layers=())
+    q, kv, s = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd, 8192
+
+    def saved(c, tp):  # noqa: ANN001, ANN202
+        return _saved_per_layer(c, 1, s, 1, tp, False, "bf16", "flash", "none", False, True)
+
+    assert saved(cfg, 1) - saved(plain, 1) == 2 * s * (s + 2 * (q - kv))
+    assert saved(cfg, 2) - saved(plain, 2) == 2 * s * (s + (q - kv))
