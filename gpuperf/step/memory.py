@@ -306,7 +306,8 @@ def _masked_share(cfg: ModelConfig, seq: int) -> float:
 
 def _whole_on_every_rank(cfg: ModelConfig, e: int, seq: int) -> float:
     """Of _module_saved_extra, the bytes per token that tensor parallelism does not split: the
-    mask (one [b, 1, s, s] bias whatever the heads) and the one input of two parallel norms."""
+    mask (one [b, 1, s, s] bias whatever the heads) and the one input of two parallel norms
+    (0 where the layer runs math SDPA or is a hybrid's: neither count takes these terms)."""
     if cfg.sdpa_math or cfg.layer_pattern:
         return 0.0
     whole = e * _masked_share(cfg, seq) * seq
@@ -329,13 +330,10 @@ def _module_saved_extra(cfg: ModelConfig, e: int, seq: int) -> float:
     - parallel attention and MLP with a norm each (GPT-NeoX, Falcon's new decoder): both norms
       read the layer's input, one tensor where the fused count has two norm inputs."""
     q, kv = cfg.heads * cfg.hd, cfg.kv_heads * cfg.hd
-    masked = _masked_share(cfg, seq)
-    repeated = 1.0 if cfg.kv_list_index else masked
-    extra = e * (masked * seq + repeated * 2 * (q - kv))
+    repeated = 1.0 if cfg.kv_list_index else _masked_share(cfg, seq)
+    extra = _whole_on_every_rank(cfg, e, seq) + e * repeated * 2 * (q - kv)
     if _view_of_projection(cfg):
         extra += e * (q + kv)
-    if cfg.parallel_residual and not cfg.shared_input_norm:
-        extra -= e * cfg.hidden
     return extra
 
 
