@@ -4,8 +4,8 @@ Run on the device machine from the repository root:
 
     python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan PLAN] [--only NAMES]
 
-(PLAN: llama, moe, moetrain, moetrain2, ckpt, swa, families, hosts, trainfam, trainfam2, unseen
-or ckpthost.)
+(PLAN: llama, moe, moetrain, moetrain2, ckpt, swa, families, hosts, trainfam, trainfam2, unseen,
+ckpthost, newfam, memheld, memheld2 or batched.)
 
 Writes e2e_<plan>.json (e2e_hf.json for the llama plan): for each run the model config (HF
 config.json form), the scenario, the measured time per step (median of per-iteration CUDA-event
@@ -38,6 +38,8 @@ Plans:
 - unseen: shapes and modes no run had met, GPU-bound (UNSEEN_PLAN).
 - ckpthost: small models' training steps on few tokens, plain and checkpointed, where the host
   sets much of the pace (CKPT_HOST_PLAN).
+- batched: serving-sized batches, CUDA-graph decode of 4-256 sequences on 1K-32K tokens of
+  cache and batched prefill (BATCHED_PLAN).
 A run that fails records its error and the others go on.
 """
 
@@ -790,6 +792,30 @@ MEMORY_HELD_2_PLAN = _train_plan((("llama3-8b", 1, 4096), ("qwen2-7b", 2, 2048),
                                   ("gemma2-9b", 1, 2048), ("qwen3-8b", 2, 4096),
                                   ("llama3.2-1b", 16, 2048)))  # fmt: skip
 
+# Serving-sized batches (written 2026-11-25, every run held out; predictions committed before
+# the run): CUDA-graph decode at 4-256 sequences and 2K-32K tokens of cache, batched prefill.
+# No whole-model run had decoded past 64 sequences or 8K tokens of cache, and few had prefilled
+# more than one sequence; these are GPU-bound (the host hardly matters).
+BATCHED_PLAN = [
+    ("llama3-8b", "decode", "eager", True, 64, 0, 4096),
+    ("llama3-8b", "decode", "eager", True, 128, 0, 2048),
+    ("llama3-8b", "decode", "eager", True, 16, 0, 16384),
+    ("llama3-8b", "decode", "eager", True, 4, 0, 32768),
+    ("llama3-8b", "prefill", "eager", False, 8, 2048, 0),
+    ("llama3-8b", "prefill", "eager", False, 2, 8192, 0),
+    ("qwen2-7b", "decode", "eager", True, 64, 0, 4096),
+    ("qwen2-7b", "decode", "eager", True, 16, 0, 16384),
+    ("qwen2-7b", "prefill", "eager", False, 4, 4096, 0),
+    ("qwen3-8b", "decode", "eager", True, 32, 0, 4096),
+    ("qwen3-8b", "prefill", "eager", False, 16, 1024, 0),
+    ("llama3.2-1b", "decode", "eager", True, 256, 0, 2048),
+    ("llama3.2-1b", "decode", "eager", True, 64, 0, 8192),
+    ("llama3.2-1b", "prefill", "eager", False, 32, 1024, 0),
+    ("llama3.2-1b", "prefill", "eager", False, 8, 8192, 0),
+    ("gemma2-9b", "decode", "eager", True, 64, 0, 2048),
+    ("phi-3-mini", "decode", "eager", True, 64, 0, 1024),
+]  # fmt: skip
+
 PLANS = {"llama": PLAN, "moe": MOE_PLAN, "moetrain": MOE_TRAIN_PLAN,
          "moetrain2": MOE_TRAIN_2_PLAN, "ckpt": CKPT_PLAN,
          "swa": SWA_PLAN,
@@ -797,7 +823,7 @@ PLANS = {"llama": PLAN, "moe": MOE_PLAN, "moetrain": MOE_TRAIN_PLAN,
          "trainfam": TRAIN_FAMILIES_PLAN, "trainfam2": TRAIN_FAMILIES_2_PLAN,
          "unseen": UNSEEN_PLAN, "ckpthost": CKPT_HOST_PLAN,
          "newfam": NEW_FAMILIES_PLAN, "memheld": MEMORY_HELD_PLAN,
-         "memheld2": MEMORY_HELD_2_PLAN}  # fmt: skip
+         "memheld2": MEMORY_HELD_2_PLAN, "batched": BATCHED_PLAN}  # fmt: skip
 
 
 def main() -> int:
