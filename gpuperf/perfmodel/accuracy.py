@@ -417,11 +417,11 @@ def multigpu_table(runs: Sequence[MultiGpuRun], gpu: GpuSpec) -> pd.DataFrame:
                 "measured_ms": r.measured_ms,
                 "ratio": p.total_ms / r.measured_ms,
                 "source": r.source,
-                **memory_columns(  # its prefills keep no cache either (model_worker)
+                **memory_columns(  # what model_worker's window holds (measured_window_bytes)
                     p,
                     r.peak_bytes,
                     "parallel plans" if r.gpus > 1 else "one GPU, Hugging Face",
-                    measured_window_bytes(p) if r.scenario.get("mode") == "prefill" else None,
+                    measured_window_bytes(p) if r.scenario.get("mode") != "train" else None,
                 ),
             }
         )

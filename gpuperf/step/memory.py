@@ -430,8 +430,25 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
         attn += 8 / b * cfg.heads / tp * keys
     elif sc.attn == "math":  # each query's scores and probabilities over every key, per head
         attn += 2 * cfg.heads / tp * keys
+    work = max(attn, mlp)
+    if sc.impl == "eager":
+        if sc.mode == "decode" and sc.cuda_graphs and 1 < cfg.kv_heads < cfg.heads:
+            # a StaticCache step hands SDPA a mask, so Hugging Face repeats the whole cache's K
+            # and V to every query head first (transformer_layers.static_cache_attention)
+            attn += 2 * cfg.heads / tp * keys * cfg.hd
+        # Hugging Face's module code keeps two more hidden-width tensors through a layer: the
+        # model's forward holds its input embeddings (`inputs_embeds`), and its decoder loop
+        # the layer's input (`hidden_states = decoder_layer(hidden_states, ...)`), which is the
+        # residual in the attention but not in the MLP, after the layer made its new residual
+        # sum (measured, e2e_batched.json: prefills of 131K-524K tokens held two such tensors
+        # more than counted, 2.0-4.2 GiB)
+        if cfg.gate_up_fused and not cfg.is_moe:
+            # Phi-3's MLP chunks one gate_up output (2f) into views, which keep it alive beside
+            # the activation's output and the product
+            mlp += f / tp
+        work = max(attn + h, mlp + 2 * h)
     rows = mb if sc.mode in ("prefill", "generate") else T
-    return float(b * T * (2 * h + max(attn, mlp))
+    return float(b * T * (2 * h + work)
                  + 4 * rows * vocab_shard(cfg.vocab, _logits_tp(sc), sc.impl, False))  # fmt: skip
 
 
@@ -620,8 +637,13 @@ def measured_window_bytes(p: Any, prefill: Any = None) -> float:
     cache (benchmarks/device/e2e_hf.py's and gpuperf.measure.model_worker's run
     use_cache=False: the step's memory less its KV cache); e2e_hf.py's decode runs build their
     cache by a prefill of batch x ctx tokens inside the measured window (the larger of that
-    prefill, `prefill`, and the decode step; model_worker's build it before the window)."""
+    prefill, `prefill`, and the decode step; model_worker's build it before the window, and
+    its CUDA-graph decodes start the window after the capture: the replays allocate nothing, and
+    the step's working set sits in the graph's pool, reserved but not allocated: weights and
+    cache alone)."""
     if p.scenario.get("mode") == "prefill":
         return sum(p.memory.values()) - p.memory.get("kv_cache", 0.0)
     step = sum(p.memory.values())
+    if prefill is None and p.scenario.get("cuda_graphs"):
+        return step - p.memory.get("activations", 0.0)
     return step if prefill is None else max(step, sum(prefill.memory.values()))
