@@ -5,7 +5,7 @@ Run on the device machine from the repository root:
     python3 benchmarks/device/e2e_hf.py --out "$OUT" [--plan PLAN] [--only NAMES]
 
 (PLAN: llama, moe, moetrain, moetrain2, ckpt, swa, families, hosts, trainfam, trainfam2, unseen,
-ckpthost, newfam, memheld, memheld2, batched or batched2.)
+ckpthost, newfam, memheld, memheld2, batched, batched2 or batchedprof.)
 
 Writes e2e_<plan>.json (e2e_hf.json for the llama plan): for each run the model config (HF
 config.json form), the scenario, the measured time per step (median of per-iteration CUDA-event
@@ -40,7 +40,8 @@ Plans:
   sets much of the pace (CKPT_HOST_PLAN).
 - batched: serving-sized batches, CUDA-graph decode of 4-256 sequences on 1K-32K tokens of
   cache and batched prefill (BATCHED_PLAN); batched2: its runs that ran out of memory on the H100,
-  with the allocator's expandable segments.
+  with the allocator's expandable segments; batchedprof: its attention-bound misses, to run with
+  --profile (a CUDA-graph decode then profiles the same step run eagerly).
 A run that fails records its error and the others go on.
 """
 
@@ -408,6 +409,29 @@ def run_decode_graph(model, batch: int, ctx: int, iters: int) -> list[float]:
     with torch.no_grad(), torch.cuda.graph(graph):
         fwd()
     return time_iters(graph.replay, iters, warmup=warmup)
+
+
+def static_step_profile(model, batch: int, ctx: int) -> dict:
+    """The kernels of one StaticCache decode step run eagerly on a cache of its own: the ones a
+    CUDA graph of the step replays (a graph's replay hides them from the profiler)."""
+    import torch
+    from transformers import StaticCache
+
+    vocab = model.config.vocab_size
+    cache = StaticCache(config=model.config, max_cache_len=ctx + 21)
+    with torch.no_grad():
+        ids = torch.randint(0, vocab, (batch, ctx), device=DEV)
+        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        del ids
+    tok = torch.randint(0, vocab, (batch, 1), device=DEV)
+    pos = torch.tensor([ctx], device=DEV)
+
+    @torch.no_grad()
+    def fwd():
+        model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True)
+
+    fwd()  # cuDNN's plan and the allocations, outside the profile
+    return kernel_profile(fwd)
 
 
 def run_train(model, batch: int, seq: int, iters: int, ckpt: bool = False,
@@ -821,6 +845,11 @@ BATCHED_PLAN = [
 # The four runs of BATCHED_PLAN that ran out of memory on the H100 (50 GiB allocated, 25 GiB
 # reserved in pieces too small for the MLP's 7 GiB; the model predicts 72 GiB at the peak),
 # again with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (recorded in env).
+# The attention-bound misses of BATCHED_PLAN on both GPUs, with --profile (the step's kernels):
+# Phi-3-mini (96-wide heads, no GQA), Gemma-2-9B (eager softcapped attention) and Llama-3-8B on
+# 32K tokens of cache.
+BATCHED_PROFILE_PLAN = [run for run in BATCHED_PLAN
+                        if run[0] in ("phi-3-mini", "gemma2-9b") or run[6] == 32768]  # fmt: skip
 BATCHED_2_PLAN = [run for run in BATCHED_PLAN
                   if run[0] in ("llama3-8b", "gemma2-9b") and run[4] >= 16]  # fmt: skip
 
@@ -832,7 +861,7 @@ PLANS = {"llama": PLAN, "moe": MOE_PLAN, "moetrain": MOE_TRAIN_PLAN,
          "unseen": UNSEEN_PLAN, "ckpthost": CKPT_HOST_PLAN,
          "newfam": NEW_FAMILIES_PLAN, "memheld": MEMORY_HELD_PLAN,
          "memheld2": MEMORY_HELD_2_PLAN, "batched": BATCHED_PLAN,
-         "batched2": BATCHED_2_PLAN}  # fmt: skip
+         "batched2": BATCHED_2_PLAN, "batchedprof": BATCHED_PROFILE_PLAN}  # fmt: skip
 
 
 def main() -> int:
@@ -929,6 +958,12 @@ def main() -> int:
                 model.eval()
                 samples = run_decode_graph(model, batch, ctx, args.iters)
                 run["note"] = "StaticCache (max_cache_len = ctx + steps + 8), CUDA graph replay"
+                if args.profile:
+                    peak = torch.cuda.max_memory_allocated() / 2**30 if DEV == "cuda" else None
+                    run["profile"] = static_step_profile(model, batch, ctx)
+                    run["profile"]["note"] = "the step run eagerly on a second StaticCache"
+                    if peak is not None:  # the timed run's peak, not the profile's
+                        run["peak_mem_gib"] = peak
             else:
                 prof = {} if args.profile else None
                 samples = run_train(model, batch, seq, args.iters, ckpt, prof)

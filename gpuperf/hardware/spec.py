@@ -53,9 +53,10 @@ class ModelParams:
     # Fraction of HBM bandwidth a GEMM's operand stream reaches (skinny, weight-bound GEMMs:
     # cuBLAS's tiles stream the weights less efficiently than a plain copy kernel).
     gemm_mem_eff: float = 0.85
-    # Fraction of HBM bandwidth of a copy out of a broadcast (stride-0) view, such as HF's
-    # repeat_kv: PyTorch runs it on its generic, unvectorized elementwise kernel.
-    strided_copy_eff: float = 0.6
+    # Rate of a copy out of a broadcast (stride-0) view, such as HF's repeat_kv, which PyTorch
+    # runs on its generic, unvectorized elementwise kernel, as a fraction of 16 bytes per SM clock
+    # (the SMs' issue bounds it, not HBM: membound.strided_bw_eff). Default: the H100's fit.
+    strided_copy_eff: float = 0.47
     # Fraction of the fp32 CUDA-core peak that pointwise and row kernels reach on their arithmetic
     # (bf16 unpack/pack, special functions, index math): GELU on an H200 is bound by it.
     vector_eff: float = 1.0

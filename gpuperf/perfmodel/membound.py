@@ -108,6 +108,21 @@ def _vector(dtype: str) -> str:
 # (HF's repeat_kv), a masked fill with a broadcast mask, and pointwise ops on the strided halves
 # of a chunked tensor (act(gate) · up of a fused gate_up output: HF's grouped MoE experts, Phi-3).
 STRIDED_FNS = frozenset({"repeat_kv", "masked_fill", "act_chunk", "mul_chunk"})
+# That kernel computes every operand's offset per element, dimension by dimension: the SMs' issue
+# rate bounds it, not HBM. strided_copy_eff is its rate as a fraction of 16 bytes per SM clock:
+# fitted apart, the H100 and the H200 (the same SMs and clocks, 3.35 and 4.8 TB/s of HBM) reach
+# 1.96 and 1.98 TB/s (0.469 and 0.473 of it; 0.59 and 0.41 of their HBM bandwidths), and
+# Hugging Face's CUDA-graph decodes, whose repeat_kv copies take half their time, ran on the
+# H200 at 0.92 of the H100's time, not at the 0.70 of an HBM-bound copy (e2e_batched.json).
+STRIDED_BYTES_PER_SM_CLOCK = 16.0
+
+
+def strided_bw_eff(gpu: GpuSpec) -> float:
+    """The bandwidth of PyTorch's non-vectorized elementwise kernel (STRIDED_FNS), as a fraction
+    of the GPU's HBM bandwidth: its SM-bound rate, at most a plain copy's."""
+    p = gpu.params
+    rate = p.strided_copy_eff * STRIDED_BYTES_PER_SM_CLOCK * gpu.sms * gpu.boost_clock_mhz * 1e6
+    return min(p.mem_eff, rate / gpu.hbm_bw)
 
 
 # Thread instructions per element of PyTorch's non-vectorized elementwise kernel (an offset
@@ -148,7 +163,7 @@ def elementwise_time(op: Elementwise, gpu: GpuSpec) -> OpTime:
     """A pointwise kernel (add, mul, silu, gelu, rope, cast, adamw...): pure streaming, or as
     many elements as the non-vectorized path issues (generic); a foreach op adds its launches'
     fixed cost."""
-    bw_eff = gpu.params.strided_copy_eff if op.fn in STRIDED_FNS else None
+    bw_eff = strided_bw_eff(gpu) if op.fn in STRIDED_FNS else None
     if op.generic:
         t_issue = issue_time("generic", op.numel, gpu, ISSUE_GENERIC)
     else:

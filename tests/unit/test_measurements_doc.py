@@ -139,7 +139,7 @@ def test_collectives_rows_and_busbw(coll_doc):
 
 
 def test_docs_are_readable_size(doc, coll_doc):
-    assert doc.count("\n") < 1200
+    assert doc.count("\n") < 1300  # a line per whole-model run (about 470 on each GPU)
     assert coll_doc.count("\n") < 500
 
 

@@ -78,3 +78,21 @@ def test_embedding_reads_indices_and_rows():
     t = embedding_time(Embedding("emb", 8192, 8192), NO_L2)
     nbytes = 2 * 8192 * 8192 * 2 + 8 * 8192
     assert t.t_mem == pytest.approx((nbytes + 2e6) / BW)
+
+
+def test_the_strided_kernel_is_bound_by_the_sms_not_by_hbm():
+    """PyTorch's non-vectorized copy (HF's repeat_kv) reached the same bytes per second on the
+    H100 and the H200, fitted apart (the same SMs and clocks, 43% more HBM bandwidth on the
+    H200): its rate is stated per SM clock, so the H100's parameters carry to the H200 (and its
+    CUDA-graph decodes, whose time is mostly these copies, stop being 21-28% too fast there)."""
+    from gpuperf.perfmodel.membound import strided_bw_eff
+
+    h100, h200 = load_gpu("h100"), load_gpu("h200")
+    rate = {g.name: strided_bw_eff(g) * g.hbm_bw for g in (h100, h200)}
+    assert rate[h100.name] == pytest.approx(rate[h200.name], rel=0.01)
+    assert rate[h100.name] == pytest.approx(0.585057 * h100.hbm_bw, rel=1e-5)  # the H100's fit
+    lent = dataclasses.replace(h200, params=h100.params)
+    assert strided_bw_eff(lent) * lent.hbm_bw == pytest.approx(rate[h200.name], rel=0.01)
+    # never faster than a plain copy: a GPU with little HBM per SM streams it at the copy's rate
+    slow = dataclasses.replace(h100, hbm_bw=h100.hbm_bw / 4)
+    assert strided_bw_eff(slow) == slow.params.mem_eff
