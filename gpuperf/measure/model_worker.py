@@ -284,7 +284,11 @@ def _decode(model: Any, spec: dict[str, Any], device: torch.device, gen: Any) ->
     with torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
         fwd()
     _stage(rank, "graph captured")
-    return graph.replay
+
+    def replay(keep: tuple = (cache, tok, pos)) -> None:  # the graph's buffers stay allocated
+        graph.replay()
+
+    return replay
 
 
 def _time_once(fn: Any, device: torch.device) -> tuple[float, float]:

@@ -432,10 +432,14 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
         attn += 2 * cfg.heads / tp * keys
     work = max(attn, mlp)
     if sc.impl == "eager":
-        if sc.mode == "decode" and sc.cuda_graphs and 1 < cfg.kv_heads < cfg.heads:
+        kv_rank = max(1, cfg.kv_heads // tp)  # a rank's K/V heads (one: the repeat is a view)
+        if (sc.mode == "decode" and sc.cuda_graphs and 1 < kv_rank < cfg.heads / tp
+                and not cfg.kv_broadcast):  # fmt: skip
             # a StaticCache step hands SDPA a mask, so Hugging Face repeats the whole cache's K
-            # and V to every query head first (transformer_layers.static_cache_attention)
-            attn += 2 * cfg.heads / tp * keys * cfg.hd
+            # and V to every query head first (transformer_layers.static_cache_attention); a
+            # model whose every layer slides caches its window alone
+            every = cfg.sliding_window and len(set(cfg.sliding_layers)) == cfg.layers
+            attn += 2 * cfg.heads / tp * (min(keys, cfg.sliding_window) if every else keys) * cfg.hd
         # Hugging Face's module code keeps two more hidden-width tensors through a layer: the
         # model's forward holds its input embeddings (`inputs_embeds`), and its decoder loop
         # the layer's input (`hidden_states = decoder_layer(hidden_states, ...)`), which is the
@@ -640,7 +644,8 @@ def measured_window_bytes(p: Any, prefill: Any = None) -> float:
     prefill, `prefill`, and the decode step; model_worker's build it before the window, and
     its CUDA-graph decodes start the window after the capture: the replays allocate nothing, and
     the step's working set sits in the graph's pool, reserved but not allocated: weights and
-    cache alone)."""
+    cache alone; its runs before 2026-11-25 freed the cache as the capture returned, so their
+    windows held the weights alone)."""
     if p.scenario.get("mode") == "prefill":
         return sum(p.memory.values()) - p.memory.get("kv_cache", 0.0)
     step = sum(p.memory.values())
