@@ -381,14 +381,14 @@ def run_decode_eager(model, batch: int, ctx: int, iters: int) -> list[float]:
     return time_iters(decode_step(model, batch, ctx)[0], iters)
 
 
-def run_decode_graph(model, batch: int, ctx: int, iters: int) -> list[float]:
-    """One-token steps on a StaticCache, captured once in a CUDA graph and replayed."""
+def static_step(model, batch: int, ctx: int, max_len: int):
+    """A one-token decode step (call it under no_grad) on a new StaticCache of `max_len` tokens,
+    prefilled with ctx; the step's inputs stay alive with it."""
     import torch
     from transformers import StaticCache
 
     vocab = model.config.vocab_size
-    warmup = 3
-    cache = StaticCache(config=model.config, max_cache_len=ctx + warmup + iters + 8)
+    cache = StaticCache(config=model.config, max_cache_len=max_len)
     with torch.no_grad():
         ids = torch.randint(0, vocab, (batch, ctx), device=DEV)
         model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
@@ -398,6 +398,15 @@ def run_decode_graph(model, batch: int, ctx: int, iters: int) -> list[float]:
     def fwd():
         return model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True)
 
+    return fwd
+
+
+def run_decode_graph(model, batch: int, ctx: int, iters: int) -> list[float]:
+    """One-token steps on a StaticCache, captured once in a CUDA graph and replayed."""
+    import torch
+
+    warmup = 3
+    fwd = static_step(model, batch, ctx, ctx + warmup + iters + 8)
     # Warm up on a side stream (allocations, handles), then capture the graph.
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -415,21 +424,8 @@ def static_step_profile(model, batch: int, ctx: int) -> dict:
     """The kernels of one StaticCache decode step run eagerly on a cache of its own: the ones a
     CUDA graph of the step replays (a graph's replay hides them from the profiler)."""
     import torch
-    from transformers import StaticCache
 
-    vocab = model.config.vocab_size
-    cache = StaticCache(config=model.config, max_cache_len=ctx + 21)
-    with torch.no_grad():
-        ids = torch.randint(0, vocab, (batch, ctx), device=DEV)
-        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        del ids
-    tok = torch.randint(0, vocab, (batch, 1), device=DEV)
-    pos = torch.tensor([ctx], device=DEV)
-
-    @torch.no_grad()
-    def fwd():
-        model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True)
-
+    fwd = torch.no_grad()(static_step(model, batch, ctx, ctx + 21))
     fwd()  # cuDNN's plan and the allocations, outside the profile
     return kernel_profile(fwd)
 
@@ -961,7 +957,6 @@ def main() -> int:
                 if args.profile:
                     if DEV == "cuda":  # the timed run's peak, not the profile's second cache
                         run["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
-                    run["samples_ms"] = samples
                     try:
                         run["profile"] = static_step_profile(model, batch, ctx)
                         run["profile"]["note"] = "the step run eagerly on a second StaticCache"

@@ -421,7 +421,7 @@ def multigpu_table(runs: Sequence[MultiGpuRun], gpu: GpuSpec) -> pd.DataFrame:
                     p,
                     r.peak_bytes,
                     "parallel plans" if r.gpus > 1 else "one GPU, Hugging Face",
-                    measured_window_bytes(p) if r.scenario.get("mode") != "train" else None,
+                    measured_window_bytes(p),
                 ),
             }
         )

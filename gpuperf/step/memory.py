@@ -56,7 +56,7 @@ from gpuperf.perfmodel.ops import INT4_GROUP
 from gpuperf.workloads.config import ModelConfig
 from gpuperf.workloads.scenario import Scenario, plan_modules
 from gpuperf.workloads.shard import stage_params
-from gpuperf.workloads.transformer_layers import vocab_shard
+from gpuperf.workloads.transformer_layers import repeats_kv, vocab_shard
 
 if TYPE_CHECKING:
     from gpuperf.hardware.spec import GpuSpec
@@ -432,9 +432,12 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
         attn += 2 * cfg.heads / tp * keys
     work = max(attn, mlp)
     if sc.impl == "eager":
-        kv_rank = max(1, cfg.kv_heads // tp)  # a rank's K/V heads (one: the repeat is a view)
-        if (sc.mode == "decode" and sc.cuda_graphs and 1 < kv_rank < cfg.heads / tp
-                and not cfg.kv_broadcast):  # fmt: skip
+        if (
+            sc.mode == "decode"
+            and sc.cuda_graphs
+            and not cfg.kv_broadcast
+            and repeats_kv(cfg.heads // tp, max(1, cfg.kv_heads // tp))
+        ):  # a rank's heads
             # a StaticCache step hands SDPA a mask, so Hugging Face repeats the whole cache's K
             # and V to every query head first (transformer_layers.static_cache_attention); a
             # model whose every layer slides caches its window alone

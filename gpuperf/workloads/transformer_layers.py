@@ -208,7 +208,7 @@ def hf_masked_sdpa(cfg: ModelConfig, d: Dims, window: int) -> list[Op]:
         ops = bool_mask_ops(d)
     else:
         return []
-    if core.mask and 1 < d.kv_heads < d.heads:
+    if core.mask and repeats_kv(d.heads, d.kv_heads):
         # With a mask HF does not use SDPA's GQA (use_gqa_in_sdpa): K and V are repeated to
         # every query head first (one K/V head repeats as a view, as static_cache_attention)
         ops += repeat_kv_ops(d.batch * d.heads * core.kv_len * d.head_dim, d.kv)
@@ -235,6 +235,13 @@ def attention_ops(d: Dims, dropout: bool = False, window: int = 0,
     if d.attn == "math":
         return math_attention(d, dropout)
     return [attention_core(d, window=window, dropout=dropout)]
+
+
+def repeats_kv(heads: int, kv_heads: int) -> bool:
+    """Whether Hugging Face's repeat_kv copies K and V to `heads` query heads (with a mask it
+    does not use SDPA's GQA): GQA with more than one K/V head; one K/V head repeats as a view
+    (the expand's size-1 head dimension merges with the repeats), and MHA needs none."""
+    return 1 < kv_heads < heads
 
 
 def repeat_kv_ops(full: int, kv: DType) -> list[Op]:
@@ -638,7 +645,7 @@ def static_cache_attention(d: Dims, math: bool = False) -> list[Op]:
         # StaticCache step, 70 us a layer at 8 x 48 heads x 2,049 keys; family_diag_probe.json;
         # the re-reads come from L2, which the model charges at HBM's rate).
         kv_heads = d.heads
-    elif d.heads != d.kv_heads:
+    elif repeats_kv(d.heads, d.kv_heads):
         # One copy kernel per tensor writes heads x kv_len rows; its reads of the kv_heads rows
         # repeat (counted as reads of the full size, an upper bound).
         full = d.batch * d.heads * d.kv_len * hd
