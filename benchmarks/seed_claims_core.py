@@ -619,7 +619,7 @@ PARAM_B = BYTES["bf16"]
 GRAD_B = grad_bytes("bf16", eager=False)
 
 
-OPTIM_B = optimizer_bytes_per_param(PARAM_B, eager=False)
+OPTIM_B = optimizer_bytes_per_param(PARAM_B, torch_optim=False)
 
 
 def moe_state_gb(part: str) -> float:

@@ -275,6 +275,7 @@ def search(
     dtype: str = "bf16",
     attn: str = "flash",
     grad_dtype: str = "auto",
+    optimizer: str = "auto",
     dp_overlap: bool | None = None,
     tp_overlap: bool = False,
     moe_dispatcher: str = "alltoall",
@@ -290,8 +291,8 @@ def search(
     gpuperf.step.search.SearchResult: .ranked (the `top` fastest), .why, .best (the fastest plan
     as `predict` predicts it: the same step time).
 
-    dtype, attn, grad_dtype, dp_overlap, tp_overlap, moe_dispatcher, ep_overlap and
-    moe_imbalance are held over every plan, as `predict` takes them, where the plan has what
+    dtype, attn, grad_dtype, optimizer, dp_overlap, tp_overlap, moe_dispatcher, ep_overlap
+    and moe_imbalance are held over every plan, as `predict` takes them, where the plan has what
     each needs: dp_overlap dp > 1, tp_overlap tp > 1, the MoE options ep > 1 (ep_overlap also
     recomputation other than full); the other plans run without. A plan of expert parallelism
     below moe_imbalance cannot be that uneven and is not searched.
@@ -331,8 +332,9 @@ def search(
         raise InputError("search needs a system (e.g. system='dgx-h100'): its nodes and links")
     cfg = resolve_model(model)
     held = dict(dtype=_dtype_required(dtype), attn=attn, grad_dtype=grad_dtype,
-                dp_overlap=dp_overlap, tp_overlap=tp_overlap, moe_dispatcher=moe_dispatcher,
-                ep_overlap=ep_overlap, moe_imbalance=moe_imbalance)  # fmt: skip
+                optimizer=optimizer, dp_overlap=dp_overlap, tp_overlap=tp_overlap,
+                moe_dispatcher=moe_dispatcher, ep_overlap=ep_overlap,
+                moe_imbalance=moe_imbalance)  # fmt: skip
     return run_search(cfg, sys_spec, gpus, mode=mode, top=top, impl=impl,
                       fixed=_search_held(cfg, mode, impl, held, gpus), **sizes)  # fmt: skip
 

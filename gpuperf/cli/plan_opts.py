@@ -119,6 +119,13 @@ PLAN_OPTIONS: dict[str, Callable[..., Any]] = {
         "grad_reduce_in_fp32) or in the parameters' dtype (PyTorch; NVIDIA's "
         "performance recipes); auto: fp32 with fused kernels, param with eager "
         "(e.g. --grad-dtype param)."),
+    "optimizer": click.option(
+        "--optimizer", type=click.Choice(["auto", "fused", "torch"]), default="auto",
+        show_default=True,
+        help="Train: Megatron's fused Adam over an fp32 master copy with fp32 m and v, or "
+        "torch.optim's AdamW on the model's own parameters, m and v in their dtype (a bf16 "
+        "model steps in bf16: Hugging Face, NeMo AutoModel); auto: fused with fused "
+        "kernels, torch with eager or compile (e.g. --optimizer torch)."),
 }  # fmt: skip
 # CLI option name -> api.predict argument, for the options above.
 PLAN_KEYS = tuple(PLAN_OPTIONS)

@@ -11,7 +11,8 @@ from gpuperf.cli.ops_grammar import dtype_option
 from gpuperf.cli.plan_opts import PLAN_OPTIONS
 
 # predict's options that a search holds over every plan to which each applies (api.search).
-HELD = ("grad_dtype", "dp_overlap", "tp_overlap", "moe_dispatcher", "ep_overlap", "moe_imbalance")
+HELD = ("grad_dtype", "optimizer", "dp_overlap", "tp_overlap", "moe_dispatcher", "ep_overlap",
+        "moe_imbalance")  # fmt: skip
 
 COLUMNS = {
     "label": "plan",
@@ -82,9 +83,9 @@ def search(model: str, system: str, gpus: int, mode: str, impl: str, global_batc
     """Enumerate tp, pp, dp, ep, micro-batch, ZeRO stage and recomputation for MODEL on --gpus
     GPUs of --system; drop plans that do not fit; rank by step time; say why the best wins.
     Each plan is costed by the same engine as `gpuperf predict` (its time there is its time here).
-    --dtype, --attn, --grad-dtype, --dp-overlap, --tp-overlap and the MoE options hold over
-    every plan that has what each needs (--tp-overlap tp > 1, the MoE options ep > 1); plans of
-    an ep below --moe-imbalance are not searched.
+    --dtype, --attn, --grad-dtype, --optimizer, --dp-overlap, --tp-overlap and the MoE options
+    hold over every plan that has what each needs (--tp-overlap tp > 1, the MoE options
+    ep > 1); plans of an ep below --moe-imbalance are not searched.
 
     Example: gpuperf search llama2-70b --system dgx-h100 --gpus 64 --global-batch 1024 --seq 4096
 

@@ -459,16 +459,16 @@ def inference_activation_bytes(cfg: ModelConfig, sc: Scenario) -> float:
                  + 4 * rows * vocab_shard(cfg.vocab, _logits_tp(sc), sc.impl, False))  # fmt: skip
 
 
-def optimizer_bytes_per_param(param_bytes: int, eager: bool, grad_bytes: int = 4) -> int:
-    """AdamW state per parameter, as gpuperf's training op lists step it.
+def optimizer_bytes_per_param(param_bytes: int, torch_optim: bool, grad_bytes: int = 4) -> int:
+    """AdamW state per parameter, as gpuperf's training op lists step it (Scenario.optimizer).
 
-    eager (torch.optim.AdamW on the model's own parameters): m and v in the parameters' dtype.
+    torch (torch.optim.AdamW on the model's own parameters): m and v in the parameters' dtype.
     fused (mixed precision, Megatron-style): an fp32 master copy when the parameters are narrower
     than fp32, and m and v at least in fp32 (fp64 for an fp64 model); with 16-bit gradients,
     also the fp32 copy of the gradients it steps (Megatron's distributed-optimizer table: 16-bit
     parameters and gradients, 4 + 16/d bytes a parameter).
     """
-    if eager:
+    if torch_optim:
         return 2 * param_bytes
     master = 4 if param_bytes < 4 else 0
     main_grad = 4 if grad_bytes < 4 and param_bytes < 4 else 0
@@ -507,7 +507,7 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Par
     out["activations"] = saved * stage.layers * inflight + max(
         rebuilt, head if stage.has_head else 0.0
     )
-    if sc.pytorch:  # DDP: data-parallel ranks (g.dp counts dp·cp) without ZeRO
+    if sc.torch_optim:  # DDP: data-parallel ranks (g.dp counts dp·cp) without ZeRO
         _at_the_peak(out, zero == 0 and g.dp > 1, sc.microbatches > 1)
     return out
 
@@ -540,7 +540,7 @@ def _plan_terms(cfg: ModelConfig, sc: Scenario) -> tuple[int, int, int, float, f
     return _shared_terms(cfg, _act_dtype(sc), sc.impl, sc.recompute_plan,
                          sc.micro_batch or sc.batch, sc.seq, sc.cp, sc.tp,
                          bool(sc.sequence_parallel), sc.attn, sc.grad_dtype,
-                         BYTES[sc.dtype] == 1, _logits_tp(sc))  # fmt: skip
+                         BYTES[sc.dtype] == 1, _logits_tp(sc), sc.torch_optim)  # fmt: skip
 
 
 def _logits_tp(sc: Scenario) -> int:
@@ -552,7 +552,7 @@ def _logits_tp(sc: Scenario) -> int:
 @functools.lru_cache(maxsize=4096)
 def _shared_terms(cfg: ModelConfig, act: DType, impl: str, recompute: str, b: int, seq: int,
                   cp: int, tp: int, sp: bool, attn: str, grad_dtype: str,
-                  fp8: bool, logits_tp: int) -> tuple:  # fmt: skip
+                  fp8: bool, logits_tp: int, torch_optim: bool) -> tuple:  # fmt: skip
     """_plan_terms from the fields it reads (plans of a search share them); fp8: the GEMMs
     run in fp8 (Transformer Engine keeps their inputs in fp8). PyTorch's framework (eager or
     compile) sets the gradients, optimizer and loss; the layers' kernels (eager modules, or
@@ -585,7 +585,7 @@ def _shared_terms(cfg: ModelConfig, act: DType, impl: str, recompute: str, b: in
         * vocab_shard(cfg.vocab, logits_tp, "eager" if eager else "fused", True)
         * per_logit
     )
-    return (pb, gb, optimizer_bytes_per_param(pb, eager, gb),
+    return (pb, gb, optimizer_bytes_per_param(pb, torch_optim, gb),
             _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, recompute, fp8, modules,
                              compiled),
             rebuilt,

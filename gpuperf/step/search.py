@@ -148,8 +148,8 @@ def enumerate_plans(
 # Options a search holds fixed over its plans (api.search's `fixed`), and what a plan needs for
 # each to apply: the others run without it (a plan of ep = 1 sends no tokens, so it has no
 # dispatcher; full recompute runs without EP overlap, as Megatron-Core does).
-FIXED = ("dtype", "attn", "grad_dtype", "dp_overlap", "tp_overlap", "moe_dispatcher",
-         "ep_overlap", "moe_imbalance")  # fmt: skip
+FIXED = ("dtype", "attn", "grad_dtype", "optimizer", "dp_overlap", "tp_overlap",
+         "moe_dispatcher", "ep_overlap", "moe_imbalance")  # fmt: skip
 _APPLIES = {"dp_overlap": lambda tp, dp, ep, rc: dp > 1,
             "tp_overlap": lambda tp, dp, ep, rc: tp > 1,
             "moe_dispatcher": lambda tp, dp, ep, rc: ep > 1,

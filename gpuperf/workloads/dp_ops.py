@@ -186,7 +186,7 @@ def optimizer_parts(cfg: ModelConfig, sc: Scenario, d, g: Groups, params: Params
     n = params.total
     if sc.zero >= 1:
         n = params.dense / g.dp + params.expert / g.edp
-    eager = sc.pytorch
+    eager = sc.torch_optim  # torch.optim's foreach kernels, else Megatron's fused Adam
     tensors = 1
     if eager and g.tp > 1 and sc.tp_impl == "dtensor":
         # DTensor runs each foreach op of AdamW through its dispatch once per DTensor parameter

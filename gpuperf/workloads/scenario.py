@@ -28,6 +28,7 @@ Fp8Scales = Literal["tensor", "row"]
 MlaForm = Literal["auto", "naive", "absorbed"]
 KvLengths = Literal["new", "seen"]
 GradDtype = Literal["auto", "fp32", "param"]
+Optimizer = Literal["auto", "fused", "torch"]
 MoeDispatcher = Literal["alltoall", "deepep", "hybridep"]
 MODES: tuple[Mode, ...] = ("prefill", "decode", "generate", "train")
 TP_IMPLS: tuple[TpImpl, ...] = ("megatron", "dtensor")
@@ -62,7 +63,8 @@ DEGREES = ("tp", "pp", "dp", "cp", "ep")
 PARALLEL_FIELDS = (*DEGREES, "etp", "micro_batch", "global_batch", "zero", "dp_overlap",
                    "recompute", "recompute_modules", "sequence_parallel", "tp_impl",
                    "tp_overlap", "tp_allreduce", "schedule", "virtual_stages", "nvls",
-                   "moe_imbalance", "moe_dispatcher", "ep_overlap", "grad_dtype")  # fmt: skip
+                   "moe_imbalance", "moe_dispatcher", "ep_overlap", "grad_dtype",
+                   "optimizer")  # fmt: skip
 _POSITIVE = ("batch", "seq", "ctx", "new_tokens", *DEGREES, "virtual_stages")
 _BOOLS = ("cuda_graphs", "tp_overlap", "nvls", "ep_overlap")
 _CHOICES = {
@@ -77,6 +79,7 @@ _CHOICES = {
     "mla": ("auto", "naive", "absorbed"),
     "kv_lengths": ("new", "seen"),
     "grad_dtype": ("auto", "fp32", "param"),
+    "optimizer": ("auto", "fused", "torch"),
     "moe_dispatcher": MOE_DISPATCHERS,
 }
 
@@ -176,6 +179,13 @@ class Scenario:
     # its default in bf16) or in the parameters' dtype (PyTorch's; NVIDIA's performance recipes
     # set grad_reduce_in_fp32=False); auto: fp32 with fused kernels, the parameters' with eager.
     grad_dtype: GradDtype = "auto"
+    # Training: the AdamW that steps the parameters. fused: Megatron-Core's (Apex's, Transformer
+    # Engine's) fused Adam over an fp32 master copy of 16-bit parameters, m and v in fp32; torch:
+    # torch.optim's AdamW (foreach) on the model's own parameters, m and v in their dtype, no
+    # master copy (a bf16 model steps in bf16: Hugging Face's Trainer, NeMo AutoModel, whose
+    # models are built in bf16), and zero_grad(set_to_none=True) after it; auto: fused with
+    # fused kernels, torch with eager or compile.
+    optimizer: Optimizer = "auto"
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -360,6 +370,9 @@ class Scenario:
             raise InputError("zero and recompute apply to training only")
         if self.mode != "train" and self.grad_dtype != "auto":
             raise InputError("grad_dtype is the gradients' format: training only (--mode train)")
+        if self.mode != "train" and self.optimizer != "auto":
+            raise InputError("optimizer is the training step's AdamW: training only "
+                             "(--mode train)")  # fmt: skip
         if self.grad_dtype == "fp32" and self.pytorch:
             raise InputError("eager PyTorch keeps a model's gradients in its parameters' dtype: "
                              "grad_dtype=fp32 needs fused (Megatron-style) training")  # fmt: skip
@@ -458,6 +471,12 @@ class Scenario:
         return self.impl != "fused"
 
     @property
+    def torch_optim(self) -> bool:
+        """The step's AdamW is torch.optim's (states in the parameters' dtype, no master copy,
+        zero_grad(set_to_none=True) after it); else Megatron's fused one (Scenario.optimizer)."""
+        return self.optimizer == "torch" or (self.optimizer == "auto" and self.pytorch)
+
+    @property
     def expert_tp(self) -> int:
         """Each expert's tensor-parallel degree: etp, or tp where etp is not given."""
         return self.tp if self.etp is None else self.etp
@@ -520,4 +539,6 @@ class Scenario:
             parts.append(f"{self.tp_allreduce}-ar")
         if self.grad_dtype != "auto":
             parts.append(f"{self.grad_dtype}-grads")
+        if self.optimizer != "auto":
+            parts.append(f"{self.optimizer}-adam")
         return " ".join(parts)

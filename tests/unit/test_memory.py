@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 
+from gpuperf.errors import InputError
 from gpuperf.step.memory import (
     kv_cache_bytes,
     memory_breakdown,
@@ -128,10 +130,39 @@ def test_inference_activations_by_hand():
 def test_optimizer_bytes_match_the_optimizer_ops():
     from gpuperf.step.memory import optimizer_bytes_per_param
 
-    assert optimizer_bytes_per_param(2, eager=False) == 12  # fp32 master + m + v (ZeRO paper)
-    assert optimizer_bytes_per_param(4, eager=False) == 8  # fp32 model: m + v, no master copy
-    assert optimizer_bytes_per_param(8, eager=False) == 16  # fp64 model: fp64 m + v
-    assert optimizer_bytes_per_param(2, eager=True) == 4  # torch AdamW on bf16 params: bf16 m, v
+    fused = functools.partial(optimizer_bytes_per_param, torch_optim=False)
+    assert fused(2) == 12  # fp32 master + m + v (ZeRO paper)
+    assert fused(4) == 8  # fp32 model: m + v, no master copy
+    assert fused(8) == 16  # fp64 model: fp64 m + v
+    assert optimizer_bytes_per_param(2, torch_optim=True) == 4  # torch AdamW: bf16 m, v
+
+
+def test_torch_optimizer_under_fused_kernels():
+    """NeMo AutoModel: Transformer Engine's kernels, torch.optim's Adam on a bf16 model (m and v
+    in bf16, no master copy), its step as the foreach kernels, and PyTorch's two peak moments;
+    the gradients stay as grad_dtype says (fp32 on the wire under FSDP2's reduce_dtype)."""
+    from gpuperf import api
+    from gpuperf.step.memory import memory_breakdown
+
+    cfg = load_model("llama3-8b")
+    kw = dict(mode="train", batch=1, seq=4096, dp=8, zero=3)  # one micro-batch: no grads kept
+    fused = memory_breakdown(cfg, Scenario(**kw))
+    torch_ = memory_breakdown(cfg, Scenario(**kw, optimizer="torch"))
+    share = fused["weights"] / 2  # parameters on this GPU (bf16)
+    assert fused["optimizer"] == pytest.approx(12 * share)
+    assert fused["gradients"] == pytest.approx(4 * share)
+    # the larger of PyTorch's two moments: the backward's start (no gradient yet) here
+    assert torch_["optimizer"] == pytest.approx(4 * share)
+    assert torch_["gradients"] == 0
+    assert torch_["activations"] == fused["activations"]
+    ops = api.predict(cfg, system="dgx-h100", dp=8, zero=3, mode="train", seq=4096,
+                      global_batch=64, optimizer="torch").table  # fmt: skip
+    names = set(ops["name"])
+    assert "optimizer/m_lerp" in names and "optimizer/adamw" not in names
+    assert "optimizer/param_cast" not in names  # no master copy to cast back
+    with pytest.raises(InputError, match="training only"):
+        Scenario(mode="prefill", optimizer="torch")
+    assert "torch-adam" in Scenario(**kw, optimizer="torch").label()
 
 
 def test_an_uneven_stage_holds_its_share_of_the_kv_cache():

@@ -119,7 +119,7 @@ def test_math_sdpa_backward_peak_is_three_fp32_score_tensors():
     cfg = _config(case["config"], 2)
     seq, peak = case["seq"], case["two_layers_backward"]["peak_bytes"]
     rebuilt = _shared_terms(cfg, "bf16", "eager", "none", 1, seq, 1, 1, False, "flash", "auto",
-                            False, 1)[4]  # fmt: skip
+                            False, 1, True)[4]  # fmt: skip
     assert rebuilt == 12 * cfg.heads * seq * seq
     assert rebuilt == pytest.approx(peak, rel=0.10)
     assert 8 * cfg.heads * seq * seq < 0.7 * peak  # the two tensors counted before
