@@ -162,6 +162,16 @@ PLAN = [
     ("2gpu_mistral", "mistral-7b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True)),
     ("2gpu_mistral", "mistral-7b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True,
                                         tp=2)),
+    # --- one GPU, CUDA-graph decode again: gpuperf validate's worker freed the StaticCache as
+    # the capture returned until 5e7cda2, so the 1-GPU graph rows above hold the weights' peak
+    # alone; these measure the same runs, and two larger ones, with the cache kept -----------
+    ("1gpu_graphs", "llama3-8b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True)),
+    ("1gpu_graphs", "qwen2-7b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True)),
+    ("1gpu_graphs", "mistral-7b", dict(E, mode="decode", batch=8, ctx=2048, cuda_graphs=True)),
+    ("1gpu_graphs", "llama3-70b-8l", dict(E, mode="decode", batch=8, ctx=2048,
+                                          cuda_graphs=True)),
+    ("1gpu_graphs", "llama3-8b", dict(E, mode="decode", batch=32, ctx=8192, cuda_graphs=True)),
+    ("1gpu_graphs", "qwen2-7b", dict(E, mode="decode", batch=64, ctx=4096, cuda_graphs=True)),
     # --- data parallelism of 4 ---------------------------------------------------------------
     ("4gpu", "llama-1.1b", dict(E, mode="train", batch=4, seq=2048, dp=4)),
     ("4gpu", "llama-1.1b", dict(E, mode="train", batch=4, seq=2048, dp=4, zero=3)),
