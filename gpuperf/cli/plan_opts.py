@@ -117,8 +117,9 @@ PLAN_OPTIONS: dict[str, Callable[..., Any]] = {
         show_default=True,
         help="Train: gradients kept and reduced in fp32 (Megatron's "
         "grad_reduce_in_fp32) or in the parameters' dtype (PyTorch; NVIDIA's "
-        "performance recipes); auto: fp32 with fused kernels, param with eager "
-        "(e.g. --grad-dtype param)."),
+        "performance recipes); auto: fp32 with fused kernels, param with eager; under "
+        "--optimizer torch they are held in the parameters' dtype and this sets their "
+        "reduction alone (e.g. --grad-dtype param)."),
     "optimizer": click.option(
         "--optimizer", type=click.Choice(["auto", "fused", "torch"]), default="auto",
         show_default=True,

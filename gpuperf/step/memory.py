@@ -507,8 +507,8 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Par
     out["activations"] = saved * stage.layers * inflight + max(
         rebuilt, head if stage.has_head else 0.0
     )
-    if sc.torch_optim:  # DDP: data-parallel ranks (g.dp counts dp·cp) without ZeRO
-        _at_the_peak(out, zero == 0 and g.dp > 1, sc.microbatches > 1)
+    if sc.torch_optim:  # PyTorch DDP (its reducer's buckets): dp·cp ranks without ZeRO
+        _at_the_peak(out, sc.pytorch and zero == 0 and g.dp > 1, sc.microbatches > 1)
     return out
 
 
@@ -563,7 +563,9 @@ def _shared_terms(cfg: ModelConfig, act: DType, impl: str, recompute: str, b: in
     modules = impl == "eager"  # Hugging Face's eager modules, and what they save
     compiled = impl == "compile"  # those modules compiled
     pb = BYTES[act]
-    gb = grad_bytes(act, eager, grad_dtype)
+    # torch.optim steps .grad, which autograd keeps in the parameters' dtype (FSDP2 casts the
+    # reduced shard back to it); grad_dtype then sets only the reduction (dp_ops.grad_bytes)
+    gb = pb if torch_optim else grad_bytes(act, eager, grad_dtype)
     rebuilt = 0.0
     if recompute in ("full", "op"):  # a layer's backward rebuilds what it did not keep
         rebuilt = _saved_per_layer(cfg, b, seq, cp, tp, sp, act, attn, "none", fp8, modules,

@@ -178,6 +178,8 @@ class Scenario:
     # Training: gradient buffers and their reduction in fp32 (Megatron's grad_reduce_in_fp32,
     # its default in bf16) or in the parameters' dtype (PyTorch's; NVIDIA's performance recipes
     # set grad_reduce_in_fp32=False); auto: fp32 with fused kernels, the parameters' with eager.
+    # Under torch.optim (optimizer) the gradients are held in the parameters' dtype and this
+    # sets their reduction alone (FSDP2's MixedPrecisionPolicy.reduce_dtype).
     grad_dtype: GradDtype = "auto"
     # Training: the AdamW that steps the parameters. fused: Megatron-Core's (Apex's, Transformer
     # Engine's) fused Adam over an fp32 master copy of 16-bit parameters, m and v in fp32; torch:
@@ -373,6 +375,10 @@ class Scenario:
         if self.mode != "train" and self.optimizer != "auto":
             raise InputError("optimizer is the training step's AdamW: training only "
                              "(--mode train)")  # fmt: skip
+        if self.optimizer == "fused" and self.pytorch:
+            raise InputError("optimizer=fused is Megatron's fused Adam over an fp32 master copy: "
+                             "fused kernels only (--impl fused); eager and compile training "
+                             "step torch.optim's AdamW (--optimizer torch)")  # fmt: skip
         if self.grad_dtype == "fp32" and self.pytorch:
             raise InputError("eager PyTorch keeps a model's gradients in its parameters' dtype: "
                              "grad_dtype=fp32 needs fused (Megatron-style) training")  # fmt: skip

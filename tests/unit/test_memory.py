@@ -140,7 +140,7 @@ def test_optimizer_bytes_match_the_optimizer_ops():
 def test_torch_optimizer_under_fused_kernels():
     """NeMo AutoModel: Transformer Engine's kernels, torch.optim's Adam on a bf16 model (m and v
     in bf16, no master copy), its step as the foreach kernels, and PyTorch's two peak moments;
-    the gradients stay as grad_dtype says (fp32 on the wire under FSDP2's reduce_dtype)."""
+    .grad in the parameters' dtype whatever the reduction (FSDP2's reduce_dtype) is."""
     from gpuperf import api
     from gpuperf.step.memory import memory_breakdown
 
@@ -155,6 +155,19 @@ def test_torch_optimizer_under_fused_kernels():
     assert torch_["optimizer"] == pytest.approx(4 * share)
     assert torch_["gradients"] == 0
     assert torch_["activations"] == fused["activations"]
+    # with gradients accumulated over micro-batches, they are held at the backward's start:
+    # in bf16 under torch.optim (fp32 only on the wire), fp32 main gradients under Megatron's
+    acc = dict(kw, batch=4, micro_batch=1)
+    assert memory_breakdown(cfg, Scenario(**acc, optimizer="torch"))["gradients"] == (
+        pytest.approx(2 * share)
+    )
+    # DDP's bucket copy is PyTorch DDP's, not Megatron's (fused kernels, zero 0)
+    ddp = dict(mode="train", batch=1, seq=4096, dp=8)
+    f0, t0 = (memory_breakdown(cfg, Scenario(**ddp, optimizer=o)) for o in ("fused", "torch"))
+    assert t0["gradients"] <= f0["gradients"] / 2 + 1
+    for impl in ("eager", "compile"):
+        with pytest.raises(InputError, match="fused kernels only"):
+            Scenario(**kw, impl=impl, optimizer="fused")
     ops = api.predict(cfg, system="dgx-h100", dp=8, zero=3, mode="train", seq=4096,
                       global_batch=64, optimizer="torch").table  # fmt: skip
     names = set(ops["name"])
