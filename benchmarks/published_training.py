@@ -17,7 +17,10 @@ rows):
   modules (its --recompute-modules, in the row's options); the interleaved schedule where VP > 1;
   fp8 GEMMs where the precision says FP8; NVIDIA's performance recipes (Megatron-Bridge, NeMo)
   also reduce gradients in bf16 (grad_reduce_in_fp32=False).
-- NeMo AutoModel: PyTorch FSDP2 over Transformer Engine layers (ZeRO-3, prefetch overlap).
+- NeMo AutoModel: PyTorch FSDP2 over Transformer Engine layers (ZeRO-3, prefetch overlap;
+  ZeRO-2 where a pipelined recipe keeps the gathered parameters, reshard_after_forward
+  false), its MoE models built in bf16 and stepped by torch.optim's Adam (the row's
+  optimizer=torch).
 - Llama 3: FSDP that keeps the gathered weights through the backward (ZeRO-2), as the paper
   describes.
 
