@@ -496,7 +496,9 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Par
     out["gradients"] = (split if zero >= 2 else p.total) * gb
     out["optimizer"] = (split if zero >= 1 else p.total) * ob
     if zero == 3:  # the layer running and the one prefetched, with the running one's grads
-        out["gathered"] = (p.layer_dense + p.layer_expert) * (2 * pb + gb)
+        # (of what is sharded: experts whose data-parallel group is one rank are not gathered)
+        layer = (p.layer_dense if g.dp > 1 else 0.0) + (p.layer_expert if g.edp > 1 else 0.0)
+        out["gathered"] = layer * (2 * pb + gb)
         # FSDP2 keeps the root module (embedding, final norm, lm_head) gathered from the
         # forward through the backward (fully_shard's root does not reshard after forward)
         out["gathered"] += p.ends * pb

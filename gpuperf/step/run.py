@@ -213,12 +213,14 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement, coster: Coster |
     kernels = [coster.cost(p) for p in work.sync_kernels]
     opt = [coster.cost(p) for p in work.optimizer]
     post = [coster.cost(p) for p in work.post]
-    window = ps.B.gpu if sc.dp_overlap else 0.0
+    # The buckets hide under the backward's wall time: a host-bound backward leaves the GPU
+    # idle between its kernels, and the reductions run there.
+    window = ps.B.end if sc.dp_overlap else 0.0
     slow = coster.overlap_cost
     exposed, sync_total = _sync_exposed(sync, window)
     # ZeRO-1/2's parameter all-gather overlaps the next step's forward only when the gradient
     # reduction overlaps too (Megatron-LM's overlap_param_gather goes with overlap_grad_reduce).
-    post_exposed, post_total = _sync_exposed(post, ps.F.gpu if sc.dp_overlap else 0.0)
+    post_exposed, post_total = _sync_exposed(post, ps.F.end if sc.dp_overlap else 0.0)
     # What hides under the backward still slows it (step.cost.Coster.overlap_cost).
     exposed += slow * (sync_total - exposed)
     post_exposed += slow * (post_total - post_exposed)

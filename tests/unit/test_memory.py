@@ -418,3 +418,18 @@ def test_serving_batches_peak_memory_as_measured():
     prefill = table[~decode & ~small]["mem_ratio"]
     assert len(prefill) == 4 and prefill.between(0.985, 1.0).all(), prefill
     assert table[~decode & small]["mem_ratio"].between(0.94, 0.97).all()
+
+
+def test_zero3_gathers_only_what_it_shards():
+    """Experts whose data-parallel group is one rank (ep = dp) are whole on every GPU: ZeRO-3
+    gathers none of them, so it never holds more than ZeRO-2 on the same plan."""
+    from gpuperf import api
+
+    kw = dict(mode="train", system="dgx-h100", seq=4096, dp=2, ep=2, micro_batch=1, global_batch=8)
+    two, three = (api.predict("mixtral-8x7b", **kw, zero=z).memory for z in (2, 3))
+    assert sum(three.values()) < sum(two.values())
+    cfg = load_model("mixtral-8x7b")
+    sc = Scenario(mode="train", seq=4096, dp=2, ep=2, micro_batch=1, batch=4, zero=3)
+    shared = memory_breakdown(cfg, sc)["gathered"]
+    sharded = memory_breakdown(cfg, dataclasses.replace(sc, dp=4, batch=2))["gathered"]
+    assert 0 < shared < sharded  # the experts' layers join the gather once edp > 1

@@ -388,3 +388,15 @@ def test_expert_gradients_span_the_nodes_of_their_group():
     # tp2 cp2 dp8 ep2 on 8-GPU nodes: the expert-dp group (cp2 × dp4, dp stride 8) spans 4 nodes.
     g = groups_for(Scenario(mode="train", tp=2, cp=2, dp=8, ep=2, seq=4096), 8)
     assert g.edp == 8 and g.edp_nodes == 4
+
+
+def test_gradient_buckets_hide_under_a_host_bound_backward():
+    """DDP's reductions run while the host issues the backward: a host-bound step hides them
+    under its wall time, so more tokens never make its step shorter (the window was once the
+    backward's GPU time alone, and a longer sequence hid more of them)."""
+    from gpuperf import api
+
+    kw = dict(mode="train", impl="eager", system="dgx-h100", dp=8, global_batch=8, micro_batch=1)
+    times = [api.predict("llama3-8b", seq=s, **kw).total_ms for s in (256, 512, 1024, 2048)]
+    assert times == sorted(times)
+    assert times[-1] > times[0]
