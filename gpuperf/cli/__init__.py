@@ -95,6 +95,11 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: turns library errors into one-line messages and exit codes (0/1/2/3; 130 on
     Ctrl-C, 143 on SIGTERM, which runs the same clean-up as Ctrl-C). A reader of stdout that
     leaves early (`| head`) ends the program quietly with exit 0."""
+    if sys.stdout is None:  # started with its stdout closed (`>&-`): Python gives it none
+        if sys.stderr is not None:
+            click.echo("gpuperf: error: cannot write the output: standard output is closed",
+                       err=True)  # fmt: skip
+        sys.exit(3)
     old = None
     if threading.current_thread() is threading.main_thread():
         old = signal.signal(signal.SIGTERM, _on_sigterm)

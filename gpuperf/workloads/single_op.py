@@ -102,7 +102,7 @@ def attention(
 
 
 def elementwise(fn: str, numel: int, dtype: DType = "bf16") -> Elementwise:
-    if fn not in ELEMENTWISE_FNS:
+    if not isinstance(fn, str) or fn not in ELEMENTWISE_FNS:
         raise InputError(
             f"unknown elementwise fn {fn!r}; expected one of: {', '.join(ELEMENTWISE_FNS)}"
         )
