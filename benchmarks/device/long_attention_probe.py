@@ -8,15 +8,15 @@ Each shape is PyTorch's SDPA (cuDNN on Hopper) on bf16, head dim 128, batch 1:
 - causal, queries = keys, 16K-128K tokens, 4, 8 or 32 heads (a whole sequence, or the diagonal
   block of a ring step);
 - not causal, queries against twice as many keys (a ring step's off-diagonal blocks);
-forward and backward each timed from the profiler's kernel durations (median of calls), as
-train_kernels_probe.py times its SDPA rows. Writes attention_long_held.json (the sweep format,
-marked held out: no fit reads it).
+forward and backward each timed from the profiler's kernel durations (median of calls) by
+train_kernels_probe.py's SDPA rows (cuDNN's GQA head sums of dK and dV apart, as gpuperf charges
+them; the committed file's one GQA backward row, taken before, holds them: 0.44 of 166.5 ms).
+Writes attention_long_held.json (the sweep format, marked held out: no fit reads it).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -24,9 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_kernels_probe import _row, kernel_calls, short_name  # noqa: E402
-
-from gpuperf.perfmodel.ops import Attention  # noqa: E402
+from train_kernels_probe import _sdpa_shape  # noqa: E402
 
 K = 1024
 # (heads, kv_heads, q_len, kv_len, causal)
@@ -36,34 +34,10 @@ SHAPES += [(32, 8, 64 * K, 64 * K, True)]
 
 
 def _shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: ANN001
-    import torch.nn.functional as F
-
     H, KV, sq, skv, causal = shape
-    q = torch.randn(1, H, sq, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    k = torch.randn(1, KV, skv, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    v = torch.randn_like(k, requires_grad=True)
-
-    def fwd():  # noqa: ANN202
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=KV != H)
-
-    out = fwd()
-    go = torch.randn_like(out)
-
-    def bwd():  # noqa: ANN202
-        return torch.autograd.grad(out, (q, k, v), go, retain_graph=True)
-
-    tag = f"h{H}/kv{KV}/q{sq}/k{skv}" + ("/causal" if causal else "")
-    rows = []
-    for backward, fn in ((False, fwd), (True, bwd)):
-        t = time_fn(fn, "cuda", budget)
-        calls = kernel_calls(torch, fn, calls=3)
-        us = statistics.median(sum(u for _, u in c) for c in calls)
-        op = Attention(f"sdpa_long/{tag}" + ("/bwd" if backward else ""), 1, H, KV, sq, skv,
-                       128, causal, "bf16", backward=backward)  # fmt: skip
-        kernels = [(short_name(n), round(u, 2)) for n, u in calls[-1]]
-        rows.append(_row(op, us, t.median_s * 1e3, {"kernels": kernels}))
-        print(f"{op.name:44s} {us / 1e3:9.3f} ms (events {t.median_s * 1e3:9.3f})", flush=True)
-    return rows
+    name = f"sdpa_long/h{H}/kv{KV}/q{sq}/k{skv}" + ("/causal" if causal else "")
+    return _sdpa_shape(torch, (1, H, KV, sq, 128, 0.0), budget, time_fn, kv_len=skv,
+                       causal=causal, name=name)  # fmt: skip
 
 
 def main() -> int:

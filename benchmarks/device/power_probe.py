@@ -30,7 +30,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 sys.path.insert(0, str(HERE))
 
-FP8_MAX = 448.0
+from gpuperf.measure.kernels_gemm import FP8_MAX  # noqa: E402
+
 T, H, FFN, HEADS, D = 4096, 4096, 11008, 32, 128  # Llama-2-7B, one 4096-token micro-batch
 GEMMS = [  # (dtype, m, n, k): Y[m, n] = X[m, k] W[n, k]^T
     ("bf16", 8192, 8192, 8192),
@@ -86,31 +87,10 @@ class Sampler:
         }
 
 
-def fp8_pair(torch, a_hi, b_hi):  # noqa: ANN001, ANN201
-    """A [m, k] row-major and B [k, n] column-major in e4m3 with per-tensor scales."""
-    sa = (a_hi.abs().amax().float() / FP8_MAX).reshape(())
-    sb = (b_hi.abs().amax().float() / FP8_MAX).reshape(())
-    return (a_hi / sa).to(torch.float8_e4m3fn), sa, (b_hi / sb).to(torch.float8_e4m3fn), sb
-
-
-def gemm_fn(torch, dtype: str, m: int, n: int, k: int):  # noqa: ANN001, ANN201
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    if dtype == "bf16":
-        return lambda: x @ w.t()
-    a, sa, b, sb = fp8_pair(torch, x, w)
-    bt = b.t()  # column-major [k, n]
-    return lambda: torch._scaled_mm(
-        a, bt, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=True
-    )
-
-
 class Layer:
     """A Llama-2-7B block's training work on one micro-batch, op by op, each op timed by its own
     event pair. fp8: every GEMM (forward, dgrad, wgrad) through _scaled_mm on e4m3 operands, with
     the casts and transposes Transformer Engine's cast_transpose makes; bf16: plain matmuls."""
-
-    NAMES = ("qkv", "out", "gate_up", "down")
 
     def __init__(self, torch, dtype: str) -> None:  # noqa: ANN001
         self.torch, self.dtype = torch, dtype
@@ -127,8 +107,7 @@ class Layer:
         self.wq = {}
         if dtype == "fp8":  # weights cast once a step (TE caches them over micro-batches)
             for name, w in self.w.items():
-                s = (w.abs().amax().float() / FP8_MAX).reshape(())
-                q = (w / s).to(torch.float8_e4m3fn)
+                q, s = self._quant(w)
                 self.wq[name] = (q, q.t().contiguous(), s)  # [n, k] and [k, n] row-major
 
     def _timed(self, name: str, fn):  # noqa: ANN001, ANN202
@@ -214,10 +193,6 @@ class Layer:
         }
 
 
-def rest(seconds: float) -> None:
-    time.sleep(seconds)
-
-
 def sustained(torch, fn, seconds: float, sampler: Sampler, block: int):  # noqa: ANN001, ANN201
     """fn back to back for `seconds`: per-call times of the first 0.3 s and the last third."""
     rows = []  # (t_since_start, ms per call)
@@ -248,7 +223,9 @@ def main() -> int:
     import pynvml
     import torch
 
+    from gpuperf.measure.kernels_gemm import build
     from gpuperf.measure.timing import time_fn
+    from gpuperf.workloads import single_op as so
 
     pynvml.nvmlInit()
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -264,12 +241,13 @@ def main() -> int:
     a.out_dir.mkdir(parents=True, exist_ok=True)
     with Sampler(pynvml, h) as sampler:
         for dtype, m, n, k in GEMMS:
-            fn = gemm_fn(torch, dtype, m, n, k)
+            # the kernel the calibration sweeps run (torch.matmul, or _scaled_mm per-tensor)
+            fn = build(so.gemm(m, n, k, dtype=dtype), "cuda", torch).run
             fn()
             torch.cuda.synchronize()
-            rest(a.rest)
+            time.sleep(a.rest)
             sweep = time_fn(fn, "cuda").median_s * 1e3
-            rest(a.rest)
+            time.sleep(a.rest)
             first, steady, t0, trace = sustained(torch, fn, a.seconds, sampler, block=20)
             w = sampler.window(t0 + a.seconds * 2 / 3, t0 + a.seconds)
             row = {"dtype": dtype, "m": m, "n": n, "k": k, "sweep_ms": sweep, "first_ms": first,
@@ -286,7 +264,7 @@ def main() -> int:
             for _ in range(3):
                 layer.step()
             torch.cuda.synchronize()
-            rest(a.rest)
+            time.sleep(a.rest)
             # sweep-style: each op alone under gpuperf's timer is what the sweeps measure; here
             # the whole layer is first run for ~0.3 s right after the rest, then sustained.
             layer.ops.clear()

@@ -111,17 +111,29 @@ def short_name(name: str) -> str:
     return name.replace("void at::native::", "").replace("(anonymous namespace)::", "")[:110]
 
 
-def _sdpa_shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: ANN001
-    """The forward and the backward row of one SDPA shape."""
+def _sdpa_shape(
+    torch,
+    shape: tuple,
+    budget,
+    time_fn,
+    *,
+    kv_len: int | None = None,
+    causal: bool = True,
+    name: str = "",
+) -> list[dict]:  # noqa: ANN001
+    """The forward and the backward row of one SDPA shape (b, heads, kv heads, queries, head
+    dim, dropout): against as many keys, causal, unless `kv_len` and `causal` say otherwise;
+    `name`: the rows' name (default sdpa/b../h../kv../s../d..)."""
     import torch.nn.functional as F
 
     b, H, KV, s, d, p = shape
+    kv_len = kv_len or s
     q = torch.randn(b, H, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    k = torch.randn(b, KV, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(b, KV, kv_len, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     v = torch.randn_like(k, requires_grad=True)
 
     def fwd():  # noqa: ANN202
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal,
                                               enable_gqa=KV != H)  # fmt: skip
 
     out = fwd()
@@ -130,7 +142,7 @@ def _sdpa_shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: AN
     def bwd():  # noqa: ANN202
         return torch.autograd.grad(out, (q, k, v), go, retain_graph=True)
 
-    tag = f"b{b}/h{H}/kv{KV}/s{s}/d{d}" + (f"/p{p}" if p else "")
+    name = name or f"sdpa/b{b}/h{H}/kv{KV}/s{s}/d{d}" + (f"/p{p}" if p else "")
     rows = []
     for backward, fn in ((False, fwd), (True, bwd)):
         t = time_fn(fn, "cuda", budget)
@@ -139,7 +151,7 @@ def _sdpa_shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: AN
         # dv_sum, charged apart: left out of the attention call's kernels
         core = statistics.median(sum(us for n, us in c if "reduce_head" not in n) for c in calls)
         sums = statistics.median(sum(us for n, us in c if "reduce_head" in n) for c in calls)
-        op = Attention(f"sdpa/{tag}" + ("/bwd" if backward else ""), b, H, KV, s, s, d, True,
+        op = Attention(name + ("/bwd" if backward else ""), b, H, KV, s, kv_len, d, causal,
                        "bf16", backward=backward, dropout=p > 0)  # fmt: skip
         rows.append(_row(op, core, t.median_s * 1e3, {
             "dropout_p": p, "head_sums_us": sums,

@@ -96,10 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     Ctrl-C, 143 on SIGTERM, which runs the same clean-up as Ctrl-C). A reader of stdout that
     leaves early (`| head`) ends the program quietly with exit 0."""
     if sys.stdout is None:  # started with its stdout closed (`>&-`): Python gives it none
-        if sys.stderr is not None:
-            click.echo("gpuperf: error: cannot write the output: standard output is closed",
-                       err=True)  # fmt: skip
-        sys.exit(3)
+        _cannot_write("standard output is closed")
     old = None
     if threading.current_thread() is threading.main_thread():
         old = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -112,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         if exc.errno not in NO_ROOM:
             raise
-        _cannot_write(exc)
+        _cannot_write(exc.strerror or str(exc))
     except SystemExit:
         # Output still buffered goes now, while a closed pipe can be told apart; at the
         # interpreter's exit it would print "Exception ignored ... BrokenPipeError".
@@ -123,19 +120,18 @@ def main(argv: list[str] | None = None) -> None:
         except OSError as exc:
             if exc.errno not in NO_ROOM:
                 raise
-            _cannot_write(exc)
+            _cannot_write(exc.strerror or str(exc))
         raise
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
 
 
-def _cannot_write(exc: OSError) -> NoReturn:
-    """Writing the output failed for want of room (NO_ROOM: stdout on a full disk, /dev/full):
-    the machine's state, not the input or a bug, so one line and exit 3 (cannot run here), as
-    for -o files (fileio.cannot_write)."""
+def _cannot_write(reason: str) -> NoReturn:
+    """Writing the output failed for want of room (NO_ROOM: stdout on a full disk, /dev/full)
+    or of a stdout at all: the machine's state, not the input or a bug, so one line and exit 3
+    (cannot run here), as for -o files (fileio.cannot_write)."""
     _drop_stdout()  # what is left in stdout's buffer would fail again at exit
-    reason = exc.strerror or str(exc)
     click.echo(f"gpuperf: error: cannot write the output: {reason}", err=True)
     sys.exit(3)
 
