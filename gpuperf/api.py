@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpuperf.dtypes import parse_dtype
 from gpuperf.errors import InputError, shown, unknown_argument
 from gpuperf.units import MAX_VALUE
-from gpuperf.workloads.scenario import PARALLEL_FIELDS
+from gpuperf.workloads.scenario import MODES, PARALLEL_FIELDS
 
 if TYPE_CHECKING:
     from gpuperf.hardware.spec import GpuSpec, SystemSpec
@@ -83,9 +83,9 @@ def predict(
     gpu: GpuLike | None = None,
     mode: str = "prefill",
     batch: int = 1,
-    seq: int = 2048,
-    ctx: int = 2048,
-    new_tokens: int = 128,
+    seq: int | None = None,
+    ctx: int | None = None,
+    new_tokens: int | None = None,
     dtype: str = "bf16",
     kv_dtype: str | None = None,
     impl: str = "fused",
@@ -103,9 +103,11 @@ def predict(
 
     mode: prefill (batch × seq tokens), decode (one token per sequence against a KV cache of ctx),
     generate (prefill of seq, then new_tokens decode steps; extra has ttft_ms and tpot_ms), or
-    train (forward + backward + AdamW over batch × seq). impl "eager" issues one kernel per
-    PyTorch op (unfused); "compile" (training) runs PyTorch's framework around torch.compile'd
-    layers (torchtitan's recipe; recompute="op" is its per-op checkpointing); cuda_graphs
+    train (forward + backward + AdamW over batch × seq); seq and ctx default to 2048,
+    new_tokens to 128, and a size the mode does not use is refused. impl "eager" issues one
+    kernel per PyTorch op (unfused); "compile" (training) runs PyTorch's framework around
+    torch.compile'd layers (torchtitan's recipe; recompute="op" is its per-op checkpointing);
+    cuda_graphs
     replays the step as a graph (cheap launches); attn "math" materializes the attention scores.
     weight_dtype "int4"/"int8": weight-only quantized GEMMs with `dtype` activations;
     fp8_scales "tensor"/"row": how dtype="fp8" GEMMs scale; mla "naive"/"absorbed": the
@@ -135,14 +137,13 @@ def predict(
         raise unknown_argument(unknown[0], [*inspect.signature(predict).parameters, *PARALLEL])
     if nodes is not None and (not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1):
         raise InputError(f"nodes must be a positive integer, got {nodes!r}")
+    sizes = mode_sizes(mode, {"seq": seq, "ctx": ctx, "new_tokens": new_tokens}, _PREDICT_SIZES)
     gpu_spec, sys_spec = hardware(gpu, system)
     cfg = resolve_model(model)
     scenario = Scenario(
         mode=mode,  # type: ignore[arg-type]
         batch=batch,
-        seq=seq,
-        ctx=ctx,
-        new_tokens=new_tokens,
+        **{k: PREDICT_DEFAULTS[k] if v is None else v for k, v in sizes.items()},
         dtype=_dtype_required(dtype),
         kv_dtype=_dtype(kv_dtype, "kv_dtype"),
         impl=impl,  # type: ignore[arg-type]
@@ -155,6 +156,34 @@ def predict(
         **parallel,
     )
     return run_predict(cfg, scenario, place(cfg, scenario, gpu_spec, sys_spec, nodes))
+
+
+# predict's sizes where the caller gives none, and the modes each one applies to.
+PREDICT_DEFAULTS = {"seq": 2048, "ctx": 2048, "new_tokens": 128}
+_PREDICT_SIZES = {"seq": ("prefill", "generate", "train"), "ctx": ("decode",),
+                  "new_tokens": ("generate",)}  # fmt: skip
+
+
+def mode_sizes(mode: Any, sizes: dict[str, Any], applies: dict[str, tuple[str, ...]]
+               ) -> dict[str, Any]:  # fmt: skip
+    """`sizes` back, after an InputError for one given (not None) to a mode it does not apply to
+    (`--mode train --ctx 100`): predict and search refuse it alike. An unknown mode is left to
+    the caller's own check."""
+    for name, value in sizes.items():
+        known = isinstance(mode, str) and mode in MODES
+        if value is not None and known and mode not in applies[name]:
+            *rest, last = applies[name]
+            modes = f"{', '.join(rest)} and {last}" if rest else last
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{name} ({flag}) applies to mode {modes}, not {mode}")
+    return sizes
+
+
+def for_mode(kw: dict[str, Any]) -> dict[str, Any]:
+    """predict's keyword arguments `kw` without the sizes its mode does not use: for callers that
+    replay a recorded scenario holding every size (a decode run's seq)."""
+    mode = kw.get("mode", "prefill")
+    return {k: v for k, v in kw.items() if k not in _PREDICT_SIZES or mode in _PREDICT_SIZES[k]}
 
 
 def _dtype_required(value: Any) -> Any:
@@ -316,14 +345,9 @@ def search(
     if not isinstance(impl, str) or impl not in ("fused", "eager", "compile"):
         raise InputError(f"unknown impl {shown(impl)}; expected one of: fused, eager, compile")
     sizes = {"global_batch": global_batch, "seq": seq, "batch": batch, "ctx": ctx}
-    for name, value in sizes.items():
-        if value is None:
-            continue
-        if mode not in _SEARCH_SIZES[name]:
-            modes = " and ".join(_SEARCH_SIZES[name])
-            flag = "--" + name.replace("_", "-")
-            raise InputError(f"{name} ({flag}) applies to mode {modes}, not {mode}")
-        _whole(name, value, MAX_VALUE)
+    for name, value in mode_sizes(mode, sizes, _SEARCH_SIZES).items():
+        if value is not None:
+            _whole(name, value, MAX_VALUE)
     _whole("gpus", gpus, MAX_SEARCH_GPUS)
     _whole("top", top, MAX_VALUE)
     sizes = {k: SEARCH_DEFAULTS[k] if v is None else v for k, v in sizes.items()}

@@ -20,6 +20,17 @@ MAX_POINTS = 10_000  # a sweep longer than this is a typo, not a benchmark
 _SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
+# The longest time a measured row may state: a day, in ms (beyond it, a unit mix-up or a typo;
+# sums of such rows overflow a report's shares).
+MAX_MEASURED_MS = 86_400_000.0
+
+
+def is_measured_ms(v: object) -> bool:
+    """A measured time in ms that a results row may hold: a number > 0 and at most a day (None,
+    a row not measured, is the caller's to allow). calibrate and report read rows alike."""
+    return not isinstance(v, bool) and isinstance(v, int | float) and 0 < v <= MAX_MEASURED_MS
+
+
 def parse_size(text: str | int, what: str = "size") -> int:
     """Parse '4096', '4K', '1GiB', '16MB' into a positive int; raise InputError otherwise."""
     if isinstance(text, int):

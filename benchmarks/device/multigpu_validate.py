@@ -235,7 +235,9 @@ def main() -> int:
             cfg = from_hf_dict(cfg_dict, name=model)
             pred = None
             if spec is not None:
-                pred = api.predict(cfg, gpu=spec, **{k: getattr(sc, k) for k in SCENARIO_KEYS})
+                pred = api.predict(
+                    cfg, gpu=spec, **api.for_mode({k: getattr(sc, k) for k in SCENARIO_KEYS})
+                )
             t0 = time.monotonic()
             try:
                 profile = sc.gpus > 1 and a.profile

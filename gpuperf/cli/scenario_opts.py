@@ -27,11 +27,16 @@ SCENARIO_OPTIONS: list[Callable[..., Any]] = [
         "--new-tokens decode steps; train: fwd+bwd+AdamW.",
     ),
     click.option("--batch", type=SIZE, default="1", show_default=True, help="Sequences."),
-    click.option("--seq", type=SIZE, default="2048", show_default=True, help="Prompt tokens."),
     click.option(
-        "--ctx", type=SIZE, default="2048", show_default=True, help="KV context (decode)."
+        "--seq",
+        type=SIZE,
+        default=None,
+        help="Prefill, generate, train: tokens per sequence.  [default: 2048]",
     ),
-    click.option("--new-tokens", type=SIZE, default="128", show_default=True, help="Generated."),
+    click.option("--ctx", type=SIZE, default=None, help="Decode: KV context.  [default: 2048]"),
+    click.option(
+        "--new-tokens", type=SIZE, default=None, help="Generate: tokens generated.  [default: 128]"
+    ),
     dtype_option(),
     click.option(
         "--kv-dtype", default=None, callback=_dtype_or_none, help="KV cache (default: --dtype)."

@@ -146,10 +146,12 @@ def run_collective(
     Raises CollectiveTimeout (rows done so far are passed to on_row before) or WorkersFailed.
     """
     check_launch(coll, launch)
-    if launch.device == "cpu" and sizes:  # every rank holds an input and an output buffer
-        from gpuperf.measure.env import check_host_memory
+    if launch.device == "cpu":  # every rank is a process holding an input and an output buffer
+        from gpuperf.measure.env import check_cpu_ranks, check_host_memory
 
-        check_host_memory(2 * max(sizes) * launch.nproc, f"{coll} of {max(sizes):,} bytes")
+        check_cpu_ranks(launch.nproc)
+        if sizes:
+            check_host_memory(2 * max(sizes) * launch.nproc, f"{coll} of {max(sizes):,} bytes")
     with tempfile.TemporaryDirectory(prefix="gpuperf-coll-") as tmp:
         out, log = Path(tmp) / "result.json", Path(tmp) / "workers.log"
         cmd = torchrun_command(

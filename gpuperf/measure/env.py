@@ -38,6 +38,29 @@ def check_host_memory(need: float, what: str) -> None:
         )
 
 
+# One CPU rank is a Python process with torch and gloo loaded: ~0.3 GiB resident before its
+# buffers. More processes than a few per core only time the scheduler.
+CPU_RANK_BYTES = 0.3 * 2**30
+CPU_RANKS_PER_CORE = 4
+
+
+def check_cpu_ranks(ranks: int) -> None:
+    """EnvironmentUnavailable (exit 3) before `--device cpu` starts more worker processes than
+    this host can run: at most CPU_RANKS_PER_CORE per core, and their memory must fit."""
+    import os
+
+    from gpuperf.errors import EnvironmentUnavailable
+
+    cores = os.cpu_count() or 1
+    most = max(2, CPU_RANKS_PER_CORE * cores)
+    if ranks > most:
+        raise EnvironmentUnavailable(
+            f"--device cpu runs one process per rank: {ranks} ranks on {cores} cores is more "
+            f"than the {most} ({CPU_RANKS_PER_CORE} per core) this host can time"
+        )
+    check_host_memory(ranks * CPU_RANK_BYTES, f"{ranks} CPU ranks (one process each)")
+
+
 def _cpu_model() -> str | None:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:

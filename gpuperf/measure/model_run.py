@@ -130,6 +130,10 @@ def check_devices(run: ModelRun) -> None:
                 f"{run.nproc} GPUs needed, {have} present"
                 + ("; use --device cpu" if not have else "")  # fmt: skip
             )
+    else:
+        from gpuperf.measure.env import check_cpu_ranks
+
+        check_cpu_ranks(run.nproc)
     impl = implementation(run.scenario)
     if impl == "cp":
         if run.device != "cuda":

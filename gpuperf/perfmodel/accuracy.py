@@ -35,6 +35,7 @@ from gpuperf.perfmodel.ops_io import op_from_dict
 from gpuperf.perfmodel.roofline import op_time
 from gpuperf.step.memory import measured_window_bytes
 from gpuperf.step.track_record import e2e_class, plan_class
+from gpuperf.units import is_measured_ms
 
 # Median |predicted/measured - 1| targets on held-out shapes (the project's accuracy issue).
 TARGETS: dict[str, float] = {
@@ -104,12 +105,13 @@ def _list(data: dict[str, Any], key: str, path: Path) -> list[dict[str, Any]]:
 
 
 def _ms(value: Any, path: Path) -> float | None:
+    """A row's measured_ms; None (not measured) is left out; anything else but a time in ms is
+    refused, as `gpuperf report --measured` refuses it."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InputError(f"{path}: measured_ms must be a finite number, got {value!r}")
-    if value < 0:  # a time is never negative (0: a row that measured nothing, left out)
-        raise InputError(f"{path}: measured_ms must not be negative, got {value!r}")
+    if not is_measured_ms(value):
+        raise InputError(f"{path}: measured_ms must be a number of milliseconds > 0 and at most "
+                         f"a day, got {shown(value)}")  # fmt: skip
     return float(value)
 
 
@@ -389,11 +391,12 @@ SCENARIO_KEYS = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "dtype", 
 
 
 def predict_multigpu(r: MultiGpuRun, gpu: GpuSpec) -> Any:
-    from gpuperf.api import predict
+    from gpuperf.api import for_mode, predict
     from gpuperf.workloads.config import from_hf_dict
 
     cfg = from_hf_dict(r.config, name=r.model)
-    return predict(cfg, gpu=gpu, **{k: r.scenario[k] for k in SCENARIO_KEYS if k in r.scenario})
+    kw = for_mode({k: r.scenario[k] for k in SCENARIO_KEYS if k in r.scenario})
+    return predict(cfg, gpu=gpu, **kw)
 
 
 def multigpu_class(r: MultiGpuRun) -> str:
@@ -473,7 +476,7 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec, with_host: bool = True) -> p
     """Predict each whole-model run with the current model (gpuperf.api.predict), and with its
     machine's own host where it was probed (`host_ratio`; not with_host: None, as a fit's loss
     needs no more)."""
-    from gpuperf.api import predict
+    from gpuperf.api import for_mode, predict
     from gpuperf.workloads.config import from_hf_dict
 
     rows = []
@@ -491,6 +494,7 @@ def e2e_table(runs: Sequence[E2ERun], gpu: GpuSpec, with_host: bool = True) -> p
             "dtype": sc.get("dtype", "bf16"),
             "cuda_graphs": bool(sc.get("cuda_graphs")),
         }
+        kw = for_mode(kw)
         p = predict(cfg, gpu=gpu, **kw)
         filled = None  # a decode run's cache, prefilled in the measured window
         if sc["mode"] == "decode" and r.peak_bytes is not None and r.cache_in_window:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from gpuperf.errors import EnvironmentUnavailable, InputError, shown
 from gpuperf.step.result import ADDITIVE
+from gpuperf.units import is_measured_ms
 
 _LAYER_PART = re.compile(r"^L\d+$")
 
@@ -112,19 +113,10 @@ def measured_frame(measured: Any) -> pd.DataFrame:
         frame = pd.DataFrame(rows)
     if "measured_ms" not in frame.columns or "name" not in frame.columns:
         raise InputError(f"{where}: rows need 'name' and 'measured_ms'")
-    if frame["measured_ms"].map(lambda v: v is not None and not _is_time(v)).any():
+    if frame["measured_ms"].map(lambda v: v is not None and not is_measured_ms(v)).any():
         raise InputError(f"{where}: measured_ms must be numbers of milliseconds > 0 and at "
                          "most a day (86,400,000)")  # fmt: skip
     return frame
-
-
-# The longest time a measured row may state: a day, in ms (beyond it, a unit mix-up or a typo;
-# sums of such rows overflow the report's shares).
-MAX_MEASURED_MS = 86_400_000.0
-
-
-def _is_time(v: Any) -> bool:
-    return not isinstance(v, bool) and isinstance(v, int | float) and 0 < v <= MAX_MEASURED_MS
 
 
 def _check_row(row: Any, i: int, where: str) -> None:
@@ -134,12 +126,18 @@ def _check_row(row: Any, i: int, where: str) -> None:
     name, ms = row.get("name"), row.get("measured_ms")
     if not isinstance(name, str):
         raise InputError(f"{where}: row {i} needs a string 'name', got {shown(name)}")
-    if ms is not None and not _is_time(ms):
+    if ms is not None and not is_measured_ms(ms):
         raise InputError(f"{where}: row {i} ({name[:60]}): measured_ms must be a number of "
                          f"milliseconds > 0 and at most a day, got {shown(ms)}")  # fmt: skip
     for key in ("kind", "shape", "dtype"):
         if key in row and not isinstance(row[key], str | None):
             raise InputError(f"{where}: row {i} ({name[:60]}): {key} must be a string")
+    for key in ("flops", "bytes"):  # a count of work: a report divides by it
+        v = row.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                              or not 0 <= v < math.inf):  # fmt: skip
+            raise InputError(f"{where}: row {i} ({name[:60]}): {key} must be a number >= 0, "
+                             f"got {shown(v)}")  # fmt: skip
 
 
 def join_measured(table: pd.DataFrame, measured: Any) -> pd.DataFrame:

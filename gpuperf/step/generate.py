@@ -120,7 +120,7 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
     flops += sc.batch * (n * 2.0 * matmul_params(cfg) + decode_attention_flops(cfg, sc.seq, n))
     tokens = sc.batch * (sc.seq + sc.new_tokens)
     pred.mfu_convention = pre.mfu_convention
-    throughput(pred, where.gpu, sc, tokens, sc.batch * sc.new_tokens, flops / tokens)
+    throughput(pred, where.gpu, sc, tokens, sc.batch * sc.new_tokens, flops / tokens, cfg=cfg)
     for text in [*pre.warnings, *steps[-1].warnings]:
         if text not in pred.warnings:
             pred.warnings.append(text)

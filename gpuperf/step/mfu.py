@@ -11,7 +11,9 @@ HFU adds what recomputation runs again: the attention core (selective) or each l
 (full; Hugging Face's gradient checkpointing) — so HFU ≥ MFU, equal without recomputation.
 Counting causal attention in full, both pass 100% where it is most of the step (a 7B model's
 prefill at 512K tokens): twice what the kernel runs (it skips the masked half) at half the peak.
-The step engine warns when they do (step.run.throughput).
+So does a prefill whose lm_head is most of N (a huge vocabulary): the count charges it for every
+token, the step computes the last token's logits only. The step engine warns when they pass
+100%, naming the larger of the two (over_peak_cause; step.run.throughput).
 """
 
 from __future__ import annotations
@@ -124,3 +126,23 @@ def _module_flops_per_token(cfg: Any, modules: frozenset[str], attn: float,
         kv_up = cfg.kv_lora_rank * H * (cfg.qk_nope_head_dim + cfg.v_head_dim)
         out += 2.0 * cfg.blocks("*") * (q_up + kv_up)
     return out
+
+
+def over_peak_cause(cfg: Any, sc: Any) -> str:
+    """Why MFU/HFU can pass 100% by the convention: what it counts per token that the kernels do
+    not run, the larger of the masked half of causal attention (prefill, training) and a
+    prefill's lm_head over every token where only the last one's logits are computed."""
+    causal = attention_flops_per_token(cfg, sc) / 2 if sc.mode != "decode" else 0.0
+    head = 0.0
+    if sc.mode in ("prefill", "generate"):
+        head = 2.0 * cfg.vocab * cfg.hidden * (1 - 1 / sc.seq)
+    if head > causal:
+        return (
+            "PaLM's count charges the lm_head for every prompt token (its vocabulary of "
+            f"{cfg.vocab:,} is most of N), while a prefill computes only the last token's "
+            "logits"
+        )
+    return (
+        "PaLM's count includes the masked half of causal attention, which the kernel skips "
+        "and which long sequences are mostly made of"
+    )

@@ -465,7 +465,7 @@ def _predict_step(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predictio
     _host_warning(pred, sc, where.gpu, kernels, cost.busy_s, total_s, cost.host_s)
     per_token, pred.mfu_convention = model_flops_per_token(cfg, sc)
     redo = recompute_flops_per_token(cfg, sc)
-    throughput(pred, where.gpu, sc, sc.tokens, sc.tokens, per_token, redo, total_s)
+    throughput(pred, where.gpu, sc, sc.tokens, sc.tokens, per_token, redo, total_s, cfg=cfg)
     return pred
 
 
@@ -484,18 +484,19 @@ def rates(gpu: GpuSpec, sc: Scenario, total_s: float, tokens: int, out_tokens: i
 
 def throughput(pred: Prediction, gpu: GpuSpec, sc: Scenario, tokens: int, out_tokens: int,
                per_token: float, redo_per_token: float = 0.0,
-               total_s: float | None = None) -> None:  # fmt: skip
-    """Set the Prediction's tokens/s, MFU and HFU (see rates)."""
+               total_s: float | None = None, *, cfg: ModelConfig) -> None:  # fmt: skip
+    """Set the Prediction's tokens/s, MFU and HFU (see rates); over 100%, warn with the cause
+    (step.mfu.over_peak_cause of cfg)."""
     total_s = pred.total_ms * 1e-3 if total_s is None else total_s
     got = rates(gpu, sc, total_s, tokens, out_tokens, per_token, redo_per_token)
     pred.tokens_per_s, pred.mfu, pred.hfu = got
     pred.extra["tokens_per_s_per_gpu"] = pred.tokens_per_s / sc.gpus
     if (pred.hfu or 0.0) > 1.0:  # the convention's count, not the kernels': see step.mfu
+        from gpuperf.step.mfu import over_peak_cause
+
         pred.warnings.append(
             f"MFU {pred.mfu:.0%} / HFU {pred.hfu:.0%} is over 100% by the convention, not the "
-            "GPU: PaLM's count includes the masked half of causal attention, which the kernel "
-            "skips and which long sequences are mostly made of; the ops' own FLOPs stay under "
-            "the peak"
+            f"GPU: {over_peak_cause(cfg, sc)}; the ops' own FLOPs stay under the peak"
         )
 
 

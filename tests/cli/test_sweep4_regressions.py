@@ -199,4 +199,4 @@ def test_calibrate_from_a_negative_measured_time_says_so(capsys, tmp_path):
     path = tmp_path / "m.json"
     path.write_text(json.dumps({"env": {"gpu": "NVIDIA H100 80GB HBM3"}, "rows": rows}))
     refused(capsys, "calibrate", "--from", str(path), "--gpu", "h100", "--all-shapes", "-o",
-            str(tmp_path / "c.toml"), match="measured_ms must not be negative")  # fmt: skip
+            str(tmp_path / "c.toml"), match="> 0 and at most a day, got -1.0")  # fmt: skip

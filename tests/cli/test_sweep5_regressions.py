@@ -1,5 +1,6 @@
 """The fifth sweep (hostile inputs and invariants, 2026-11-25, a later session), one named case
-each: a closed stdout, an elementwise fn that is not a string."""
+each: a closed stdout, an elementwise fn that is not a string, a size the mode does not use,
+more CPU ranks than the host can run."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from clirun import refused, run
 
 from gpuperf import api
-from gpuperf.errors import InputError
+from gpuperf.errors import EnvironmentUnavailable, InputError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,3 +34,108 @@ def test_a_closed_stdout_is_one_line_and_exit_3_not_a_traceback():
 def test_an_elementwise_fn_that_is_not_a_name_is_an_input_error(fn):
     with pytest.raises(InputError, match="unknown elementwise fn"):
         api.predict_op("elementwise", gpu="h100", fn=fn, numel=1024)
+
+
+MISPLACED = [("train", "--ctx", "applies to mode decode, not train"),
+             ("prefill", "--new-tokens", "applies to mode generate, not prefill"),
+             ("decode", "--seq", "applies to mode prefill, generate and train, not decode"),
+             ("generate", "--ctx", "applies to mode decode, not generate")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("mode", "flag", "match"), MISPLACED)
+def test_a_size_the_mode_does_not_use_is_refused_by_predict_report_and_the_api(
+    capsys, tmp_path, mode, flag, match
+):
+    """`--mode train --ctx 100` used to be ignored without a word (search refused it)."""
+    refused(capsys, "predict", "llama3-8b", "--mode", mode, flag, "100", match=match)
+    out = str(tmp_path / "r.html")
+    refused(capsys, "report", "llama3-8b", "--mode", mode, flag, "100", "-o", out, match=match)
+    assert not Path(out).exists()
+    with pytest.raises(InputError, match=match):
+        api.predict("llama3-8b", mode=mode, **{flag[2:].replace("-", "_"): 100})
+
+
+def test_sizes_left_out_take_their_defaults_and_for_mode_drops_the_unused_ones():
+    kw = {"mode": "decode", "batch": 32, "cuda_graphs": True}  # GPU-bound: the cache shows
+    base = api.predict("llama3-8b", **kw).total_ms
+    assert api.predict("llama3-8b", ctx=2048, **kw).total_ms == base
+    assert api.predict("llama3-8b", ctx=4096, **kw).total_ms > base
+    gen = api.predict("llama3-8b", mode="generate", seq=2048, new_tokens=128).total_ms
+    assert api.predict("llama3-8b", mode="generate").total_ms == gen
+    kw = api.for_mode({"mode": "decode", "seq": 64, "ctx": 4096, "new_tokens": 8, "batch": 2})
+    assert kw == {"mode": "decode", "ctx": 4096, "batch": 2}
+
+
+MANY_RANKS = [
+    ["measure", "allreduce", "--bytes", "1K", "--nproc", "100000", "--device", "cpu"],
+    ["validate", "llama3-8b", "--impl", "eager", "--mode", "train", "--dp", "4096", "--nproc",
+     "4096", "--device", "cpu"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", MANY_RANKS)
+def test_more_cpu_ranks_than_the_host_can_run_are_refused_before_any_start(capsys, args):
+    """--device cpu --nproc 100000 used to start that many gloo worker processes."""
+    code, _, err = run(capsys, *args)
+    assert code == 3, err
+    assert err.count("\n") == 1 and "runs one process per rank" in err, err
+    assert "4 per core" in err
+
+
+def test_the_cpu_rank_check_counts_cores_and_memory(monkeypatch):
+    from gpuperf.measure import env
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    env.check_cpu_ranks(8)  # 4 per core on 2 cores
+    with pytest.raises(EnvironmentUnavailable, match="9 ranks on 2 cores"):
+        env.check_cpu_ranks(9)
+    monkeypatch.setattr(env, "host_available_bytes", lambda: 1.0 * 2**30)
+    with pytest.raises(EnvironmentUnavailable, match="host memory"):
+        env.check_cpu_ranks(8)  # 8 × 0.3 GiB over 1 GiB free
+
+
+def _results_with(tmp_path, **row_fields) -> Path:
+    import json
+
+    src = ROOT / "benchmarks/results/h100-sxm5-80gb/attention.json"
+    data = json.loads(src.read_text())
+    data["rows"][0].update(row_fields)
+    out = tmp_path / "attention.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+@pytest.mark.parametrize("ms", [0, -1, 1e9, True])
+def test_calibrate_and_report_refuse_the_same_measured_times(capsys, tmp_path, ms):
+    """calibrate --from used to fit around a row of measured_ms 0 that report refused."""
+    path = _results_with(tmp_path, measured_ms=ms)
+    match = "measured_ms must be a number of milliseconds > 0 and at most a day"
+    refused(capsys, "calibrate", "--from", str(tmp_path), "--gpu", "h100", "-o",
+            str(tmp_path / "p.toml"), match=match)  # fmt: skip
+    refused(capsys, "report", "llama2-7b", "--measured", str(path), "-o",
+            str(tmp_path / "r.html"), match=match)  # fmt: skip
+    assert not (tmp_path / "p.toml").exists() and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize(("key", "value"), [("flops", -5), ("bytes", float("inf")),
+                                            ("flops", "many")])  # fmt: skip
+def test_report_refuses_a_measured_row_of_negative_or_endless_work(capsys, tmp_path, key, value):
+    path = _results_with(tmp_path, **{key: value})
+    refused(capsys, "report", "llama2-7b", "--measured", str(path), "-o",
+            str(tmp_path / "r.html"), match=f"{key} must be a number >= 0")  # fmt: skip
+
+
+def test_an_mfu_over_100_percent_names_the_count_that_causes_it():
+    """A 2^31-token vocabulary's prefill passes 100% MFU through its lm_head (counted per token,
+    run for the last token only); the warning used to blame causal attention."""
+    from gpuperf.workloads.config import from_hf_dict
+
+    big = {"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 2,
+           "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 2816,
+           "vocab_size": 2**31, "max_position_embeddings": 4096}  # fmt: skip
+    p = api.predict(from_hf_dict(big, name="big-vocab"), gpu="h100", seq=4096)
+    (text,) = [w for w in p.warnings if w.startswith("MFU")]
+    assert p.mfu > 1 and "lm_head for every prompt token" in text and "causal" not in text
+    long = api.predict("llama3-8b", gpu="h100", seq=524288)
+    (text,) = [w for w in long.warnings if w.startswith("MFU")]
+    assert long.mfu > 1 and "masked half of causal attention" in text
