@@ -284,6 +284,24 @@ def grouped_gemm_fp8_ops() -> list[Op]:
     return ops
 
 
+# Decode's token counts: a serving step's batch, where the kernel's setup and its few tiles
+# set the time (the grouped sweep above has 1, 4, 16 and 64 only, most of them held out).
+MOE_DECODE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def grouped_gemm_decode_ops() -> list[Op]:
+    """Both forward grouped GEMMs of every MoE shape above (the grouped sweep's, GPT-OSS-120B's
+    and the held-out experts') at decode's token counts, in bf16 and fp8 (rowwise scales, each
+    expert's rows padded to 16 as torch._scaled_grouped_mm requires)."""
+    ops: list[Op] = []
+    for model, (e, topk, h, f) in {**MOE_TRAIN_SHAPES, **MOE_HELD_SHAPES}.items():
+        for t in MOE_DECODE_TOKENS:
+            for part, n, k in (("gate_up", 2 * f, h), ("down", h, f)):
+                for dt in ("bf16", "fp8"):
+                    ops.append(GroupedGemm(f"{model}/t{t}/{part}/{dt}", t, topk, e, n, k, dt))
+    return ops
+
+
 GROUPS = {
     "gemm": gemm_ops,
     "gemm_models": model_gemm_ops,
@@ -302,6 +320,7 @@ GROUPS = {
     "grouped_gemm_bwd": grouped_gemm_bwd_ops,
     "grouped_gemm_bwd_held": grouped_gemm_bwd_held_ops,
     "grouped_gemm_fp8": grouped_gemm_fp8_ops,
+    "grouped_gemm_decode": grouped_gemm_decode_ops,
 }
 
 
