@@ -37,6 +37,7 @@ FILES = (
     "grouped_gemm.json",
     "grouped_gemm_bwd.json",
     "grouped_gemm_fp8.json",
+    "grouped_gemm_decode.json",
     "attention_masked_prefill.json",
     "attention_masked_train.json",
     "train_kernels.json",

@@ -16,8 +16,8 @@ setup (`grouped_gemm_floor_s` in [model.extra]); the math runs at `grouped_gemm_
 GEMM rate (the CUTLASS grouped kernel against cuBLAS's best dense kernel; fp8's grouped kernel,
 torch._scaled_grouped_mm with rowwise scales, at `grouped_gemm_fp8_eff` of the dense fp8 rate)
 and the weights stream at `grouped_gemm_mem_eff` of the HBM bandwidth (on an H200 the kernel
-streams them at ~68% of its 4.8 TB/s, on an H100 at ~84% of 3.35 TB/s: grouped_gemm.json on
-each).
+streams them at ~62% of its 4.8 TB/s, on an H100 at ~80% of 3.35 TB/s: grouped_gemm.json and
+grouped_gemm_decode.json on each; the setup floor fits ~14.5 µs on both, the same chip).
 
 fp8's kernel picks its tile by PyTorch's own rule (aten/src/ATen/native/cuda/ScaledGroupMM.cu,
 dispatch_fp8_grouped_gemm_on_tile_size, without fast accumulation as torch._scaled_grouped_mm
