@@ -97,10 +97,14 @@ def is_aligned(op: Gemm) -> bool:
     """True when the leading dimensions (K of A and B, N of C) are 16-byte multiples.
 
     nn.Linear's layout (A[m,k] @ W[n,k]ᵀ → C[m,n]) gives cuBLAS lda = ldb = K and ldc = N; M is
-    not a leading dimension, so an odd M (token count) keeps the fast path.
+    not a leading dimension, so an odd M (token count) keeps the fast path. A weight gradient
+    (`wgrad`: dW = dYᵀ @ X, here m and n the weight's dims and k the tokens; autograd's
+    grad_output.t().mm(input)) reads dY and X along their rows: its leading dimensions are the
+    weight's two, never the token count.
     """
     b = BYTES[op.dtype]
-    return (op.k * b) % ALIGN_BYTES == 0 and (op.n * b) % ALIGN_BYTES == 0
+    lead = (op.m, op.n) if op.wgrad else (op.k, op.n)
+    return all((d * b) % ALIGN_BYTES == 0 for d in lead)
 
 
 def _hw(op: Gemm, gpu: GpuSpec) -> _Hw:

@@ -72,6 +72,9 @@ class Gemm:
     batch: int = 1
     wdtype: DType | None = None
     scales: str = ""
+    # A weight gradient, dW = dYᵀ @ X with m, n the weight's dims and k the tokens: it reads dY
+    # and X along their rows, so its leading dimensions are m and n (gemm.is_aligned).
+    wgrad: bool = False
     kind: ClassVar[OpKind] = "gemm"
 
     def cost(self) -> Cost:

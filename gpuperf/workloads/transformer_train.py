@@ -43,7 +43,7 @@ def gemm_backward(g: Gemm) -> list[Op]:
     """dgrad then wgrad of C[m, n] = A[m, k] @ W[k, n], scaled as the forward's (fp8)."""
     return [
         Gemm(g.name + ".dgrad", g.m, g.k, g.n, g.dtype, g.batch, scales=g.scales),
-        Gemm(g.name + ".wgrad", g.k, g.n, g.m, g.dtype, g.batch, scales=g.scales),
+        Gemm(g.name + ".wgrad", g.k, g.n, g.m, g.dtype, g.batch, scales=g.scales, wgrad=True),
     ]
 
 
