@@ -40,7 +40,7 @@ def test_round_trip_through_json(op):
 def test_dict_has_every_field():
     d = op_to_dict(ops.Gemm("g", m=1, n=2, k=3))
     assert d == {"type": "Gemm", "name": "g", "m": 1, "n": 2, "k": 3, "dtype": "bf16", "batch": 1,
-                 "wdtype": None, "scales": ""}  # fmt: skip
+                 "wdtype": None, "scales": "", "wgrad": False}  # fmt: skip
 
 
 def test_weight_only_gemm_reads_its_weights_at_their_width():
@@ -76,3 +76,18 @@ def test_dtypes_are_known_names_and_int4_only_for_weights(field, value):
         op_from_dict({"type": "Gemm", "name": "g", "m": 1, "n": 1, "k": 1, field: value})
     ok = op_from_dict({"type": "Gemm", "name": "g", "m": 1, "n": 1, "k": 1, "wdtype": "int4"})
     assert ok.wdtype == "int4"
+
+
+def test_a_weight_gradient_keeps_the_fast_path_at_an_odd_token_count():
+    """dW = dYᵀ @ X leads with the weight's dims (align_probe.json: 1500 tokens ran as 1504)."""
+    from gpuperf.hardware.loader import load_gpu
+    from gpuperf.perfmodel.gemm import is_aligned
+    from gpuperf.perfmodel.roofline import op_time
+
+    odd = ops.Gemm("l.wgrad", 4096, 4096, 1500, wgrad=True)
+    even = ops.Gemm("l.wgrad", 4096, 4096, 1504, wgrad=True)
+    forward = ops.Gemm("l", 1500, 4096, 4100)  # K = 4100 leads: off the fast path
+    assert is_aligned(odd) and is_aligned(even) and not is_aligned(forward)
+    gpu = load_gpu("h100")
+    assert op_time(odd, gpu).time <= op_time(even, gpu).time
+    assert not is_aligned(ops.Gemm("l", 4096, 4096, 1500))  # the same shape as a forward
