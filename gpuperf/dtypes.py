@@ -55,5 +55,6 @@ def refuse_weight_only(dtype: str, what: str = "dtype") -> None:
     if dtype in WEIGHT_ONLY:
         raise InputError(
             f"{what} {dtype} is a weight format: kernels take bf16 or fp16 activations, with "
-            f"weight_dtype={dtype} (--weight-dtype of predict MODEL, predict gemm and serve)"
+            f"weight_dtype={dtype} (--weight-dtype of predict MODEL, predict gemm and serve; "
+            f"api.predict_op's wdtype={dtype})"
         )

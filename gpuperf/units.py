@@ -23,12 +23,18 @@ _SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 # The longest time a measured row may state: a day, in ms (beyond it, a unit mix-up or a typo;
 # sums of such rows overflow a report's shares).
 MAX_MEASURED_MS = 86_400_000.0
+# The shortest: a nanosecond (no kernel is timed below a microsecond; 5e-324 ms is 0 s).
+MIN_MEASURED_MS = 1e-6
+
+
+MEASURED_MS_RULE = "measured_ms must be a number of milliseconds from a nanosecond (1e-6) to a day"
 
 
 def is_measured_ms(v: object) -> bool:
-    """A measured time in ms that a results row may hold: a number > 0 and at most a day (None,
-    a row not measured, is the caller's to allow). calibrate and report read rows alike."""
-    return not isinstance(v, bool) and isinstance(v, int | float) and 0 < v <= MAX_MEASURED_MS
+    """A measured time in ms that a results row may hold: a number from a nanosecond to a day
+    (None, a row not measured, is the caller's to allow). calibrate and report read rows alike."""
+    return (not isinstance(v, bool) and isinstance(v, int | float)
+            and MIN_MEASURED_MS <= v <= MAX_MEASURED_MS)  # fmt: skip
 
 
 def parse_size(text: str | int, what: str = "size") -> int:

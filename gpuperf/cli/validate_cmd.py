@@ -70,8 +70,9 @@ EXAMPLES = (
 )  # fmt: skip
 @click.option("--batch", type=COUNT, default=1, show_default=True,
               help="Sequences (per data-parallel rank).")  # fmt: skip
-@click.option("--seq", type=COUNT, default=2048, show_default=True)
-@click.option("--ctx", type=COUNT, default=2048, show_default=True)
+@click.option("--seq", type=COUNT, default=None,
+              help="Prefill, train: tokens per sequence.  [default: 2048]")  # fmt: skip
+@click.option("--ctx", type=COUNT, default=None, help="Decode: KV context.  [default: 2048]")
 @dtype_option()
 @click.option(
     "--nproc",
@@ -133,6 +134,11 @@ def validate(
     micro_batch: int | None, zero: str, tp_impl: str, cuda_graphs: bool, iters: int,
     timeout: float, recompute: str, **kw: Any,
 ) -> None:  # fmt: skip
+    from gpuperf.api import PREDICT_DEFAULTS, mode_sizes
+
+    # a size the mode does not use is refused, as predict refuses it
+    sizes = mode_sizes(mode, {"seq": kw["seq"], "ctx": kw["ctx"]}, VALIDATE_SIZES)
+    kw.update({k: PREDICT_DEFAULTS[k] if v is None else v for k, v in sizes.items()})
     parallel = dict(tp=tp, dp=dp, cp=cp, pp=pp, micro_batch=micro_batch, zero=int(zero),
                     tp_impl=tp_impl, cuda_graphs=cuda_graphs, recompute=recompute)  # fmt: skip
     whole = (
@@ -147,6 +153,9 @@ def validate(
     from gpuperf.cli.validate_whole import whole_model
 
     whole_model(model, mode, nproc, parallel, iters, timeout, **kw)
+
+
+VALIDATE_SIZES = {"seq": ("prefill", "train"), "ctx": ("decode",)}
 
 
 def _validate_layer(

@@ -51,7 +51,10 @@ def check_cpu_ranks(ranks: int) -> None:
 
     from gpuperf.errors import EnvironmentUnavailable
 
-    cores = os.cpu_count() or 1
+    try:  # the cores this process may run on (taskset, a container's CPU set)
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
     most = max(2, CPU_RANKS_PER_CORE * cores)
     if ranks > most:
         raise EnvironmentUnavailable(

@@ -35,7 +35,7 @@ from gpuperf.perfmodel.ops_io import op_from_dict
 from gpuperf.perfmodel.roofline import op_time
 from gpuperf.step.memory import measured_window_bytes
 from gpuperf.step.track_record import e2e_class, plan_class
-from gpuperf.units import is_measured_ms
+from gpuperf.units import MEASURED_MS_RULE, is_measured_ms
 
 # Median |predicted/measured - 1| targets on held-out shapes (the project's accuracy issue).
 TARGETS: dict[str, float] = {
@@ -110,8 +110,7 @@ def _ms(value: Any, path: Path) -> float | None:
     if value is None:
         return None
     if not is_measured_ms(value):
-        raise InputError(f"{path}: measured_ms must be a number of milliseconds > 0 and at most "
-                         f"a day, got {shown(value)}")  # fmt: skip
+        raise InputError(f"{path}: {MEASURED_MS_RULE}, got {shown(value)}")
     return float(value)
 
 
@@ -251,8 +250,20 @@ def _check_run(run: dict[str, Any], path: Path) -> None:
         raise InputError(f"{path}: run {shown(model)} needs a 'scenario' object with a mode")
     try:
         from_hf_dict(config, name=model)
+        _scenario_of(scenario)
     except InputError as exc:
-        raise InputError(f"{path}: {exc}") from None
+        raise InputError(f"{path}: run {shown(model)}: {exc}") from None
+
+
+def _scenario_of(recorded: dict[str, Any]) -> Any:
+    """The Scenario a recorded run's scenario describes (its Scenario fields; a size of 0 or
+    an unknown mode refused as predict refuses them)."""
+    from dataclasses import fields
+
+    from gpuperf.workloads.scenario import Scenario
+
+    names = {f.name for f in fields(Scenario)}
+    return Scenario(**{k: v for k, v in recorded.items() if k in names and v is not None})
 
 
 @dataclass(frozen=True)

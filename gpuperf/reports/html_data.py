@@ -18,7 +18,7 @@ import pandas as pd
 
 from gpuperf.errors import EnvironmentUnavailable, InputError, shown
 from gpuperf.step.result import ADDITIVE
-from gpuperf.units import is_measured_ms
+from gpuperf.units import MEASURED_MS_RULE, is_measured_ms
 
 _LAYER_PART = re.compile(r"^L\d+$")
 
@@ -114,8 +114,7 @@ def measured_frame(measured: Any) -> pd.DataFrame:
     if "measured_ms" not in frame.columns or "name" not in frame.columns:
         raise InputError(f"{where}: rows need 'name' and 'measured_ms'")
     if frame["measured_ms"].map(lambda v: v is not None and not is_measured_ms(v)).any():
-        raise InputError(f"{where}: measured_ms must be numbers of milliseconds > 0 and at "
-                         "most a day (86,400,000)")  # fmt: skip
+        raise InputError(f"{where}: {MEASURED_MS_RULE}")
     return frame
 
 
@@ -127,8 +126,7 @@ def _check_row(row: Any, i: int, where: str) -> None:
     if not isinstance(name, str):
         raise InputError(f"{where}: row {i} needs a string 'name', got {shown(name)}")
     if ms is not None and not is_measured_ms(ms):
-        raise InputError(f"{where}: row {i} ({name[:60]}): measured_ms must be a number of "
-                         f"milliseconds > 0 and at most a day, got {shown(ms)}")  # fmt: skip
+        raise InputError(f"{where}: row {i} ({name[:60]}): {MEASURED_MS_RULE}, got {shown(ms)}")
     for key in ("kind", "shape", "dtype"):
         if key in row and not isinstance(row[key], str | None):
             raise InputError(f"{where}: row {i} ({name[:60]}): {key} must be a string")

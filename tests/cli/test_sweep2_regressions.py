@@ -32,7 +32,7 @@ def test_calibrate_refuses_a_measurement_that_is_not_a_number(capsys, tmp_path):
     f.write_text(json.dumps(data))
     out = tmp_path / "h100.toml"
     refused(capsys, "calibrate", "--from", str(f), "--gpu", "h100", "-o", str(out),
-            match="milliseconds > 0 and at most a day, got nan")  # fmt: skip
+            match="from a nanosecond (1e-6) to a day, got nan")  # fmt: skip
     assert not out.exists()
 
 

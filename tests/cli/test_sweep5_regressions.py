@@ -85,7 +85,8 @@ def test_more_cpu_ranks_than_the_host_can_run_are_refused_before_any_start(capsy
 def test_the_cpu_rank_check_counts_cores_and_memory(monkeypatch):
     from gpuperf.measure import env
 
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 64)  # the host's, not this process's
     env.check_cpu_ranks(8)  # 4 per core on 2 cores
     with pytest.raises(EnvironmentUnavailable, match="9 ranks on 2 cores"):
         env.check_cpu_ranks(9)
@@ -105,11 +106,11 @@ def _results_with(tmp_path, **row_fields) -> Path:
     return out
 
 
-@pytest.mark.parametrize("ms", [0, -1, 1e9, True])
+@pytest.mark.parametrize("ms", [0, -1, 1e9, True, 5e-324])
 def test_calibrate_and_report_refuse_the_same_measured_times(capsys, tmp_path, ms):
     """calibrate --from used to fit around a row of measured_ms 0 that report refused."""
     path = _results_with(tmp_path, measured_ms=ms)
-    match = "measured_ms must be a number of milliseconds > 0 and at most a day"
+    match = "measured_ms must be a number of milliseconds from a nanosecond (1e-6) to a day"
     refused(capsys, "calibrate", "--from", str(tmp_path), "--gpu", "h100", "-o",
             str(tmp_path / "p.toml"), match=match)  # fmt: skip
     refused(capsys, "report", "llama2-7b", "--measured", str(path), "-o",
@@ -139,3 +140,25 @@ def test_an_mfu_over_100_percent_names_the_count_that_causes_it():
     long = api.predict("llama3-8b", gpu="h100", seq=524288)
     (text,) = [w for w in long.warnings if w.startswith("MFU")]
     assert long.mfu > 1 and "masked half of causal attention" in text
+
+
+@pytest.mark.parametrize(("mode", "flag"), [("prefill", "--ctx"), ("decode", "--seq")])
+def test_validate_refuses_a_size_the_mode_does_not_use(capsys, mode, flag):
+    refused(capsys, "validate", "llama2-7b", "--impl", "eager", "--mode", mode, flag, "5",
+            "--device", "cpu", match="applies to mode")  # fmt: skip
+
+
+def test_calibrate_refuses_a_recorded_run_whose_scenario_predict_refuses(capsys, tmp_path):
+    """A run of mode 'bogus' used to print two progress lines before its error; seq 0 passed."""
+    import json
+
+    src = ROOT / "benchmarks/results/h100-sxm5-80gb/e2e_hf_run1.json"
+    for field, value, match in (("mode", "bogus", "unknown mode 'bogus'"),
+                                ("batch", 0, "batch must be a positive integer")):  # fmt: skip
+        data = json.loads(src.read_text())
+        data["runs"][0]["scenario"][field] = value
+        path = tmp_path / f"e2e_{field}.json"
+        path.write_text(json.dumps(data))
+        err = refused(capsys, "calibrate", "--from", str(path), "--gpu", "h100", "-o",
+                      str(tmp_path / "c.toml"), match=match)  # fmt: skip
+        assert str(path) in err
