@@ -233,7 +233,7 @@ def attention_ops(d: Dims, dropout: bool = False, window: int = 0,
     if d.g.cp > 1:
         return ring_attention(d)
     if d.attn == "math":
-        return math_attention(d, dropout)
+        return math_attention(d, dropout, window)
     return [attention_core(d, window=window, dropout=dropout)]
 
 
@@ -258,21 +258,24 @@ def contiguous_kv_ops(numel: int, kv: DType, name: str = "{}_contiguous") -> lis
     return [Elementwise(name.format(t), "copy", numel, 1, 1, kv, None, 1.0, True) for t in "kv"]
 
 
-def math_attention(d: Dims, dropout: bool = False) -> list[Op]:
+def math_attention(d: Dims, dropout: bool = False, window: int = 0) -> list[Op]:
     """Attention before FlashAttention (Megatron's unfused path, HF's eager attention): K and V
     repeated to every query head (GQA), S = Q Kᵀ as a batched GEMM, one fused scale-mask-softmax
-    kernel over the whole score matrix, then P V. The causal half is computed and masked."""
+    kernel over the whole score matrix, then P V. The causal half is computed and masked, as is
+    a sliding `window`'s outside in prefill; a decode step's cache holds the window alone (as
+    attention_core reads it)."""
     bh, hd = d.batch * d.heads, d.head_dim
+    kv_len = min(d.kv_len, window) if window and d.decode else d.kv_len
     ops: list[Op] = []
     if d.heads != d.kv_heads:
-        full = d.batch * d.heads * d.kv_len * hd
+        full = d.batch * d.heads * kv_len * hd
         ops += repeat_kv_ops(full, d.kv)
-    ops.append(Gemm("attn/scores", d.q_len, d.kv_len, hd, d.act, bh))
-    ops.append(Norm("attn/softmax", "softmax", bh * d.q_len, d.kv_len, d.act))
+    ops.append(Gemm("attn/scores", d.q_len, kv_len, hd, d.act, bh))
+    ops.append(Norm("attn/softmax", "softmax", bh * d.q_len, kv_len, d.act))
     if dropout:  # on the probabilities: reads them, writes them and a byte mask (≈ half a write)
-        n = bh * d.q_len * d.kv_len
+        n = bh * d.q_len * kv_len
         ops.append(Elementwise("attn/dropout", "dropout", n, 1, 1, d.act, None, 2.0))
-    ops.append(Gemm("attn/context", d.q_len, hd, d.kv_len, d.act, bh))
+    ops.append(Gemm("attn/context", d.q_len, hd, kv_len, d.act, bh))
     return ops
 
 

@@ -162,3 +162,11 @@ def test_calibrate_refuses_a_recorded_run_whose_scenario_predict_refuses(capsys,
         err = refused(capsys, "calibrate", "--from", str(path), "--gpu", "h100", "-o",
                       str(tmp_path / "c.toml"), match=match)  # fmt: skip
         assert str(path) in err
+
+
+def test_materialized_decode_attention_reads_only_a_sliding_layers_window():
+    """Fused decode with attn='math' charged Gemma-2's local layers every cached key (32,769),
+    where flash reads their 4,096-key window."""
+    t = api.predict("gemma2-9b", gpu="h100", mode="decode", batch=8, ctx=32768, attn="math").table
+    scores = t[t["name"].str.endswith("attn/scores")]["shape"].tolist()
+    assert scores[0] == "128×1×4096×256" and scores[1] == "128×1×32769×256"  # local, global
