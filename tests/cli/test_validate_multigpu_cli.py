@@ -28,9 +28,21 @@ def tiny(tmp_path):
     return str(path)
 
 
+def _for_mode(args: tuple[str, ...]) -> list[str]:
+    """args without FAST's size that the run's mode does not use (validate refuses it): --ctx
+    outside decode, --seq in decode (the last --seq given wins, as click takes it)."""
+    argv = list(args)
+    mode = argv[argv.index("--mode") + 1] if "--mode" in argv else "prefill"
+    drop = "--seq" if mode == "decode" else "--ctx"
+    while drop in argv:
+        i = argv.index(drop)
+        del argv[i : i + 2]
+    return argv
+
+
 def run(capsys, *args):
     try:
-        main(["validate", *args])
+        main(["validate", *_for_mode(args)])
         code = 0
     except SystemExit as exc:
         code = exc.code
