@@ -8,12 +8,13 @@ dimension is not a multiple of 16 bytes (gpuperf.perfmodel.gemm.is_aligned). nn.
 (X[T, k] @ W[n, k]ᵀ) leads with k and n; its weight gradient dW = dYᵀ @ X (autograd's
 `grad_output.t().mm(input)`) reads dY[T, n] and X[T, k] along their rows, so it leads with n and
 k too, and the token count T is the reduction length. Each case is timed as the calibration
-sweeps time kernels (gpuperf.measure.timing, L2 flushed) at T (or L) and T + 1..4, in bf16:
+sweeps time kernels (gpuperf.measure.timing, L2 flushed), in bf16:
 - `fwd`: X[T, 4096] @ W[4096, 4096]ᵀ with k = 4096 + 4 (a misaligned leading dimension, the
   cliff's reference) and k = 4096;
-- `wgrad`: dY[T, n]ᵀ @ X[T, k] for (n, k) of a Llama-3-8B layer at T = 1500..1504 and 4096..4100;
-- `scores`: Q[b·h, 1, 128] @ Kᵀ[b·h, 128, L] (batch 32 of 32 heads) at L = 8192..8193, the
-  math attention's first product in decode.
+- `wgrad`: dY[T, n]ᵀ @ X[T, k] for (n, k) of a Llama-3-8B layer at T = 1500, 1501, 1502, 1504,
+  4096, 4097 and 4100;
+- `scores`: Q[b·h, 1, 128] @ Kᵀ[b·h, 128, L] (batch 32 of 32 heads) at L = 8192, 8193, 8196 and
+  8200, the math attention's first product in decode.
 Writes align_probe.json (the environment stamp, one row per case).
 """
 

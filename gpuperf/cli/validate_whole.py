@@ -37,10 +37,9 @@ def whole_model(model: str, mode: str, nproc: int | None, parallel: dict[str, An
     spec = gpu_for_prediction(gpu, dev, warnings)
     pred = None
     if spec is not None:
-        keys = ("mode", "batch", "ctx" if mode == "decode" else "seq", "impl", "cuda_graphs",
-                "tp", "dp", "pp", "micro_batch", "zero", "tp_impl", "sequence_parallel",
-                "recompute")  # fmt: skip
-        kw = {k: getattr(sc, k) for k in keys}
+        keys = ("mode", "batch", "seq", "ctx", "impl", "cuda_graphs", "tp", "dp", "pp",
+                "micro_batch", "zero", "tp_impl", "sequence_parallel", "recompute")  # fmt: skip
+        kw = api.for_mode({k: getattr(sc, k) for k in keys})
         pred = api.predict(cfg, gpu=spec, dtype=dtype, **kw)
     run = ModelRun(data, sc, dev, iters=iters, timeout_s=timeout, check=what == "megatron")
     check_devices(run)  # a model or device it cannot run: one line, before the progress line

@@ -54,6 +54,8 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
     if dt == "int8":
         return _int8(op, device, torch)
     tdt = torch_dtype(dt)
+    if getattr(op, "wgrad", False):
+        return _wgrad(op, device, torch, tdt)
     shape_a = (batch, m, k) if batch > 1 else (m, k)
     shape_w = (batch, n, k) if batch > 1 else (n, k)
     a = torch.randn(shape_a, dtype=tdt, device=device)
@@ -71,6 +73,29 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
         return rel_err(c0[:r], a0[:r].double() @ w0.double().T)
 
     return Kernel(run, check, TOLERANCE[dt], {"kernel": "torch.matmul"}, _precision(dt))
+
+
+def _wgrad(op: Any, device: str, torch: Any, tdt: Any) -> Kernel:
+    """A weight gradient as autograd runs it: dW[n, m] = dY[k, n]ᵀ @ X[k, m] (here m and n the
+    weight's dims, k the tokens; grad_output.t().mm(input)), so its leading dimensions are the
+    weight's, as gpuperf.perfmodel.gemm.is_aligned says."""
+    if op.batch > 1:
+        raise InputError(f"{op.name}: a weight gradient is measured for one GEMM (batch 1)")
+    m, n, k = op.m, op.n, op.k
+    x = torch.randn((k, m), dtype=tdt, device=device)
+    dy = torch.randn((k, n), dtype=tdt, device=device)
+    c = torch.empty((n, m), dtype=tdt, device=device)
+
+    def run() -> Any:
+        return torch.mm(dy.t(), x, out=c)
+
+    def check() -> float:
+        run()
+        r = check_rows(n)
+        return rel_err(c[:r], dy[:, :r].double().T @ x.double())
+
+    return Kernel(run, check, TOLERANCE[op.dtype], {"kernel": "torch.mm (dYᵀ @ X)"},
+                  _precision(op.dtype))  # fmt: skip
 
 
 def _fp8(op: Any, device: str, torch: Any) -> Kernel:

@@ -256,14 +256,16 @@ def _check_run(run: dict[str, Any], path: Path) -> None:
 
 
 def _scenario_of(recorded: dict[str, Any]) -> Any:
-    """The Scenario a recorded run's scenario describes (its Scenario fields; a size of 0 or
-    an unknown mode refused as predict refuses them)."""
+    """The Scenario a recorded run's scenario describes (its Scenario fields, less the sizes its
+    mode does not use, as the replay drops them: api.for_mode; a size of 0 or an unknown mode
+    refused as predict refuses them)."""
     from dataclasses import fields
 
+    from gpuperf.api import for_mode
     from gpuperf.workloads.scenario import Scenario
 
     names = {f.name for f in fields(Scenario)}
-    return Scenario(**{k: v for k, v in recorded.items() if k in names and v is not None})
+    return Scenario(**for_mode({k: v for k, v in recorded.items() if k in names and v is not None}))
 
 
 @dataclass(frozen=True)

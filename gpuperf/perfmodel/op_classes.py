@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-from gpuperf.dtypes import BYTES
 from gpuperf.perfmodel.ops import Attention, Collective, Gemm, GroupedGemm, Op, Scan
 
 # GEMMs taken from a model's layers are named "<model>/t<tokens>/<op>" (benchmarks/device sweeps).
@@ -15,9 +14,11 @@ MB16 = 16e6
 
 
 def misaligned(op: Gemm) -> bool:
-    """A GEMM whose K or N (the leading dimensions cuBLAS loads) breaks 16-byte alignment."""
-    b = BYTES[op.dtype]
-    return any((d * b) % 16 for d in (op.k, op.n))
+    """A GEMM whose leading dimensions (those cuBLAS loads) break 16-byte alignment: the time
+    model's own rule (gpuperf.perfmodel.gemm.is_aligned; a weight gradient's are the weight's)."""
+    from gpuperf.perfmodel.gemm import is_aligned
+
+    return not is_aligned(op)
 
 
 def op_class(op: Op) -> str:

@@ -113,7 +113,8 @@ def measured_frame(measured: Any) -> pd.DataFrame:
         frame = pd.DataFrame(rows)
     if "measured_ms" not in frame.columns or "name" not in frame.columns:
         raise InputError(f"{where}: rows need 'name' and 'measured_ms'")
-    if frame["measured_ms"].map(lambda v: v is not None and not is_measured_ms(v)).any():
+    # a row not measured is None (NaN once pandas holds it), as _check_row and calibrate allow
+    if frame["measured_ms"].map(lambda v: not pd.isna(v) and not is_measured_ms(v)).any():
         raise InputError(f"{where}: {MEASURED_MS_RULE}")
     return frame
 

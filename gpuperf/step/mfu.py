@@ -136,6 +136,8 @@ def over_peak_cause(cfg: Any, sc: Any) -> str:
     head = 0.0
     if sc.mode in ("prefill", "generate"):
         head = 2.0 * cfg.vocab * cfg.hidden * (1 - 1 / sc.seq)
+    if sc.mode == "decode":  # no masked half, no prompt: the count's attention at the context
+        return "PaLM's count charges every cached key of the context in full, at the dense peak"
     if head > causal:
         return (
             "PaLM's count charges the lm_head for every prompt token (its vocabulary of "

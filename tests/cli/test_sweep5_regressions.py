@@ -149,7 +149,9 @@ def test_validate_refuses_a_size_the_mode_does_not_use(capsys, mode, flag):
 
 
 def test_calibrate_refuses_a_recorded_run_whose_scenario_predict_refuses(capsys, tmp_path):
-    """A run of mode 'bogus' used to print two progress lines before its error; seq 0 passed."""
+    """A run of mode 'bogus' used to print two progress lines before its error; batch 0
+    passed (a size its mode does not use, a decode run's seq, is dropped as the replay drops
+    it)."""
     import json
 
     src = ROOT / "benchmarks/results/h100-sxm5-80gb/e2e_hf_run1.json"
@@ -170,3 +172,30 @@ def test_materialized_decode_attention_reads_only_a_sliding_layers_window():
     t = api.predict("gemma2-9b", gpu="h100", mode="decode", batch=8, ctx=32768, attn="math").table
     scores = t[t["name"].str.endswith("attn/scores")]["shape"].tolist()
     assert scores[0] == "128×1×4096×256" and scores[1] == "128×1×32769×256"  # local, global
+
+
+def test_a_weight_gradient_is_measured_as_autograd_runs_it_and_classed_as_predicted():
+    from gpuperf.measure.kernels import measure_op
+    from gpuperf.measure.timing import Budget
+    from gpuperf.perfmodel.op_classes import misaligned
+    from gpuperf.perfmodel.ops import Gemm
+
+    op = Gemm("l.wgrad", 64, 48, 30, "fp32", wgrad=True)  # 30 tokens: not a leading dimension
+    assert not misaligned(op) and misaligned(Gemm("l", 64, 48, 30, "fp32"))
+    m = measure_op(op, "cpu", Budget(warmup_ms=1, rep_ms=2, min_reps=2))
+    assert m.timing.median_s > 0 and m.check_err < 1e-5 and "dYᵀ" in m.detail["kernel"]
+
+
+def test_report_takes_a_measured_file_with_rows_not_measured(capsys, tmp_path):
+    """A null measured_ms (a row not measured) beside measured ones: report refused the file
+    (pandas made the null a NaN), which calibrate reads."""
+    import json
+
+    src = ROOT / "benchmarks/results/h100-sxm5-80gb/gemm.json"
+    data = json.loads(src.read_text())
+    data["rows"][0]["measured_ms"] = None
+    path = tmp_path / "gemm.json"
+    path.write_text(json.dumps(data))
+    out = tmp_path / "r.html"
+    code, _, err = run(capsys, "report", "llama2-7b", "--measured", str(path), "-o", str(out))
+    assert code == 0 and out.exists(), err
