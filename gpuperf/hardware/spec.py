@@ -29,7 +29,10 @@ class ModelParams:
     mem_eff: float = 0.90  # fraction of datasheet HBM bandwidth a large streaming kernel reaches
     attn_eff: float = 0.55  # FlashAttention forward: fraction of peak matmul and exp rates
     kernel_floor_s: float = 4e-6  # the shortest any kernel takes on the GPU (launch + tail)
-    host_dispatch_s: float = 8e-6  # CPU time PyTorch eager spends issuing one kernel
+    # CPU time PyTorch eager spends issuing one kernel. The host is the CPU's and PyTorch's, not
+    # the GPU's: a GPU without a fit of its own takes the H100 pool's median machine (its
+    # profile's host_dispatch_s, moved there by benchmarks/host_pool.py), not a guess.
+    host_dispatch_s: float = 2.47519e-05
     graph_launch_s: float = 1.0e-6  # per-kernel cost inside a replayed CUDA graph
     # --- added for perfmodel (roofline/gemm/attention/membound); docs/model.md explains each ---
     attn_bwd_eff: float = 0.35  # FlashAttention backward: fraction of peak (matmul and exp rates)
