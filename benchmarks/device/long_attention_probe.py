@@ -16,7 +16,6 @@ Writes attention_long_held.json (the sweep format, marked held out: no fit reads
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_kernels_probe import _sdpa_shape  # noqa: E402
+from train_kernels_probe import _sdpa_shape, sweep_shapes  # noqa: E402
 
 K = 1024
 # (heads, kv_heads, q_len, kv_len, causal)
@@ -43,7 +42,6 @@ def _shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: ANN001
 def main() -> int:
     import torch
 
-    from gpuperf.fileio import json_safe, write_text
     from gpuperf.measure.env import environment
     from gpuperf.measure.timing import Budget, time_fn
 
@@ -53,14 +51,7 @@ def main() -> int:
             "rows": []}  # fmt: skip
     path = out / "attention_long_held.json"
     budget = Budget(warmup_ms=10, rep_ms=40, min_reps=3, graphs=False)
-    for shape in SHAPES:
-        try:
-            data["rows"] += _shape(torch, shape, budget, time_fn)
-        except RuntimeError as exc:  # one shape the GPU cannot run does not stop the others
-            data.setdefault("skipped", []).append({"shape": shape, "error": str(exc)[:300]})
-            print(f"{shape}: {str(exc).splitlines()[0][:200]}", flush=True)
-        torch.cuda.empty_cache()
-        write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
+    sweep_shapes(torch, SHAPES, _shape, budget, time_fn, data, path)
     return 0
 
 

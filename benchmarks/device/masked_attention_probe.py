@@ -25,7 +25,6 @@ its measured_ms the median over profiled calls of the kernels that call ran.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -34,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_kernels_probe import _row, kernel_calls, short_name  # noqa: E402
+from train_kernels_probe import _row, kernel_calls, short_name, sweep_shapes  # noqa: E402
 
 from gpuperf.perfmodel.ops import Attention  # noqa: E402
 
@@ -116,7 +115,6 @@ def _shape(torch, shape: tuple, budget, time_fn) -> list[dict]:  # noqa: ANN001
 def main() -> int:
     import torch
 
-    from gpuperf.fileio import json_safe, write_text
     from gpuperf.measure.env import environment
     from gpuperf.measure.timing import Budget, time_fn
 
@@ -125,14 +123,7 @@ def main() -> int:
     data = {"env": environment("cuda"), "kind": "attention_masked_train", "rows": []}
     path = out / "attention_masked_train.json"
     budget = Budget(warmup_ms=10, rep_ms=40, graphs=False)
-    for shape in SHAPES:
-        try:
-            data["rows"] += _shape(torch, shape, budget, time_fn)
-        except RuntimeError as exc:  # one shape the GPU cannot run does not stop the others
-            data.setdefault("skipped", []).append({"shape": shape, "error": str(exc)[:300]})
-            print(f"{shape}: {str(exc).splitlines()[0][:200]}", flush=True)
-        torch.cuda.empty_cache()
-        write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
+    sweep_shapes(torch, SHAPES, _shape, budget, time_fn, data, path)
     return 0
 
 

@@ -161,6 +161,22 @@ def _sdpa_shape(
     return rows
 
 
+def sweep_shapes(torch, shapes, shape_rows, budget, time_fn, data: dict, path) -> None:  # noqa: ANN001
+    """Each shape's rows (`shape_rows(torch, shape, budget, time_fn)`) into data["rows"], the file
+    at `path` rewritten after every shape; a shape the GPU cannot run (a RuntimeError: out of
+    memory, no kernel) is listed under data["skipped"] and does not stop the others."""
+    from gpuperf.fileio import json_safe, write_text
+
+    for shape in shapes:
+        try:
+            data["rows"] += shape_rows(torch, shape, budget, time_fn)
+        except RuntimeError as exc:
+            data.setdefault("skipped", []).append({"shape": shape, "error": str(exc)[:300]})
+            print(f"{shape}: {str(exc).splitlines()[0][:200]}", flush=True)
+        torch.cuda.empty_cache()
+        write_text(path, json.dumps(json_safe(data), indent=1, allow_nan=False))
+
+
 def sdpa_rows(torch, budget, time_fn) -> list[dict]:  # noqa: ANN001
     rows = []
     for shape in SDPA:
