@@ -107,8 +107,8 @@ def predict(
     new_tokens to 128, and a size the mode does not use is refused. impl "eager" issues one
     kernel per PyTorch op (unfused); "compile" (training) runs PyTorch's framework around
     torch.compile'd layers (torchtitan's recipe; recompute="op" is its per-op checkpointing);
-    cuda_graphs
-    replays the step as a graph (cheap launches); attn "math" materializes the attention scores.
+    cuda_graphs replays the step as a graph (cheap launches); attn "math" materializes the
+    attention scores.
     weight_dtype "int4"/"int8": weight-only quantized GEMMs with `dtype` activations;
     fp8_scales "tensor"/"row": how dtype="fp8" GEMMs scale; mla "naive"/"absorbed": the
     attention form of an MLA model (auto: what `impl` runs); kv_lengths "new" (each eager
@@ -137,7 +137,7 @@ def predict(
         raise unknown_argument(unknown[0], [*inspect.signature(predict).parameters, *PARALLEL])
     if nodes is not None and (not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1):
         raise InputError(f"nodes must be a positive integer, got {nodes!r}")
-    sizes = mode_sizes(mode, {"seq": seq, "ctx": ctx, "new_tokens": new_tokens}, _PREDICT_SIZES)
+    sizes = mode_sizes(mode, {"seq": seq, "ctx": ctx, "new_tokens": new_tokens}, PREDICT_SIZES)
     gpu_spec, sys_spec = hardware(gpu, system)
     cfg = resolve_model(model)
     scenario = Scenario(
@@ -160,7 +160,7 @@ def predict(
 
 # predict's sizes where the caller gives none, and the modes each one applies to.
 PREDICT_DEFAULTS = {"seq": 2048, "ctx": 2048, "new_tokens": 128}
-_PREDICT_SIZES = {"seq": ("prefill", "generate", "train"), "ctx": ("decode",),
+PREDICT_SIZES = {"seq": ("prefill", "generate", "train"), "ctx": ("decode",),
                   "new_tokens": ("generate",)}  # fmt: skip
 
 
@@ -169,9 +169,10 @@ def mode_sizes(mode: Any, sizes: dict[str, Any], applies: dict[str, tuple[str, .
     """`sizes` back, after an InputError for one given (not None) to a mode it does not apply to
     (`--mode train --ctx 100`): predict and search refuse it alike. An unknown mode is left to
     the caller's own check."""
+    if not (isinstance(mode, str) and mode in MODES):
+        return sizes
     for name, value in sizes.items():
-        known = isinstance(mode, str) and mode in MODES
-        if value is not None and known and mode not in applies[name]:
+        if value is not None and mode not in applies[name]:
             *rest, last = applies[name]
             modes = f"{', '.join(rest)} and {last}" if rest else last
             flag = "--" + name.replace("_", "-")
@@ -183,7 +184,7 @@ def for_mode(kw: dict[str, Any]) -> dict[str, Any]:
     """predict's keyword arguments `kw` without the sizes its mode does not use: for callers that
     replay a recorded scenario holding every size (a decode run's seq)."""
     mode = kw.get("mode", "prefill")
-    return {k: v for k, v in kw.items() if k not in _PREDICT_SIZES or mode in _PREDICT_SIZES[k]}
+    return {k: v for k, v in kw.items() if k not in PREDICT_SIZES or mode in PREDICT_SIZES[k]}
 
 
 def _dtype_required(value: Any) -> Any:

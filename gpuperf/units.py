@@ -25,8 +25,6 @@ _SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 MAX_MEASURED_MS = 86_400_000.0
 # The shortest: a nanosecond (no kernel is timed below a microsecond; 5e-324 ms is 0 s).
 MIN_MEASURED_MS = 1e-6
-
-
 MEASURED_MS_RULE = "measured_ms must be a number of milliseconds from a nanosecond (1e-6) to a day"
 
 

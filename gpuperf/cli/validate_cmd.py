@@ -134,10 +134,13 @@ def validate(
     micro_batch: int | None, zero: str, tp_impl: str, cuda_graphs: bool, iters: int,
     timeout: float, recompute: str, **kw: Any,
 ) -> None:  # fmt: skip
-    from gpuperf.api import PREDICT_DEFAULTS, mode_sizes
+    from gpuperf.api import PREDICT_DEFAULTS, PREDICT_SIZES, mode_sizes
+
+    # predict's rule, over the modes validate runs (it has no generate)
+    applies = {k: tuple(m for m in PREDICT_SIZES[k] if m != "generate") for k in ("seq", "ctx")}
 
     # a size the mode does not use is refused, as predict refuses it
-    sizes = mode_sizes(mode, {"seq": kw["seq"], "ctx": kw["ctx"]}, VALIDATE_SIZES)
+    sizes = mode_sizes(mode, {"seq": kw["seq"], "ctx": kw["ctx"]}, applies)
     kw.update({k: PREDICT_DEFAULTS[k] if v is None else v for k, v in sizes.items()})
     parallel = dict(tp=tp, dp=dp, cp=cp, pp=pp, micro_batch=micro_batch, zero=int(zero),
                     tp_impl=tp_impl, cuda_graphs=cuda_graphs, recompute=recompute)  # fmt: skip
@@ -153,9 +156,6 @@ def validate(
     from gpuperf.cli.validate_whole import whole_model
 
     whole_model(model, mode, nproc, parallel, iters, timeout, **kw)
-
-
-VALIDATE_SIZES = {"seq": ("prefill", "train"), "ctx": ("decode",)}
 
 
 def _validate_layer(

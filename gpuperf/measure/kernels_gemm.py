@@ -54,7 +54,7 @@ def build(op: Any, device: str, torch: Any) -> Kernel:
     if dt == "int8":
         return _int8(op, device, torch)
     tdt = torch_dtype(dt)
-    if getattr(op, "wgrad", False):
+    if op.wgrad:
         return _wgrad(op, device, torch, tdt)
     shape_a = (batch, m, k) if batch > 1 else (m, k)
     shape_w = (batch, n, k) if batch > 1 else (n, k)

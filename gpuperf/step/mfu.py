@@ -132,12 +132,12 @@ def over_peak_cause(cfg: Any, sc: Any) -> str:
     """Why MFU/HFU can pass 100% by the convention: what it counts per token that the kernels do
     not run, the larger of the masked half of causal attention (prefill, training) and a
     prefill's lm_head over every token where only the last one's logits are computed."""
-    causal = attention_flops_per_token(cfg, sc) / 2 if sc.mode != "decode" else 0.0
+    if sc.mode == "decode":  # no masked half, no prompt: the count's attention at the context
+        return "PaLM's count charges every cached key of the context in full, at the dense peak"
+    causal = attention_flops_per_token(cfg, sc) / 2
     head = 0.0
     if sc.mode in ("prefill", "generate"):
         head = 2.0 * cfg.vocab * cfg.hidden * (1 - 1 / sc.seq)
-    if sc.mode == "decode":  # no masked half, no prompt: the count's attention at the context
-        return "PaLM's count charges every cached key of the context in full, at the dense peak"
     if head > causal:
         return (
             "PaLM's count charges the lm_head for every prompt token (its vocabulary of "
