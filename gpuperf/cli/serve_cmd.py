@@ -68,6 +68,10 @@ USERS_HELP = "A closed loop of this many users (each sends its next request when
               help="...or until the step's tokens reach this share of the token budget "
               "(TensorRT-LLM's batch_wait_max_tokens_ratio; engine's default). Both above 0 "
               "to hold anything.")  # fmt: skip
+@click.option("--new-token-ratio", type=Finite(0, 1), default=None,
+              help="Admit a request only while its prompt and answer fit beside this share of "
+              "the running requests' answers to come (SGLang's new_token_ratio, decaying; 0: "
+              "admit while the prompt fits; engine's default).")  # fmt: skip
 @click.option("--slo", default=None,
               help="Latency targets, e.g. ttft=500ms,tpot=50ms (times in ms or s; p90; "
               "ttft_p99=...): find the highest request rate that meets them.")  # fmt: skip
@@ -86,7 +90,8 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int | None, engin
           weight_dtype: str | None, cuda_graphs: bool | None, chunked_prefill: bool | None,
           mixed_prefill: bool | None, token_budget: int | None,
           max_seqs: int | None, block_size: int | None, mem_fraction: float | None,
-          batch_wait_iters: int | None, batch_wait_tokens: float | None, slo: str | None,
+          batch_wait_iters: int | None, batch_wait_tokens: float | None,
+          new_token_ratio: float | None, slo: str | None,
           gpus: int | None, output: str | None, per_request: bool, fmt: str) -> None:  # fmt: skip
     """Simulate MODEL served by a continuous-batching engine on one replica of --tp GPUs:
     TTFT, TPOT and end-to-end latency percentiles, tokens/s (per GPU, per user), batch size
@@ -103,7 +108,7 @@ def serve(model: str, gpu: str | None, system: str | None, tp: int | None, engin
             "mem_fraction": mem_fraction, "chunked_prefill": chunked_prefill,
             "mixed_prefill": mixed_prefill,
             "cuda_graphs": cuda_graphs, "batch_wait_iters": batch_wait_iters,
-            "batch_wait_tokens": batch_wait_tokens}  # fmt: skip
+            "batch_wait_tokens": batch_wait_tokens, "new_token_ratio": new_token_ratio}  # fmt: skip
     opts = {k: v for k, v in opts.items() if v is not None}
     if slo is None and gpus is not None:
         raise click.UsageError("--gpus goes with --slo")

@@ -46,6 +46,9 @@ class DoesNotFit(InputError):
 
 
 MAX_STEPS = 50_000_000
+# After a preemption an engine with new_token_ratio counts this many more answer tokens per
+# running request (SGLang's SGLANG_RETRACT_DECODE_STEPS, retract_decode)
+RETRACT_STEPS = 20
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -145,6 +148,13 @@ class _Series:
                 self.every *= 2
 
 
+def retract_share(so_far: int, answers: int, running: int) -> float:
+    """The share of answers to come an engine keeps room for after a preemption: the running
+    requests' answer tokens so far plus RETRACT_STEPS each, over their answers' lengths
+    (SGLang's retract_decode)."""
+    return min(1.0, (so_far + RETRACT_STEPS * running) / (answers + 1))
+
+
 def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tokens: int,
              progress: Callable[[int, int], None] | None = None) -> ServeResult:  # fmt: skip
     """Run `workload` through one replica (module docstring)."""
@@ -223,6 +233,18 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
     wait_iters = engine.batch_wait_iters if engine.batch_wait_tokens > 0 else 0
     wait_tokens = engine.batch_wait_tokens * budget
     waited = 0
+    # room kept for answers (SGLang's new_token_ratio): the running decoders' answers still to
+    # come are sum(dec_last) - n_dec * (tick - 1), less what passes the clip (`big`: decoders
+    # with more than `clip` tokens to come, by their last tick)
+    ratio0 = engine.new_token_ratio
+    ratio = ratio0
+    ratio_floor = ratio0 * engine.new_token_ratio_min
+    ratio_decay = (ratio0 - ratio_floor) / engine.new_token_ratio_steps
+    clip = engine.answer_clip
+    sum_last = 0
+    big: dict[int, int] = {}
+    big_heap: list[tuple[int, int]] = []
+    sum_big = 0
     now = 0.0
     step = 0
     preempted = 0
@@ -235,8 +257,11 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
     def leave_decode(i: int) -> int:
         """Take decoder i out of the aggregates before tick `tick` runs; its blocks."""
         nonlocal n_dec, sum_base
+        nonlocal sum_last, sum_big
         base = dec_base.pop(i)
-        dec_last.pop(i)
+        sum_last -= dec_last.pop(i)
+        if i in big:
+            sum_big -= big.pop(i)
         gen[i] += tick - dec_join.pop(i)  # a token per tick it ran
         n_dec -= 1
         sum_base -= base
@@ -268,23 +293,43 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         """Take the blocks this tick's decodes need, preempting while the cache lacks them;
         the decoders that run."""
         nonlocal free
+        nonlocal ratio
         need = phase[(-tick) % bs]
+        retracted = False
         while need > free and order:
             preempt(False)
+            retracted = True
             need = phase[(-tick) % bs] if n_dec else 0
         free -= need
+        if retracted and ratio0:
+            ratio = retract_ratio()
         return n_dec
+
+    def answers_to_come() -> int:
+        """The running decoders' answer tokens still to come, each at most `clip`."""
+        nonlocal sum_big
+        while big_heap and big_heap[0][0] <= tick:  # at most `clip` to come now
+            at, i = heapq.heappop(big_heap)
+            if big.get(i) == at + clip - 1:
+                sum_big -= big.pop(i)
+        over = sum_big - len(big) * (tick - 1 + clip)
+        return sum_last - n_dec * (tick - 1) - over
+
+    def retract_ratio() -> float:
+        so_far = sum(gen[i] + tick - dec_join[i] for i in dec_join)
+        return retract_share(so_far, sum(output[i] for i in dec_join), len(dec_join))
 
     def reserved_blocks(i: int) -> int:
         """The blocks a reserving engine keeps for request i's whole life: its prompt and every
         answer token but the last."""
         return blocks_for(prompt[i] + output[i] - 1)
 
-    def admission(i: int, left: int, free_now: int, reserved_now: int,
-                  busy: bool) -> tuple[int, int, int] | None:  # fmt: skip
+    def admission(i: int, left: int, free_now: int, reserved_now: int, busy: bool,
+                  promised: int = 0) -> tuple[int, int, int] | None:  # fmt: skip
         """Whether waiting request i can join a step with `left` tokens of budget, `free_now`
-        free blocks and `reserved_now` reserved (busy: the step already runs something): its
-        chunk, the blocks the chunk takes and the blocks it reserves; None if it cannot."""
+        free blocks and `reserved_now` reserved (busy: the step already runs something;
+        promised: answer tokens kept for the requests this step has admitted): its chunk, the
+        blocks the chunk takes and the blocks it reserves; None if it cannot."""
         rest = todo[i] or prompt[i]
         c = min(rest, left)
         if whole and c < rest:
@@ -296,6 +341,10 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         # (SGLang's PrefillAdder), so its later chunks never preempt it
         if extra > free_now or (apart and blocks_for(rest) > free_now):
             return None
+        if ratio0:
+            room = free_now * bs - promised - ratio * answers_to_come()
+            if rest + min(output[i] - gen[i], clip) >= room:
+                return None
         keep = reserved_blocks(i) if reserve else 0
         if reserve and reserved_now + keep > blocks_total:
             return None
@@ -336,11 +385,16 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
 
     def join_decode(i: int) -> None:
         """Request i has just sampled a token; it decodes from the next tick."""
-        nonlocal n_dec, sum_base
+        nonlocal n_dec, sum_base, sum_last, sum_big
         base = done[i] + 1 - tick
         dec_base[i] = base
         last = tick + output[i] - gen[i] - 1
         dec_last[i] = last
+        sum_last += last
+        if ratio0 and last - tick + 1 > clip:
+            big[i] = last
+            sum_big += last
+            heapq.heappush(big_heap, (last - clip + 1, i))
         dec_join[i] = tick
         heapq.heappush(heap, (last, i))
         phase[(base - 1) % bs] += 1
@@ -374,6 +428,7 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             deferred = []
         if not order and not waiting:
             now = arrival[upcoming[0]]
+            ratio = ratio0  # an idle engine starts its estimate again
             continue
         # ---- schedule this step
         left = budget
@@ -413,13 +468,16 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         decodes = n_dec if decodes else 0  # decoders preempted above do not run
         # a step that preempted admits nothing new (vLLM V1: the victims would come straight
         # back); an engine that keeps prefills apart admits none into a step of decodes
+        promised = 0
         while (waiting and left > 0 and len(order) < max_seqs and preempted == preempted_before
                and not hold and not (apart and decodes)):  # fmt: skip
             i = waiting[0]
-            got = admission(i, left, free, reserved, bool(chunks or decodes))
+            got = admission(i, left, free, reserved, bool(chunks or decodes), promised)
             if got is None:
                 break
             c, extra, keep = got
+            if ratio0 and c == (todo[i] or prompt[i]):  # a whole prompt: its answer is kept
+                promised += min(output[i] - gen[i], clip)
             if todo[i] == 0:
                 todo[i] = prompt[i]
             reserved += keep
@@ -452,6 +510,8 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
         step += 1
         if decodes:
             tick += 1
+            if ratio0 and preempted == preempted_before:
+                ratio = max(ratio - ratio_decay, ratio_floor)
             while heap and heap[0][0] <= tick - 1:  # decoders whose last tick just ran
                 last, i = heapq.heappop(heap)
                 if dec_last.get(i) != last:

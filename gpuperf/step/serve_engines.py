@@ -96,6 +96,18 @@ class EngineProfile:
     # batch_wait_iters steps have passed; both must be above 0 to hold anything
     batch_wait_iters: int = 0
     batch_wait_tokens: float = 0.0
+    # Room kept for answers (SGLang's PrefillAdder and new_token_ratio): a waiting request is
+    # admitted only while its prompt and its whole answer (at most answer_clip tokens) fit the
+    # free cache less new_token_ratio x every running request's answer still to come (each at
+    # most answer_clip), less what this step has already promised. The ratio starts at
+    # new_token_ratio, falls each decode step by its distance to new_token_ratio x
+    # new_token_ratio_min over new_token_ratio_steps steps, is set after a preemption to the
+    # running requests' (answer tokens so far + RETRACT_STEPS each) over their answers'
+    # lengths, and starts again whenever the engine idles. 0: off (admit while the prompt fits)
+    new_token_ratio: float = 0.0
+    new_token_ratio_min: float = 0.14
+    new_token_ratio_steps: int = 600
+    answer_clip: int = 4096
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -117,10 +129,10 @@ class EngineProfile:
         return None
 
 
-_INTS = ("token_budget", "max_seqs", "block_size")
+_INTS = ("token_budget", "max_seqs", "block_size", "new_token_ratio_steps", "answer_clip")
 _COUNTS = ("batch_wait_iters",)  # whole numbers, 0 allowed
 _FLOATS = ("mem_fraction", "step_overhead", "per_seq", "per_kv_token", "eager_step", "admit_margin",
-           "batch_wait_tokens")  # fmt: skip
+           "batch_wait_tokens", "new_token_ratio", "new_token_ratio_min")  # fmt: skip
 _BOOLS = ("chunked_prefill", "mixed_prefill", "cuda_graphs", "reserve_full", "plan_new_shapes",
           "graph_pad_cap")  # fmt: skip
 _KEYS = ("name", "base", "description", "impl", "attention", "tp_allreduce", "graph_sizes",
@@ -216,6 +228,9 @@ def _from_table(t: dict[str, Any], where: str | None = None) -> EngineProfile:
     if "batch_wait_tokens" in out and not out["batch_wait_tokens"] <= 1:
         raise InputError(f"{where}: batch_wait_tokens is a share of the token budget, at most "
                          f"1, got {out['batch_wait_tokens']}")  # fmt: skip
+    for key in ("new_token_ratio", "new_token_ratio_min"):
+        if key in out and not out[key] <= 1:
+            raise InputError(f"{where}: {key} is a share, at most 1, got {out[key]}")
     if "mem_fraction" in out and not 0 < out["mem_fraction"] <= 1:
         raise InputError(f"{where}: mem_fraction must be in (0, 1], got {out['mem_fraction']}")
     for key in _BOOLS:

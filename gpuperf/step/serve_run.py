@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 ENGINE_OPTIONS = ("token_budget", "max_seqs", "block_size", "mem_fraction", "chunked_prefill",
                   "cuda_graphs", "step_overhead", "per_seq", "per_kv_token",
                   "eager_step", "attention", "admit_margin", "reserve_full", "mixed_prefill",
-                  "batch_wait_iters", "batch_wait_tokens")  # fmt: skip
+                  "batch_wait_iters", "batch_wait_tokens", "new_token_ratio")  # fmt: skip
 
 
 @dataclass

@@ -10,7 +10,7 @@ import pytest
 
 from gpuperf import api
 from gpuperf.errors import InputError
-from gpuperf.step.serve import simulate
+from gpuperf.step.serve import retract_share, simulate
 from gpuperf.step.serve_engines import load_engine
 from gpuperf.step.serve_load import Request, Workload
 from gpuperf.workloads.scenario import Scenario
@@ -568,3 +568,67 @@ def test_hf_eager_steps_gather_the_caches_own_kv_heads_and_graph_steps_keep_thei
     )
     assert tp8._gathered(c8, op8, n, ctx, ()) == pytest.approx(
         sum(c8.row(op)[7] * 1e-3 for op in one), rel=1e-9)  # fmt: skip
+
+
+# Room kept for answers (SGLang's new_token_ratio): block size 1, a cache of 100 tokens, prompts
+# of 10 and answers of 30, so a request asks 40 tokens of room.
+KEEP = replace(VLLM, block_size=1, token_budget=64, cuda_graphs=False, new_token_ratio=1.0,
+               new_token_ratio_min=1.0)  # fmt: skip
+THREE = [(0.0, 10, 30)] * 3
+
+
+def _most_in_a_step(timer) -> int:  # noqa: ANN001
+    return max(n + len(ch) for ch, n, _, _ in timer.steps)
+
+
+def test_room_kept_for_answers_admits_only_what_the_answers_leave_room_for():
+    """Admitted two at once (40 < 100, then 40 < 90 - 30 promised), the third waits: room =
+    100 - 2 x (10 + g) cached - 2 x (30 - g) to come = 20 at every step, until both end.
+    Without the rule all three run at once and the cache (120 tokens asked) preempts."""
+    res, timer = run(THREE, KEEP, kv_tokens=100)
+    assert res.preemptions == 0 and _most_in_a_step(timer) == 2
+    assert res.first[2] > max(res.finish[:2])
+    free_for_all, timer0 = run(THREE, replace(KEEP, new_token_ratio=0.0), kv_tokens=100)
+    assert _most_in_a_step(timer0) == 3 and free_for_all.preemptions > 0
+
+
+def test_room_kept_for_answers_counts_each_answer_up_to_the_clip():
+    """With answers counted at most 8 tokens each, 18 tokens of room admit all three."""
+    _, timer = run(THREE, replace(KEEP, answer_clip=8), kv_tokens=100)
+    assert _most_in_a_step(timer) == 3
+
+
+def test_the_kept_share_decays_with_decode_steps():
+    """From 1 to 0 over 10 decode steps: the third request joins before the first two end."""
+    res, _ = run(THREE, replace(KEEP, new_token_ratio_min=0.0, new_token_ratio_steps=10),
+                 kv_tokens=100)  # fmt: skip
+    assert res.first[2] < min(res.finish[:2])
+
+
+def test_an_idle_engine_starts_its_estimate_again():
+    """The share decays to 0 over the first batch; after the engine idles, a later batch is
+    admitted exactly as on a fresh engine (SGLang resets new_token_ratio when idle)."""
+    eng = replace(KEEP, new_token_ratio_min=0.0, new_token_ratio_steps=10)
+    later = [(10.0, 10, 30)] * 3
+    both, _ = run([(0.0, 10, 30)] * 2 + later, eng, kv_tokens=100)
+    alone, _ = run(later, eng, kv_tokens=100)
+    for i in range(3):
+        assert both.first[2 + i] - 10.0 == pytest.approx(alone.first[i] - 10.0)
+        assert both.finish[2 + i] - 10.0 == pytest.approx(alone.finish[i] - 10.0)
+
+
+def test_a_preemption_sets_the_kept_share_from_the_answers_so_far():
+    """SGLang's retract_decode: (answer tokens so far + 20 per running request) / (their
+    answers + 1), at most 1; a run that preempts under the rule still finishes everything."""
+    assert retract_share(50, 199, 2) == pytest.approx(90 / 200)
+    assert retract_share(190, 199, 2) == 1.0
+    eng = replace(KEEP, new_token_ratio_min=0.0, new_token_ratio_steps=1)
+    res, _ = run([(0.0, 10, 40)] * 3, eng, kv_tokens=100)
+    assert res.preemptions == 1 and not any(math.isnan(f) for f in res.finish)
+
+
+def test_new_token_ratio_is_an_engine_option_and_a_share():
+    assert load_engine("sglang").new_token_ratio == 0.7
+    assert load_engine("sglang", new_token_ratio=0.0).new_token_ratio == 0.0
+    with pytest.raises(InputError, match="new_token_ratio is a share"):
+        load_engine("vllm", new_token_ratio=1.5)
