@@ -96,6 +96,16 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
     busy = pre.extra["gpu_busy_ms"] + float(
         sum(wk * s.extra["gpu_busy_ms"] for wk, s in zip(w, steps, strict=True))
     )
+    # The step's breakdown and host time as every other mode reports them: the prefill's plus
+    # each decode step's, weighted as the decode time is.
+    breakdown = dict(pre.extra.get("breakdown_ms", {}))
+    host_ms = pre.extra.get("host_ms", 0.0)
+    plan_ms = pre.extra.get("attn_plan_ms", 0.0)
+    for wk, st in zip(w, steps, strict=True):
+        for k, v in st.extra.get("breakdown_ms", {}).items():
+            breakdown[k] = breakdown.get(k, 0.0) + wk * v
+        host_ms += wk * st.extra.get("host_ms", 0.0)
+        plan_ms += wk * st.extra.get("attn_plan_ms", 0.0)
     pred = Prediction(
         build=table,
         total_ms=total_ms,
@@ -110,10 +120,15 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
             "kernels": pre.extra["kernels"]
             + steps[len(steps) // 2].extra["kernels"] * sc.new_tokens,
             "gpu_busy_ms": busy,
-            "host_bound": 1.0 - busy / total_ms if total_ms > 0 else 0.0,
+            "host_bound": breakdown.get("host", 0.0) / total_ms if total_ms > 0 else 0.0,
             "dispatch_us": pre.extra["dispatch_us"],
+            "host_ms": host_ms,
+            "attn_plan_ms": plan_ms,
+            "breakdown_ms": {k: v for k, v in breakdown.items() if v},
         },
     )
+    if "pacing_stage" in pre.extra:
+        pred.extra["pacing_stage"] = pre.extra["pacing_stage"]
     # Model FLOPs: the prefill's tokens at the prompt's length, each decode step at its context.
     n = sc.new_tokens
     flops = sc.batch * sc.seq * model_flops_per_token(cfg, pre_sc)[0]

@@ -714,3 +714,19 @@ def test_the_rank_slowdown_is_the_slowest_ranks_from_the_host_probe():
     assert derive() == HOST_RANK_SLOWDOWN
     got = {(call, ranks): r for call, ranks, r in ratios()}
     assert len(got) == 8 and all(r >= 1.0 for r in got.values())  # never faster than alone
+
+
+@pytest.mark.parametrize("kw", [{"gpu": "h100"}, {"system": "dgx-h100", "tp": 2},
+                                {"gpu": "h100", "impl": "eager"}])  # fmt: skip
+def test_generate_reports_its_breakdown_as_every_mode_does(kw):
+    """Review: mode=generate's extra had no breakdown_ms, host_ms or attn_plan_ms; they are the
+    prefill's plus each decode step's, weighted as the decode time is, and add up to the total."""
+    from gpuperf import api
+
+    r = api.predict("llama2-7b", mode="generate", seq=512, new_tokens=64, **kw)
+    parts = r.extra["breakdown_ms"]
+    assert sum(parts.values()) == pytest.approx(r.total_ms, rel=1e-9)
+    assert r.extra["host_bound"] == pytest.approx(parts.get("host", 0.0) / r.total_ms)
+    assert r.extra["host_ms"] > 0 and "attn_plan_ms" in r.extra
+    step = api.predict("llama2-7b", mode="decode", ctx=544, **kw)
+    assert set(step.extra["breakdown_ms"]) <= set(parts)
