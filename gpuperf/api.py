@@ -102,7 +102,8 @@ def predict(
     """Predict one step of `model` on `gpu`, or on every GPU of a parallel plan (per GPU).
 
     mode: prefill (batch × seq tokens), decode (one token per sequence against a KV cache of ctx),
-    generate (prefill of seq, then new_tokens decode steps; extra has ttft_ms and tpot_ms), or
+    generate (an answer of new_tokens to a prompt of seq: the prefill samples the first token,
+    new_tokens - 1 decode steps the rest; extra has ttft_ms and tpot_ms), or
     train (forward + backward + AdamW over batch × seq); seq and ctx default to 2048,
     new_tokens to 128, and a size the mode does not use is refused. impl "eager" issues one
     kernel per PyTorch op (unfused); "compile" (training) runs PyTorch's framework around

@@ -1,6 +1,8 @@
-"""mode=generate: a prefill of `seq` tokens, then `new_tokens` decode steps with the KV context
-growing from `seq`. The decode steps are evaluated at DECODE_POINTS contexts and weighted so that
-their sum is exact for a step time linear in the context (decode_weights)."""
+"""mode=generate: an answer of `new_tokens` tokens to a prompt of `seq`: the prefill samples the
+first, then `new_tokens` - 1 decode steps follow with the KV context growing from `seq` (as
+Hugging Face's generate(max_new_tokens=new_tokens) and `gpuperf serve`'s --osl count). The decode
+steps are evaluated at DECODE_POINTS contexts and weighted so that their sum is exact for a step
+time linear in the context (decode_weights)."""
 
 from __future__ import annotations
 
@@ -68,12 +70,17 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
 
     pre_sc = replace(sc, mode="prefill", kv_lengths="new")  # a prompt: no decode steps
     pre = _predict_step(cfg, pre_sc, where)
-    pts, w = decode_weights(sc.seq, sc.new_tokens)
+    n = sc.new_tokens - 1  # decode steps: the prefill samples the first token
+    pts, w = decode_weights(sc.seq, n) if n else ([], [])
     steps = []
     for c in pts:  # each step a decode step: its host costs (e.g. the attention plan) apply
         steps.append(_predict_step(cfg, replace(sc, mode="decode", ctx=int(c)), where))
 
     def table() -> Columns:
+        pre_t = dict(pre.columns)
+        pre_t["name"] = ["prefill/" + v for v in pre_t["name"]]
+        if not steps:
+            return with_share(pre_t)
         mid = steps[len(steps) // 2].columns
         dec = dict(mid)
         if all(nrows(s.columns) == nrows(mid) for s in steps):
@@ -83,11 +90,9 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
                             for i in range(nrows(mid))]  # fmt: skip
         else:  # the op list changes with the context: scale the middle step
             for col in SUMMED:
-                dec[col] = [v * sc.new_tokens for v in mid[col]]
+                dec[col] = [v * n for v in mid[col]]
         dec["intensity"] = intensity(dec["flops"], dec["bytes"])
-        dec["shape"] = [f"{v} ×{sc.new_tokens} steps" for v in dec["shape"]]
-        pre_t = dict(pre.columns)
-        pre_t["name"] = ["prefill/" + v for v in pre_t["name"]]
+        dec["shape"] = [f"{v} ×{n} steps" for v in dec["shape"]]
         dec["name"] = ["decode/" + v for v in dec["name"]]
         return with_share({c: pre_t[c] + dec[c] for c in pre_t})
 
@@ -113,12 +118,13 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
         memory=busiest(cfg, sc, where.groups),
         extra={
             "ttft_ms": pre.total_ms,
-            "tpot_ms": decode_ms / sc.new_tokens,
+            # a one-token answer has no decode step: no time per output token after the first
+            "tpot_ms": decode_ms / n if n else None,
             "decode_ms": decode_ms,
-            "decode_tokens_per_s": sc.batch * sc.dp * sc.new_tokens / (decode_ms * 1e-3),
+            "decode_tokens_per_s": sc.batch * sc.dp * n / (decode_ms * 1e-3) if n else None,
             "decode_ctx_points": [int(p) for p in pts],
             "kernels": pre.extra["kernels"]
-            + steps[len(steps) // 2].extra["kernels"] * sc.new_tokens,
+            + (steps[len(steps) // 2].extra["kernels"] * n if n else 0),
             "gpu_busy_ms": busy,
             "host_bound": breakdown.get("host", 0.0) / total_ms if total_ms > 0 else 0.0,
             "dispatch_us": pre.extra["dispatch_us"],
@@ -130,13 +136,13 @@ def predict_generate(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predic
     if "pacing_stage" in pre.extra:
         pred.extra["pacing_stage"] = pre.extra["pacing_stage"]
     # Model FLOPs: the prefill's tokens at the prompt's length, each decode step at its context.
-    n = sc.new_tokens
     flops = sc.batch * sc.seq * model_flops_per_token(cfg, pre_sc)[0]
-    flops += sc.batch * (n * 2.0 * matmul_params(cfg) + decode_attention_flops(cfg, sc.seq, n))
-    tokens = sc.batch * (sc.seq + sc.new_tokens)
+    if n:
+        flops += sc.batch * (n * 2.0 * matmul_params(cfg) + decode_attention_flops(cfg, sc.seq, n))
+    tokens = sc.batch * (sc.seq + n)  # the tokens the steps feed through the model
     pred.mfu_convention = pre.mfu_convention
     throughput(pred, where.gpu, sc, tokens, sc.batch * sc.new_tokens, flops / tokens, cfg=cfg)
-    for text in [*pre.warnings, *steps[-1].warnings]:
+    for text in [*pre.warnings, *(steps[-1].warnings if steps else [])]:
         if text not in pred.warnings:
             pred.warnings.append(text)
     return pred

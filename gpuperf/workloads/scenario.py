@@ -98,7 +98,8 @@ class Scenario:
     """One way of running a model, on one GPU or as a parallel plan.
 
     prefill: `batch` sequences of `seq` tokens. decode: one new token per sequence against a KV
-    cache of `ctx` tokens. generate: prefill of `seq`, then `new_tokens` decode steps. train:
+    cache of `ctx` tokens. generate: an answer of `new_tokens` to a prompt of `seq` (the
+    prefill samples the first token, new_tokens - 1 decode steps the rest). train:
     forward and backward over `batch` × `seq` tokens plus an AdamW step.
 
     Parallelism (1 = none): tp tensor, pp pipeline stages, dp data-parallel replicas, cp context

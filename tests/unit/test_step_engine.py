@@ -446,8 +446,13 @@ def test_generate_is_prefill_plus_integrated_decode(fixed_time):
     dec = run(cfg, g, Scenario(mode="decode", ctx=107))
     assert pred.extra["ttft_ms"] == pytest.approx(pre.total_ms)
     assert pred.extra["tpot_ms"] == pytest.approx(dec.total_ms)  # flat: every step the same
-    assert pred.total_ms == pytest.approx(pre.total_ms + 16 * dec.total_ms)
+    # the prefill samples the first of the 16 tokens: 15 decode steps follow (HF's
+    # max_new_tokens, serve's --osl)
+    assert pred.total_ms == pytest.approx(pre.total_ms + 15 * dec.total_ms)
     assert pred.table["name"].iloc[0] == "prefill/embed"
+    one = run(cfg, g, Scenario(mode="generate", seq=100, new_tokens=1))
+    assert one.total_ms == pytest.approx(pre.total_ms) and one.extra["tpot_ms"] is None
+    assert list(one.table["name"]) == ["prefill/" + v for v in pre.table["name"]]
 
 
 def test_decode_weights_sum_a_linear_function_exactly():
@@ -465,7 +470,7 @@ def test_generate_charges_each_decode_step_its_host_costs():
     gen = api.predict("llama2-7b", "h200", mode="generate", seq=2048, new_tokens=16, impl="eager")
     pre = api.predict("llama2-7b", "h200", mode="prefill", seq=2048, impl="eager")
     step = api.predict("llama2-7b", "h200", mode="decode", ctx=2056, impl="eager")
-    assert (gen.total_ms - pre.total_ms) / 16 == pytest.approx(step.total_ms, rel=0.02)
+    assert (gen.total_ms - pre.total_ms) / 15 == pytest.approx(step.total_ms, rel=0.02)
     assert step.total_ms > 1e3 * 0.02  # the H200 host's 23.6 ms plan is in it
 
 
@@ -664,7 +669,7 @@ def test_seen_kv_lengths_drop_exactly_the_cudnn_plan() -> None:
     g_new = api.predict("llama3-8b", **gen)
     g_seen = api.predict("llama3-8b", kv_lengths="seen", **gen)
     assert g_new.extra["ttft_ms"] == pytest.approx(g_seen.extra["ttft_ms"])
-    assert g_new.total_ms - g_seen.total_ms == pytest.approx(8 * plan_ms, rel=1e-6)
+    assert g_new.total_ms - g_seen.total_ms == pytest.approx(7 * plan_ms, rel=1e-6)  # 7 steps
     with pytest.raises(InputError, match="kv_lengths=seen"):
         api.predict("llama3-8b", gpu="h200", mode="prefill", kv_lengths="seen")
     with pytest.raises(InputError, match="kv_lengths"):
