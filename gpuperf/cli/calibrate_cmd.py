@@ -83,6 +83,8 @@ def calibrate(
         files: list[Path] = []
         for s in sources:
             files += sorted(s.glob("*.json")) if s.is_dir() else [s]
+        if not files:
+            raise InputError(f"no result files (*.json) in --from {', '.join(map(str, sources))}")
         base = load_gpu(gpu if gpu is not None else gpu_of(files))  # default: the files' GPU
         check_measured_on(files, base)
         samples = load_samples(f for f in files if not f.name.startswith("e2e"))

@@ -4,7 +4,7 @@ parameters FSDP gathers. One model for one GPU and for every plan; one capacity 
 Inference: weights at the scenario dtype (fp8/int8: every linear layer at 1 byte, embeddings,
 lm_head and norms stay 16-bit, as vLLM loads fp8 checkpoints; weight-only int4: half a byte plus
 a 16-bit scale and zero per 128 weights); KV cache = 2 (K and V) x layers x kv_heads x head_dim x
-tokens x batch x bytes (tokens: seq for prefill, ctx + 1 for decode, seq + new_tokens for
+tokens x batch x bytes (tokens: seq for prefill, ctx + 1 for decode, seq + new_tokens - 1 for
 generate; an MLA layer caches its latent and rotary key, kv_lora_rank + qk_rope_head_dim values
 per token; a sliding-window layer its window); activations = the peak transient working set of
 one layer (the residual stream and norm output plus the larger of the attention and MLP
@@ -484,7 +484,9 @@ def stage_memory(cfg: ModelConfig, sc: Scenario, g: Groups, stage: Stage, p: Par
     if sc.mode != "train":
         scale = weight_bytes(cfg, sc.dtype, sc.weight_dtype) / cfg.param_count()
         out["weights"] = p.total * scale
-        tokens = {"prefill": sc.seq, "decode": sc.ctx + 1, "generate": sc.seq + sc.new_tokens}
+        # generate: the prompt and every answer token but the last (never fed back)
+        tokens = {"prefill": sc.seq, "decode": sc.ctx + 1,
+                  "generate": sc.seq + sc.new_tokens - 1}  # fmt: skip
         out["kv_cache"] = (kv_cache_bytes(cfg, tokens[sc.mode] // sc.cp, sc.batch, sc.kv)
                            * kv_share(cfg, sc.tp) * (stage.layers / cfg.layers))  # fmt: skip
         out["activations"] = inference_activation_bytes(cfg, sc)

@@ -517,7 +517,7 @@ def _finish(pred: Prediction, cfg: ModelConfig, sc: Scenario, where: Placement) 
         pred.extra["nodes"] = where.nodes
         if where.system is not None:
             pred.extra["system"] = where.system.name
-    longest = {"decode": sc.ctx + 1, "generate": sc.seq + sc.new_tokens}.get(sc.mode, sc.seq)
+    longest = {"decode": sc.ctx + 1, "generate": sc.seq + sc.new_tokens - 1}.get(sc.mode, sc.seq)
     limit = getattr(cfg, "max_position_embeddings", None)
     if limit and longest > limit:
         pred.warnings.append(

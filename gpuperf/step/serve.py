@@ -169,6 +169,15 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             f"a request of {longest} cached tokens does not fit the KV cache of "
             f"{blocks_total * bs} tokens (per replica); add GPUs (--tp) or shorten the requests"
         )
+    if engine.new_token_ratio:  # admitted only while prompt + answer (to the clip) < the room
+        ask = max(r.prompt + min(r.output, engine.answer_clip) for r in reqs)
+        if ask >= blocks_total * bs:
+            raise DoesNotFit(
+                f"a request asks room for {ask} tokens (its prompt and answer, as the engine "
+                "admits with new_token_ratio), which needs a KV cache of more than the "
+                f"{blocks_total * bs} tokens there are (per replica): add GPUs (--tp), shorten "
+                "the requests or set --new-token-ratio 0"
+            )
     budget = engine.token_budget
     # Without chunked prefill a prompt runs whole in one step; a preempted request prefills its
     # prompt and answer so far again, whole (vLLM V0 asks max_num_batched_tokens >=
@@ -493,7 +502,7 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             decodes = take_decode_blocks()
         if not chunks and not decodes:
             if not upcoming:  # nothing runs and nothing can be admitted
-                raise InputError("the KV cache cannot hold the next request; add GPUs (--tp)")
+                raise DoesNotFit("the KV cache cannot hold the next request; add GPUs (--tp)")
             now = max(now, arrival[upcoming[0]])
             continue
         # ---- run it

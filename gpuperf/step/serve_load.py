@@ -161,7 +161,9 @@ def read_trace(path: str | os.PathLike[str]) -> Workload:
 
     text = read_text(path, "trace")
     out = []
-    for i, line in enumerate(text.splitlines(), 1):
+    # JSON Lines end lines at "\n" only: str.splitlines would also split a string value
+    # holding U+2028, U+0085 or \x1c-\x1e, which JSON allows raw
+    for i, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         obj = parse_json(line, f"trace {path} line {i}")

@@ -106,6 +106,13 @@ class Server:
             from gpuperf.units import fmt_bytes
 
             m = self.memory
+            room = m["engine_budget"] - m["weights"] - m["workspace"]
+            if room > 0:  # the weights fit; the cache holds no whole block
+                raise DoesNotFit(
+                    f"the KV cache's {fmt_bytes(room)} per GPU hold no block of "
+                    f"{prof.block_size:,} tokens ({fmt_bytes(m['kv_per_token'] * prof.block_size)}"
+                    "); lower --block-size or raise --tp"
+                )
             raise DoesNotFit(
                 f"{cfg.name} does not fit for serving on {tp} x {gpu.name}: weights "
                 f"{fmt_bytes(m['weights'])} and workspace {fmt_bytes(m['workspace'])} per GPU "
