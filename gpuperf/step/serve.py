@@ -455,6 +455,7 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
             left -= decodes
         chunks: list[tuple[int, int]] = []
         ran: list[tuple[int, int]] = []  # (request, tokens) of the prefills in this step
+        promised = 0  # answer tokens kept for the prompts this step completes or admits
         hold = bool(wait_iters and decodes) and held_back(
             decodes, left, preempted == preempted_before
         )
@@ -471,13 +472,14 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
                 continue
             free -= extra
             held[i] += extra
+            if ratio0 and done[i] + c == todo[i]:  # its last chunk: its answer is kept
+                promised += min(output[i] - gen[i], clip)  # (SGLang's add_chunked_req)
             chunks.append((c, done[i]))
             ran.append((i, c))
             left -= c
         decodes = n_dec if decodes else 0  # decoders preempted above do not run
         # a step that preempted admits nothing new (vLLM V1: the victims would come straight
         # back); an engine that keeps prefills apart admits none into a step of decodes
-        promised = 0
         while (waiting and left > 0 and len(order) < max_seqs and preempted == preempted_before
                and not hold and not (apart and decodes)):  # fmt: skip
             i = waiting[0]

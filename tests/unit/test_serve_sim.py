@@ -593,9 +593,26 @@ def test_room_kept_for_answers_admits_only_what_the_answers_leave_room_for():
 
 
 def test_room_kept_for_answers_counts_each_answer_up_to_the_clip():
-    """With answers counted at most 8 tokens each, 18 tokens of room admit all three."""
+    """With answers counted at most 8 tokens each, 18 tokens of room admit all three; and a
+    request arriving while two 40-token answers decode finds 100 - 2 x (10 + g) - 2 x 8 of room
+    (its ask: 18) instead of none."""
     _, timer = run(THREE, replace(KEEP, answer_clip=8), kv_tokens=100)
     assert _most_in_a_step(timer) == 3
+    late = [(0.0, 10, 40), (0.0, 10, 40), (0.0035, 10, 40)]
+    clipped, _ = run(late, replace(KEEP, answer_clip=8), kv_tokens=100)
+    assert clipped.first[2] < min(clipped.finish[:2])
+    whole, _ = run(late, KEEP, kv_tokens=100)
+    assert whole.first[2] > min(whole.finish[:2])
+
+
+def test_a_prompts_last_chunk_keeps_room_for_its_answer():
+    """SGLang's add_chunked_req: the step that runs a prompt's last chunk keeps its answer's
+    room before it admits anyone (review: 200 - 64 - (36 + 60) = 40 < the 80 the next asks)."""
+    eng = replace(load_engine("sglang"), block_size=1, token_budget=64, cuda_graphs=False,
+                  new_token_ratio=1.0, new_token_ratio_min=1.0)  # fmt: skip
+    res, timer = run([(0, 100, 60), (0, 20, 60)], eng, kv_tokens=200)
+    assert timer.steps[1][0] == ((36, 64),)
+    assert res.preemptions == 0
 
 
 def test_the_kept_share_decays_with_decode_steps():
@@ -625,6 +642,22 @@ def test_a_preemption_sets_the_kept_share_from_the_answers_so_far():
     eng = replace(KEEP, new_token_ratio_min=0.0, new_token_ratio_steps=1)
     res, _ = run([(0.0, 10, 40)] * 3, eng, kv_tokens=100)
     assert res.preemptions == 1 and not any(math.isnan(f) for f in res.finish)
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_the_simulation_takes_the_share_a_preemption_sets(monkeypatch, share):
+    """After the preemption the share is what retract_share says: kept whole (1), a later
+    request waits longer than with none kept (0)."""
+    import gpuperf.step.serve as serve_mod
+
+    eng = replace(KEEP, new_token_ratio=0.2, new_token_ratio_min=0.0, new_token_ratio_steps=1000)
+    reqs = [(0.0, 10, 40)] * 3 + [(0.01, 10, 40)] * 3
+    monkeypatch.setattr(serve_mod, "retract_share", lambda *a: share)
+    res, _ = run(reqs, eng, kv_tokens=100)
+    monkeypatch.setattr(serve_mod, "retract_share", lambda *a: 1.0 - share)
+    other, _ = run(reqs, eng, kv_tokens=100)
+    assert res.preemptions >= 1
+    assert (res.first[4] > other.first[4]) == (share == 1.0)
 
 
 def test_new_token_ratio_is_an_engine_option_and_a_share():
