@@ -28,6 +28,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e_hf import time_iters  # noqa: E402  (this folder)
+from train_kernels_probe import kernel_calls  # noqa: E402
 
 N = 600  # kernels per sequence (about)
 REPS = 7
@@ -35,7 +39,6 @@ REPS = 7
 
 def main() -> int:
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from gpuperf.fileio import write_text
     from gpuperf.measure.env import environment
@@ -85,30 +88,11 @@ def main() -> int:
     )
 
     def wall_ms(fn) -> float:  # noqa: ANN001
-        times = []
-        for _ in range(REPS):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
+        return statistics.median(time_iters(fn, REPS, warmup=0))
 
     def kernels(fn) -> tuple[int, float]:  # noqa: ANN001
-        """The kernels one call runs and their summed duration (ms), from the profiler's
-        device-side events."""
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        durs = [
-            e.device_time_total
-            for e in prof.events()
-            if "CUDA" in str(getattr(e, "device_type", "")) and e.device_time_total > 0
-        ]
+        """The kernels one call runs and their summed duration (ms), from the profiler."""
+        durs = [us for _, us in kernel_calls(torch, fn, calls=1)[0]]
         return len(durs), sum(durs) / 1e3  # us -> ms
 
     rows = []
