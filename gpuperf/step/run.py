@@ -65,7 +65,6 @@ class StepCost:
     stage: int  # the pacing stage
     sections: Any = None  # () -> [(Costed part, ×, shape suffix)]: the table's rows, on demand
     extra_rows: list[dict[str, Any]] = field(default_factory=list)  # the bubble
-    planned: bool = False  # a kernel paid cuDNN's plan of a new KV length (host_attn_plan_s)
 
 
 def _classify(c: Costed, mult: float, into: dict[str, float]) -> None:
@@ -265,9 +264,8 @@ def step_cost(cfg: ModelConfig, sc: Scenario, where: Placement, coster: Coster |
         extra_rows.append({"name": "pipeline/bubble", "kind": "bubble", "bound": "idle",
                            "shape": f"pp{sc.pp} v{v} m{m}", "time_ms": bubble * 1e3})  # fmt: skip
     memory = memory if memory is not None else busiest(cfg, sc, work.groups)
-    planned = any(c.tpl.first is not c.tpl.once for c in ps.fwd)
     return StepCost(total, breakdown, busy, host, run.kernels, flops, memory,
-                    work.stages[pace].stage.index, sections, extra_rows, planned)  # fmt: skip
+                    work.stages[pace].stage.index, sections, extra_rows)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------ the table
@@ -460,7 +458,11 @@ def _predict_step(cfg: ModelConfig, sc: Scenario, where: Placement) -> Predictio
         memory=cost.memory,
         extra=_extra(sc, where.gpu, where.system, kernels, cost.busy_s, total_s, cost.host_s),
     )
-    if not cost.planned:  # no attention over a growing cache (a sliding window's is fixed)
+    # cuDNN's plan of a new KV length is paid by a part whose first repeat differs from the
+    # rest; none when no attention runs over a growing cache (a sliding window's is fixed)
+    if pred.extra["attn_plan_ms"] and not any(
+        c.tpl.first is not c.tpl.once for c, _, _ in cost.sections()
+    ):
         pred.extra["attn_plan_ms"] = 0.0
     pred.extra["breakdown_ms"] = {k: v * 1e3 for k, v in cost.breakdown.items() if v}
     pred.extra["host_bound"] = cost.breakdown["host"] / total_s if total_s > 0 else 0.0

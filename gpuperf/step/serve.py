@@ -265,8 +265,7 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
 
     def leave_decode(i: int) -> int:
         """Take decoder i out of the aggregates before tick `tick` runs; its blocks."""
-        nonlocal n_dec, sum_base
-        nonlocal sum_last, sum_big
+        nonlocal n_dec, sum_base, sum_last, sum_big
         base = dec_base.pop(i)
         sum_last -= dec_last.pop(i)
         if i in big:
@@ -301,16 +300,14 @@ def simulate(workload: Workload, timer: StepTimer, engine: EngineProfile, kv_tok
     def take_decode_blocks() -> int:
         """Take the blocks this tick's decodes need, preempting while the cache lacks them;
         the decoders that run."""
-        nonlocal free
-        nonlocal ratio
+        nonlocal free, ratio
         need = phase[(-tick) % bs]
-        retracted = False
+        before = preempted
         while need > free and order:
             preempt(False)
-            retracted = True
             need = phase[(-tick) % bs] if n_dec else 0
         free -= need
-        if retracted and ratio0:
+        if ratio0 and preempted != before:
             ratio = retract_ratio()
         return n_dec
 
