@@ -209,8 +209,7 @@ class Scenario:
         if self.new_tokens > MAX_NEW_TOKENS:  # generate costs each answer token's context
             raise InputError(f"new_tokens must be at most {MAX_NEW_TOKENS:,} (a 16M-token answer "
                              f"is past any model's context), got {self.new_tokens:,}")  # fmt: skip
-        cached = self.seq + self.new_tokens - 1  # the longest context a generate caches
-        if self.mode == "generate" and cached > MAX_COUNT:
+        if self.mode == "generate" and (cached := self.seq + self.new_tokens - 1) > MAX_COUNT:
             raise InputError(f"seq + new_tokens - 1 (the longest context a generate caches) must "
                              f"be at most {MAX_COUNT}, got {cached}")  # fmt: skip
         self._check_formats()
